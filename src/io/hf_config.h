@@ -9,13 +9,15 @@
 namespace tessera {
 
 // Reads and parses a JSON file; throws Error(kNotFound) / Error(kCorrupt) naming the file and,
-// for a parse error, the byte offset.
+// for a parse error, the 0-based byte offset where parsing stopped.
 nlohmann::json ReadJsonFile(const std::string& path);
 
 struct HfModelDir {
   std::string dir;
   nlohmann::json config;             // config.json as written
-  nlohmann::json text_config;        // config["text_config"] merged over the top level, or config
+  // config["text_config"]'s keys merged over the top level's (the inner ones win, the
+  // "text_config" key itself dropped); a copy of config when there is no text_config.
+  nlohmann::json text_config;
   nlohmann::json generation_config;  // {} when the file is absent
   nlohmann::json tokenizer_config;   // {} when the file is absent
 
@@ -28,7 +30,12 @@ struct HfModelDir {
 // Loads config.json (required) and the optional generation / tokenizer configs.
 HfModelDir LoadHfModelDir(const std::string& dir);
 
+// True for a regular file (or a symlink to one, as in the Hugging Face cache); false for a
+// directory or nothing.
 bool FileExists(const std::string& path);
+// "dir/name"; `name` alone when dir is empty or name is absolute; no doubled '/'.
 std::string JoinPath(const std::string& dir, const std::string& name);
+// Whole file as bytes; throws Error(kNotFound) when missing, kCorrupt when unreadable.
+std::string ReadFileText(const std::string& path);
 
 }  // namespace tessera

@@ -1,0 +1,58 @@
+// tessera CLI: shared helpers (see cli_common.h).
+#include "cli_common.h"
+
+#include <fmt/format.h>
+
+#include "io/hf_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  auto flush = [&]() {
+    if (cur.empty()) return;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(cur, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != cur.size() || v < 0 || v > INT32_MAX)
+      throw UsageError(fmt::format("{}: \"{}\" is not a token id (a non-negative integer)", flag, cur));
+    ids.push_back(static_cast<int32_t>(v));
+    cur.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ' || c == '[' || c == ']' || c == '\n' || c == '\t') flush();
+    else cur += c;
+  }
+  flush();
+  if (ids.empty()) throw UsageError(fmt::format("{}: expected a comma-separated list of token ids", flag));
+  return ids;
+}
+
+std::unique_ptr<Tokenizer> LoadTokenizerIfPresent(const std::string& dir) {
+  if (!FileExists(JoinPath(dir, "tokenizer.json"))) return nullptr;
+  return Tokenizer::FromDir(dir);
+}
+
+std::unique_ptr<Tokenizer> LoadTokenizerRequired(const std::string& dir, const std::string& why) {
+  auto tok = LoadTokenizerIfPresent(dir);
+  if (!tok)
+    throw UsageError(fmt::format("{} has no tokenizer.json; {}", dir, why));
+  return tok;
+}
+
+std::string IdsToJson(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ids[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+// tessera CLI: helpers shared by the subcommands: id-list parsing, the one-line error / exit-code
+// convention (2 for usage errors, 1 for failures), and loading a model directory's tokenizer.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+class Tokenizer;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// Thrown for a bad flag value found after parsing (exit code 2, one line).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "5,17,301" or "[5, 17, 301]" -> ids; throws UsageError on anything else.
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag);
+
+// The tokenizer of a model directory, or nullptr when it has no tokenizer.json.
+std::unique_ptr<Tokenizer> LoadTokenizerIfPresent(const std::string& dir);
+std::unique_ptr<Tokenizer> LoadTokenizerRequired(const std::string& dir, const std::string& why);
+
+// Writes a JSON array of ids on one line.
+std::string IdsToJson(const std::vector<int32_t>& ids);
+
+// Registration of the subcommands (each in its own cmd_*.cpp). `run` is called after parsing
+// when that subcommand was chosen and returns the exit code.
+struct Subcommand {
+  CLI::App* app;
+  std::function<int()> run;
+};
+Subcommand AddGenerateCommand(CLI::App& root);
+Subcommand AddLogitsCommand(CLI::App& root);
+Subcommand AddTokenizeCommand(CLI::App& root);
+Subcommand AddDetokenizeCommand(CLI::App& root);
+Subcommand AddRenderCommand(CLI::App& root);
+Subcommand AddInspectCommand(CLI::App& root);
+Subcommand AddVerifyCommand(CLI::App& root);
+
+}  // namespace tessera

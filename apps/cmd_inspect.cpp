@@ -1,0 +1,148 @@
+// tessera CLI: `tessera inspect`: what a model is and what it needs, from config.json alone:
+// layers by type, total / active parameters, weight bytes in bf16 / int8 / int4, KV bytes per
+// token, recurrent-state bytes per sequence, and the memory a context x concurrency needs.
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "model/model_config.h"
+
+namespace tessera {
+
+namespace {
+
+struct InspectFlags {
+  std::string model;
+  int64_t context = 4096, concurrency = 1;
+  bool json = false;
+};
+
+// Weight-only quantisation as deployed (GPTQ / AWQ style): matrices of the linear layers in int8 /
+// int4 with one bf16 scale per group of 128 inputs; embeddings, lm_head, norms and routers bf16.
+constexpr double kGroup = 128.0;
+
+bool IsQuantisable(const ExpectedTensor& t) {
+  if (t.shape.size() != 2) return false;
+  const std::string& n = t.name;
+  if (n.find("embed_tokens") != std::string::npos || n.find("lm_head") != std::string::npos) return false;
+  if (n.find("mlp.gate.weight") != std::string::npos || n.find("shared_expert_gate") != std::string::npos) return false;
+  return true;
+}
+
+std::string Human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+std::string HumanCount(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.2f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+int RunInspect(const InspectFlags& f) {
+  if (f.context <= 0 || f.concurrency <= 0) throw UsageError("--context and --concurrency must be positive");
+  HfModelDir dir = LoadHfModelDir(f.model);
+  ModelConfig cfg = ModelConfig::FromHf(dir);
+  double total = 0, expert = 0, embed = 0, bytes_int8 = 0, bytes_int4 = 0;
+  for (const auto& t : ExpectedTensors(cfg)) {
+    double n = 1;
+    for (int64_t d : t.shape) n *= static_cast<double>(d);
+    total += n;
+    if (t.name.find("mlp.experts.") != std::string::npos) expert += n;
+    if (t.name.find("embed_tokens") != std::string::npos) embed += n;
+    if (IsQuantisable(t)) {
+      double scales = n / kGroup * 2;
+      bytes_int8 += n + scales;
+      bytes_int4 += n / 2 + scales;
+    } else {
+      bytes_int8 += 2 * n;
+      bytes_int4 += 2 * n;
+    }
+  }
+  double active = total - expert;
+  if (cfg.num_experts > 0) active += expert * cfg.num_experts_per_tok / cfg.num_experts;
+  const int64_t full = cfg.NumLayersOf(LayerKind::kFullAttention);
+  const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
+  int64_t moe = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) moe += cfg.IsMoeLayer(l);
+  // KV in bf16 (as a GPU keeps it); recurrent state in f32 (conv window + delta-rule matrix).
+  const int64_t kv_per_token = full * 2 * cfg.num_kv_heads * cfg.head_dim * 2;
+  const int64_t state_per_seq =
+      linear * ((cfg.linear_conv_kernel - 1) * cfg.LinearConvDim() +
+                cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim) * 4;
+  const double weights_bf16 = total * 2;
+  const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
+  const double state = static_cast<double>(state_per_seq) * f.concurrency;
+  const double need = weights_bf16 + kv + state;
+
+  nlohmann::ordered_json j;
+  j["architecture"] = cfg.architecture;
+  j["model_type"] = cfg.model_type;
+  j["family"] = FamilyName(cfg.family);
+  j["diffusion"] = cfg.diffusion;
+  j["layers"] = {{"total", cfg.num_layers}, {"full_attention", full}, {"linear_attention", linear},
+                 {"moe", moe}, {"dense", cfg.num_layers - moe}};
+  j["hidden_size"] = cfg.hidden_size;
+  j["vocab_size"] = cfg.vocab_size;
+  j["num_experts"] = cfg.num_experts;
+  j["num_experts_per_tok"] = cfg.num_experts_per_tok;
+  j["total_params"] = static_cast<int64_t>(total);
+  j["active_params"] = static_cast<int64_t>(active);
+  j["active_params_no_embedding"] = static_cast<int64_t>(active - embed);
+  j["weight_bytes"] = {{"bf16", static_cast<int64_t>(weights_bf16)}, {"int8", static_cast<int64_t>(bytes_int8)},
+                       {"int4", static_cast<int64_t>(bytes_int4)}};
+  j["active_weight_bytes_bf16"] = static_cast<int64_t>(active * 2);
+  j["kv_bytes_per_token"] = kv_per_token;
+  j["state_bytes_per_sequence"] = state_per_seq;
+  j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
+                 {"weights_bytes", static_cast<int64_t>(weights_bf16)}, {"kv_bytes", static_cast<int64_t>(kv)},
+                 {"state_bytes", static_cast<int64_t>(state)}, {"total_bytes", static_cast<int64_t>(need)}};
+  if (f.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model:            %s (%s, family %s)%s\n", cfg.architecture.c_str(), cfg.model_type.c_str(),
+              FamilyName(cfg.family), cfg.diffusion ? ", block diffusion" : "");
+  std::printf("layers:           %lld (%lld full attention, %lld Gated DeltaNet; %lld MoE, %lld dense)\n",
+              (long long)cfg.num_layers, (long long)full, (long long)linear, (long long)moe,
+              (long long)(cfg.num_layers - moe));
+  if (cfg.num_experts > 0)
+    std::printf("experts:          %lld routed, top-%lld%s\n", (long long)cfg.num_experts,
+                (long long)cfg.num_experts_per_tok, cfg.shared_expert_intermediate_size > 0 ? " + shared expert" : "");
+  std::printf("parameters:       %s total, %s active per token (%s without the input embedding)\n",
+              HumanCount(total).c_str(), HumanCount(active).c_str(), HumanCount(active - embed).c_str());
+  std::printf("weights:          %s bf16, %s int8, %s int4 (group-128 scales; embeddings/lm_head bf16)\n",
+              Human(weights_bf16).c_str(), Human(bytes_int8).c_str(), Human(bytes_int4).c_str());
+  std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
+              Human(active * 2).c_str());
+  std::printf("KV cache:         %s per token (bf16, %lld attention layers)\n", Human(kv_per_token).c_str(),
+              (long long)full);
+  std::printf("recurrent state:  %s per sequence (f32)\n", Human(state_per_seq).c_str());
+  std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n",
+              (long long)f.context, (long long)f.concurrency, Human(need).c_str(), Human(weights_bf16).c_str(),
+              Human(kv).c_str(), Human(state).c_str());
+  return 0;
+}
+
+}  // namespace
+
+Subcommand AddInspectCommand(CLI::App& root) {
+  auto f = std::make_shared<InspectFlags>();
+  CLI::App* app = root.add_subcommand("inspect", "Describe a model and its memory needs (config.json is enough)");
+  app->add_option("--model", f->model, "Model directory")->required()->check(CLI::ExistingDirectory);
+  app->add_option("--context", f->context, "Context length for the memory estimate")->check(CLI::PositiveNumber);
+  app->add_option("--concurrency", f->concurrency, "Concurrent sequences for the memory estimate")
+      ->check(CLI::PositiveNumber);
+  app->add_flag("--json", f->json, "Print JSON for scripts");
+  return {app, [f] { return RunInspect(*f); }};
+}
+
+}  // namespace tessera

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# README's second command and CI's: installs what tessera needs, fetches the npm test data, builds
+# and runs the whole test suite, then builds the tests with AddressSanitizer + UBSan and runs them
+# again. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/fetch_test_data.sh
+jobs=$(nproc)
+
+echo "== release build and tests"
+bash scripts/build.sh build
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
+bash scripts/build.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800)

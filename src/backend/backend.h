@@ -1,0 +1,143 @@
+// tessera backend: the op-level interface every model layer computes through. The CPU backend
+// (src/backend/cpu) is the reference; a CUDA backend implements the same ops on device buffers.
+// Activations are f32 buffers addressed by raw pointers (host memory on the CPU backend, device
+// memory on a GPU backend); weights are `Tensor` views (bf16 read in place from the checkpoint
+// mapping, or f32 converted once at load time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace tessera {
+
+// A read-only view of a weight: data, element type and shape. Linear weights are [n, k] (HF order).
+struct Tensor {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+
+  int64_t dim(size_t i) const { return i < shape.size() ? shape[i] : 1; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  const float* f32() const { return static_cast<const float*>(data); }
+};
+
+// One routed expert: SiLU(x gate^T) * (x up^T) -> down.
+struct ExpertWeights {
+  Tensor gate;  // [inter, hidden]
+  Tensor up;    // [inter, hidden]
+  Tensor down;  // [hidden, inter]
+};
+
+// Attention of T new query rows of one sequence over its cached prefix plus the new rows.
+struct AttentionArgs {
+  const float* q = nullptr;  // [T, num_heads * head_dim], row stride q_stride
+  int64_t q_stride = 0;
+  const float* k = nullptr;  // [T, num_kv_heads * head_dim] (new keys, after norm + rope)
+  const float* v = nullptr;  // [T, num_kv_heads * head_dim]
+  int64_t kv_stride = 0;
+  int64_t T = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t first_pos = 0;           // absolute position of row 0; keys [0, first_pos) come from the cache
+  const float* k_cache = nullptr;  // [num_pages * page_size, num_kv_heads, head_dim]
+  const float* v_cache = nullptr;
+  const int32_t* pages = nullptr;  // page ids covering [0, first_pos)
+  int64_t page_size = 0;
+  int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
+  float scale = 1.0f;
+  float* out = nullptr;  // [T, num_heads * head_dim], row stride out_stride
+  int64_t out_stride = 0;
+};
+
+// Gated delta rule over T tokens of one sequence, starting from (and updating) `state`.
+// q and k are L2-normalised inside the op and q is scaled by 1/sqrt(key_dim); value head h reads
+// key head h / (value_heads / key_heads).
+struct GatedDeltaArgs {
+  const float* q = nullptr;  // [T, key_heads * key_dim], row stride qk_stride
+  const float* k = nullptr;
+  int64_t qk_stride = 0;
+  const float* v = nullptr;  // [T, value_heads * value_dim], row stride v_stride
+  int64_t v_stride = 0;
+  const float* g = nullptr;     // [T, value_heads] log decay (<= 0)
+  const float* beta = nullptr;  // [T, value_heads]
+  int64_t T = 0, key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
+  float* state = nullptr;  // [value_heads, key_dim, value_dim], in/out
+  float* out = nullptr;    // [T, value_heads * value_dim]
+};
+
+enum class GdnMode { kAuto, kChunked, kRecurrent };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* Name() const = 0;
+
+  // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate); w bf16 or f32.
+  virtual void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate = false) = 0;
+  // out[i, :] = table[ids[i], :] as f32.
+  virtual void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
+
+  // y = x / rms(x) * w (or * (1 + w)); rows of `dim` with row strides; y may alias x.
+  virtual void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w,
+                       float eps, bool one_plus, float* y, int64_t y_stride) = 0;
+  // y = w * x / rms(x) * silu(z) over rows of `dim` (the GDN output norm); y may alias x.
+  virtual void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                            float eps, float* y) = 0;
+  // Rotates the first rotary_dim dims of each head (rotate_half convention) in place.
+  // x: [rows, heads, head_dim] with row stride; positions: one per row.
+  virtual void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
+                    int64_t rotary_dim, const int64_t* positions, double theta) = 0;
+  // x[i] *= sigmoid(gate[i]) for rows with independent strides.
+  virtual void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
+                           int64_t gate_stride) = 0;
+  // x[r, :] *= sigmoid(s[r]) (the shared-expert gate).
+  virtual void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) = 0;
+  // out = silu(gate) * up, n elements.
+  virtual void SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // y += x, n elements.
+  virtual void Add(const float* x, int64_t n, float* y) = 0;
+  // dst[r, 0:cols] = src[r, 0:cols] with row strides (gathers a column block or de-interleaves).
+  virtual void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
+                      int64_t dst_stride) = 0;
+
+  // Paged KV cache: writes T rows of k/v ([T, kv_dim], stride kv_stride) at positions
+  // first_pos.. into k_cache/v_cache ([num_pages * page_size, kv_dim]).
+  virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
+                       int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                       float* v_cache) = 0;
+  virtual void Attention(const AttentionArgs& a) = 0;
+
+  // Depthwise causal conv1d + SiLU over T rows of `channels` (x row stride x_stride), continuing
+  // from `state` ([channels, K-1]: the K-1 previous inputs, oldest first). w: [channels, K] f32.
+  virtual void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels,
+                                const float* w, int64_t K, const float* state, float* y) = 0;
+  // Shifts the first T rows of x into the conv state.
+  virtual void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
+                                       int64_t K, float* state) = 0;
+  virtual void GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) = 0;
+  // g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]); beta = sigmoid(b). In place.
+  virtual void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
+                        int64_t b_stride, const float* a_log, const float* dt_bias) = 0;
+
+  // Router: softmax (f32) over E logits per row, top-k (ties -> lower index), renormalised when
+  // renormalize. idx/weights: [rows, k].
+  virtual void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
+                        bool renormalize, int32_t* idx, float* weights) = 0;
+  // out[r] = sum_j weights[r, j] * Expert_{idx[r, j]}(x[r]) (summed in j order, deterministic per row).
+  virtual void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                          const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                          float* out) = 0;
+
+  virtual void Softmax(float* x, int64_t rows, int64_t n) = 0;
+  virtual void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
+};
+
+std::unique_ptr<Backend> MakeCpuBackend();
+
+}  // namespace tessera

@@ -1,0 +1,254 @@
+// tessera cpu backend: row-wise ops (matmul dispatch, embedding, norms, rope, activations, KV
+// page writes, MoE routing and the grouped expert FFN, softmax/argmax). See cpu_backend.h.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "backend/cpu/gemm.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tessera {
+
+namespace {
+
+inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Runs a Linear on the calling thread or the pool; w is [n, k].
+void MatMulOn(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate, ThreadPool* pool) {
+  TESSERA_CHECK(w.shape.size() == 2);
+  const int64_t n = w.shape[0], k = w.shape[1];
+  if (w.dtype == DType::kBF16) {
+    GemmF32xBf16(x, m, k, static_cast<const uint16_t*>(w.data), n, y, pool, accumulate);
+  } else if (w.dtype == DType::kF32) {
+    GemmF32xF32(x, m, k, w.f32(), n, y, pool, accumulate);
+  } else {
+    Fail(ErrorKind::kUnsupported, "matmul: weight dtype {} is not supported", DTypeName(w.dtype));
+  }
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend() : pool_(&ThreadPool::Global()) {}
+
+std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+void CpuBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
+  if (m == 0) return;
+  MatMulOn(x, m, w, y, accumulate, pool_);
+}
+
+void CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t vocab = table.dim(0), dim = table.dim(1);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab)
+      Fail(ErrorKind::kInvalidArgument, "token id {} is out of range [0, {})", ids[i], vocab);
+    const size_t off = static_cast<size_t>(ids[i]) * dim;
+    if (table.dtype == DType::kBF16) {
+      const uint16_t* src = static_cast<const uint16_t*>(table.data) + off;
+      for (int64_t j = 0; j < dim; ++j) out[i * dim + j] = Bf16ToF32(src[j]);
+    } else {
+      TESSERA_CHECK(table.dtype == DType::kF32);
+      std::memcpy(out + i * dim, table.f32() + off, dim * sizeof(float));
+    }
+  }
+}
+
+void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w,
+                         float eps, bool one_plus, float* y, int64_t y_stride) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * x_stride;
+    float* yr = y + r * y_stride;
+    double ss = 0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+    for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * (one_plus ? 1.0f + w[j] : w[j]);
+  }
+}
+
+void CpuBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                              float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* zr = z + r * dim;
+    float* yr = y + r * dim;
+    double ss = 0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+    for (int64_t j = 0; j < dim; ++j) yr[j] = w[j] * (xr[j] * inv) * Silu(zr[j]);
+  }
+}
+
+void CpuBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
+                      int64_t rotary_dim, const int64_t* positions, double theta) {
+  const int64_t half = rotary_dim / 2;
+  // inv_freq as transformers computes it: in f32, base ** (2i / dim).
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), expo);
+  }
+  std::vector<float> cs(half), sn(half);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+      cs[i] = std::cos(angle);
+      sn[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + r * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
+                             int64_t gate_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < dim; ++j) x[r * x_stride + j] *= Sigmoid(gate[r * gate_stride + j]);
+}
+
+void CpuBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = Sigmoid(s[r]);
+    for (int64_t j = 0; j < dim; ++j) x[r * dim + j] *= f;
+  }
+}
+
+void CpuBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
+}
+
+void CpuBackend::Add(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
+                        int64_t dst_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memmove(dst + r * dst_stride, src + r * src_stride, cols * sizeof(float));
+}
+
+void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
+                         int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                         float* v_cache) {
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = first_pos + t;
+    const int64_t row = static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
+    std::memcpy(k_cache + row * kv_dim, k + t * kv_stride, kv_dim * sizeof(float));
+    std::memcpy(v_cache + row * kv_dim, v + t * kv_stride, kv_dim * sizeof(float));
+  }
+}
+
+void CpuBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
+                          int64_t b_stride, const float* a_log, const float* dt_bias) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      float& a = a_to_g[t * a_stride + h];
+      const float s = a + dt_bias[h];
+      // softplus with torch's threshold (20): linear above it.
+      const float sp = s > 20.0f ? s : std::log1p(std::exp(s));
+      a = -std::exp(a_log[h]) * sp;
+      float& b = b_to_beta[t * b_stride + h];
+      b = Sigmoid(b);
+    }
+  }
+}
+
+void CpuBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
+                          bool renormalize, int32_t* idx, float* weights) {
+  std::vector<float> p(num_experts);
+  std::vector<int32_t> order(num_experts);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * num_experts;
+    float mx = *std::max_element(l, l + num_experts);
+    double sum = 0;
+    for (int64_t e = 0; e < num_experts; ++e) sum += (p[e] = std::exp(l[e] - mx));
+    for (int64_t e = 0; e < num_experts; ++e) p[e] = static_cast<float>(p[e] / sum);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double top = 0;
+    for (int64_t j = 0; j < k; ++j) top += p[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      idx[r * k + j] = order[j];
+      weights[r * k + j] = renormalize ? static_cast<float>(p[order[j]] / top) : p[order[j]];
+    }
+  }
+}
+
+void CpuBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                            const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                            float* out) {
+  const int64_t num_experts = static_cast<int64_t>(experts.size());
+  // Group (row, slot) pairs by expert; each expert's output lands in its own slot row, then the
+  // slots of a row are summed in slot order, so a row's result never depends on the other rows.
+  std::vector<std::vector<int64_t>> assigned(num_experts);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    if (idx[i] < 0 || idx[i] >= num_experts) Fail(ErrorKind::kInternal, "expert id {} out of range", idx[i]);
+    assigned[idx[i]].push_back(i);
+  }
+  std::vector<int64_t> active;
+  for (int64_t e = 0; e < num_experts; ++e)
+    if (!assigned[e].empty()) active.push_back(e);
+  std::vector<float> slot_out(static_cast<size_t>(rows * k) * hidden, 0.0f);
+  auto run_expert = [&](int64_t e, ThreadPool* pool) {
+    const auto& rowsel = assigned[e];
+    const int64_t m = static_cast<int64_t>(rowsel.size());
+    const int64_t inter = experts[e].gate.dim(0);
+    std::vector<float> xs(m * hidden), g(m * inter), u(m * inter), d(m * hidden);
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(xs.data() + i * hidden, x + (rowsel[i] / k) * hidden, hidden * sizeof(float));
+    MatMulOn(xs.data(), m, experts[e].gate, g.data(), false, pool);
+    MatMulOn(xs.data(), m, experts[e].up, u.data(), false, pool);
+    for (int64_t i = 0; i < m * inter; ++i) g[i] = Silu(g[i]) * u[i];
+    MatMulOn(g.data(), m, experts[e].down, d.data(), false, pool);
+    for (int64_t i = 0; i < m; ++i) {
+      const float wgt = weights[rowsel[i]];
+      float* dst = slot_out.data() + rowsel[i] * hidden;
+      for (int64_t j = 0; j < hidden; ++j) dst[j] = d[i * hidden + j] * wgt;
+    }
+  };
+  if (static_cast<int>(active.size()) >= pool_->size()) {
+    pool_->ParallelFor(active.size(), [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) run_expert(active[i], nullptr);
+    });
+  } else {
+    for (int64_t e : active) run_expert(e, pool_);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = out + r * hidden;
+    std::fill(o, o + hidden, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* s = slot_out.data() + (r * k + j) * hidden;
+      for (int64_t c = 0; c < hidden; ++c) o[c] += s[c];
+    }
+  }
+}
+
+void CpuBackend::Softmax(float* x, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * n;
+    const float mx = *std::max_element(v, v + n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - mx));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / sum);
+  }
+}
+
+void CpuBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = x + r * n;
+    out[r] = static_cast<int32_t>(std::max_element(v, v + n) - v);
+  }
+}
+
+}  // namespace tessera

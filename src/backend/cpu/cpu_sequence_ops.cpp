@@ -1,0 +1,236 @@
+// tessera cpu backend: the per-sequence ops: paged attention (causal / block-causal) and the
+// Gated DeltaNet pieces (causal depthwise conv1d, gated delta rule in chunked and recurrent form).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tessera {
+
+namespace {
+inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void CpuBackend::Attention(const AttentionArgs& a) {
+  const int64_t group = a.num_heads / a.num_kv_heads;
+  const int64_t kv_dim = a.num_kv_heads * a.head_dim;
+  const int64_t total_keys = a.first_pos + a.T;
+  // Last key position visible from the query at absolute position p.
+  auto last_visible = [&](int64_t p) {
+    if (a.block_size <= 0) return p;
+    return std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1);
+  };
+  auto key_row = [&](int64_t j, const float* cache, const float* fresh, int64_t head) -> const float* {
+    if (j >= a.first_pos) return fresh + (j - a.first_pos) * a.kv_stride + head * a.head_dim;
+    const int64_t row = static_cast<int64_t>(a.pages[j / a.page_size]) * a.page_size + j % a.page_size;
+    return cache + row * kv_dim + head * a.head_dim;
+  };
+  const size_t work = static_cast<size_t>(a.num_heads * a.T);
+  pool_->ParallelFor(work, [&](size_t begin, size_t end, int) {
+    std::vector<float> scores(total_keys);
+    std::vector<double> acc(a.head_dim);
+    for (size_t w = begin; w < end; ++w) {
+      const int64_t h = static_cast<int64_t>(w) / a.T, t = static_cast<int64_t>(w) % a.T;
+      const int64_t kvh = h / group;
+      const float* q = a.q + t * a.q_stride + h * a.head_dim;
+      const int64_t n = last_visible(a.first_pos + t) + 1;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kr = key_row(j, a.k_cache, a.k, kvh);
+        float s = 0;
+        for (int64_t d = 0; d < a.head_dim; ++d) s += q[d] * kr[d];
+        scores[j] = s * a.scale;
+        mx = std::max(mx, scores[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* vr = key_row(j, a.v_cache, a.v, kvh);
+        const double p = scores[j];
+        for (int64_t d = 0; d < a.head_dim; ++d) acc[d] += p * vr[d];
+      }
+      float* o = a.out + t * a.out_stride + h * a.head_dim;
+      for (int64_t d = 0; d < a.head_dim; ++d) o[d] = static_cast<float>(acc[d] / sum);
+    }
+  });
+}
+
+void CpuBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels,
+                                  const float* w, int64_t K, const float* state, float* y) {
+  pool_->ParallelFor(channels, [&](size_t begin, size_t end, int) {
+    for (size_t c = begin; c < end; ++c) {
+      const float* wc = w + c * K;
+      const float* sc = state + c * (K - 1);
+      for (int64_t t = 0; t < T; ++t) {
+        float s = 0;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t src = t - (K - 1) + j;  // input index; negative reads the state
+          const float in = src >= 0 ? x[src * x_stride + c] : sc[(K - 1) + src];
+          s += wc[j] * in;
+        }
+        y[t * channels + c] = Silu(s);
+      }
+    }
+  }, 16);
+}
+
+void CpuBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
+                                         int64_t K, float* state) {
+  const int64_t S = K - 1;
+  std::vector<float> window(S + T);
+  for (int64_t c = 0; c < channels; ++c) {
+    float* sc = state + c * S;
+    for (int64_t i = 0; i < S; ++i) window[i] = sc[i];
+    for (int64_t t = 0; t < T; ++t) window[S + t] = x[t * x_stride + c];
+    for (int64_t i = 0; i < S; ++i) sc[i] = window[T + i];
+  }
+}
+
+void GatedDeltaHeadRecurrent(const float* q, const float* k, int64_t qk_stride, const float* v,
+                             int64_t v_stride, const float* g, const float* beta, int64_t gb_stride,
+                             int64_t T, int64_t dk, int64_t dv, float* S, float* out, int64_t out_stride) {
+  std::vector<float> kv(dv);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* qt = q + t * qk_stride;
+    const float* kt = k + t * qk_stride;
+    const float* vt = v + t * v_stride;
+    const float decay = std::exp(g[t * gb_stride]);
+    const float b = beta[t * gb_stride];
+    std::fill(kv.begin(), kv.end(), 0.0f);
+    for (int64_t i = 0; i < dk; ++i) {
+      float* Si = S + i * dv;
+      for (int64_t j = 0; j < dv; ++j) {
+        Si[j] *= decay;
+        kv[j] += Si[j] * kt[i];
+      }
+    }
+    for (int64_t j = 0; j < dv; ++j) kv[j] = (vt[j] - kv[j]) * b;  // delta
+    float* o = out + t * out_stride;
+    std::fill(o, o + dv, 0.0f);
+    for (int64_t i = 0; i < dk; ++i) {
+      float* Si = S + i * dv;
+      for (int64_t j = 0; j < dv; ++j) {
+        Si[j] += kt[i] * kv[j];
+        o[j] += Si[j] * qt[i];
+      }
+    }
+  }
+}
+
+// WY / UT form per chunk of C tokens: with cum = prefix sums of g inside the chunk and
+// L[i][j] = beta_i (k_i . k_j) exp(cum_i - cum_j) (j < i), solve (I + L) U = beta v and
+// (I + L) W = beta k exp(cum); then v_new = U - W S, o = (q exp(cum)) S + causal(q k^T decay) v_new,
+// S <- exp(cum_last) S + sum_t exp(cum_last - cum_t) k_t v_new_t^T.
+void GatedDeltaHeadChunked(const float* q, const float* k, int64_t qk_stride, const float* v,
+                           int64_t v_stride, const float* g, const float* beta, int64_t gb_stride,
+                           int64_t T, int64_t dk, int64_t dv, float* S, float* out, int64_t out_stride,
+                           int64_t chunk) {
+  std::vector<double> cum(chunk), kk(chunk * chunk), U(chunk * dv), W(chunk * dk), vnew(chunk * dv);
+  std::vector<double> Sd(dk * dv);
+  for (int64_t i = 0; i < dk * dv; ++i) Sd[i] = S[i];
+  for (int64_t c0 = 0; c0 < T; c0 += chunk) {
+    const int64_t C = std::min(chunk, T - c0);
+    double run = 0;
+    for (int64_t t = 0; t < C; ++t) cum[t] = (run += g[(c0 + t) * gb_stride]);
+    auto K = [&](int64_t t) { return k + (c0 + t) * qk_stride; };
+    auto Q = [&](int64_t t) { return q + (c0 + t) * qk_stride; };
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < dk; ++d) s += static_cast<double>(K(i)[d]) * K(j)[d];
+        kk[i * chunk + j] = s;
+      }
+    // Forward substitution for U and W.
+    for (int64_t i = 0; i < C; ++i) {
+      const double bi = beta[(c0 + i) * gb_stride];
+      const float* vi = v + (c0 + i) * v_stride;
+      for (int64_t j = 0; j < dv; ++j) U[i * dv + j] = bi * vi[j];
+      for (int64_t d = 0; d < dk; ++d) W[i * dk + d] = bi * K(i)[d] * std::exp(cum[i]);
+      for (int64_t j = 0; j < i; ++j) {
+        const double l = bi * kk[i * chunk + j] * std::exp(cum[i] - cum[j]);
+        for (int64_t e = 0; e < dv; ++e) U[i * dv + e] -= l * U[j * dv + e];
+        for (int64_t d = 0; d < dk; ++d) W[i * dk + d] -= l * W[j * dk + d];
+      }
+    }
+    // v_new = U - W S
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t e = 0; e < dv; ++e) {
+        double s = U[i * dv + e];
+        for (int64_t d = 0; d < dk; ++d) s -= W[i * dk + d] * Sd[d * dv + e];
+        vnew[i * dv + e] = s;
+      }
+    // Outputs.
+    for (int64_t i = 0; i < C; ++i) {
+      float* o = out + (c0 + i) * out_stride;
+      const double ei = std::exp(cum[i]);
+      for (int64_t e = 0; e < dv; ++e) {
+        double s = 0;
+        for (int64_t d = 0; d < dk; ++d) s += Q(i)[d] * Sd[d * dv + e];
+        s *= ei;
+        o[e] = static_cast<float>(s);
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        double qk = 0;
+        for (int64_t d = 0; d < dk; ++d) qk += static_cast<double>(Q(i)[d]) * K(j)[d];
+        qk *= std::exp(cum[i] - cum[j]);
+        for (int64_t e = 0; e < dv; ++e) o[e] += static_cast<float>(qk * vnew[j * dv + e]);
+      }
+    }
+    // State update.
+    const double last = cum[C - 1];
+    const double el = std::exp(last);
+    for (int64_t i = 0; i < dk * dv; ++i) Sd[i] *= el;
+    for (int64_t t = 0; t < C; ++t) {
+      const double f = std::exp(last - cum[t]);
+      for (int64_t d = 0; d < dk; ++d) {
+        const double kd = f * K(t)[d];
+        for (int64_t e = 0; e < dv; ++e) Sd[d * dv + e] += kd * vnew[t * dv + e];
+      }
+    }
+  }
+  for (int64_t i = 0; i < dk * dv; ++i) S[i] = static_cast<float>(Sd[i]);
+}
+
+void CpuBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) {
+  const int64_t rep = a.value_heads / a.key_heads;
+  const bool chunked = mode == GdnMode::kChunked || (mode == GdnMode::kAuto && a.T > 1);
+  pool_->ParallelFor(a.value_heads, [&](size_t begin, size_t end, int) {
+    std::vector<float> qn(a.T * a.key_dim), kn(a.T * a.key_dim);
+    for (size_t hv = begin; hv < end; ++hv) {
+      const int64_t hk = static_cast<int64_t>(hv) / rep;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(a.key_dim));
+      for (int64_t t = 0; t < a.T; ++t) {
+        const float* qs = a.q + t * a.qk_stride + hk * a.key_dim;
+        const float* ks = a.k + t * a.qk_stride + hk * a.key_dim;
+        double sq = 0, sk = 0;
+        for (int64_t d = 0; d < a.key_dim; ++d) {
+          sq += static_cast<double>(qs[d]) * qs[d];
+          sk += static_cast<double>(ks[d]) * ks[d];
+        }
+        const float iq = static_cast<float>(1.0 / std::sqrt(sq + 1e-6)) * scale;
+        const float ik = static_cast<float>(1.0 / std::sqrt(sk + 1e-6));
+        for (int64_t d = 0; d < a.key_dim; ++d) {
+          qn[t * a.key_dim + d] = qs[d] * iq;
+          kn[t * a.key_dim + d] = ks[d] * ik;
+        }
+      }
+      float* S = a.state + hv * a.key_dim * a.value_dim;
+      const float* v = a.v + hv * a.value_dim;
+      float* o = a.out + hv * a.value_dim;
+      const int64_t out_stride = a.value_heads * a.value_dim;
+      if (chunked)
+        GatedDeltaHeadChunked(qn.data(), kn.data(), a.key_dim, v, a.v_stride, a.g + hv, a.beta + hv,
+                              a.value_heads, a.T, a.key_dim, a.value_dim, S, o, out_stride, kGdnChunk);
+      else
+        GatedDeltaHeadRecurrent(qn.data(), kn.data(), a.key_dim, v, a.v_stride, a.g + hv, a.beta + hv,
+                                a.value_heads, a.T, a.key_dim, a.value_dim, S, o, out_stride);
+    }
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,242 @@
+// tessera cpu backend: GEMM dispatch, activation packing, threading and the portable kernel (see
+// gemm.h). The vectorised kernels live in gemm_avx512.cpp / gemm_avx2.cpp, compiled with their
+// own -m flags and only called after a cpuid + xgetbv check, so the binary still runs on
+// processors without them. This file itself is baseline x86-64.
+#include "backend/cpu/gemm.h"
+
+#include <cpuid.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tessera {
+
+namespace {
+
+using gemm_internal::ColumnsFn;
+using gemm_internal::GemmArgs;
+using gemm_internal::XLayout;
+
+enum class Kernel : int { kGeneric, kAvx2, kAvx512, kAvx512Bf16 };
+constexpr const char* kKernelNames[] = {"generic", "avx2", "avx512", "avx512bf16"};
+
+struct CpuFeatures {
+  bool avx2_fma = false, avx512 = false, avx512_bf16 = false;
+};
+
+CpuFeatures DetectCpu() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28);
+  if (!osxsave || !avx) return f;
+  // The OS must save the ymm (XCR0 bits 1-2) and zmm/opmask (bits 5-7) state across switches.
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u;
+  const bool os_zmm = (xcr0_lo & 0xe6u) == 0xe6u;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5);
+  const bool avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30),
+             avx512vl = b & (1u << 31);
+  __cpuid_count(7, 1, a, b, c, d);
+  const bool bf16 = a & (1u << 5);
+  f.avx2_fma = os_ymm && avx2 && fma;
+  f.avx512 = f.avx2_fma && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
+  f.avx512_bf16 = f.avx512 && bf16;
+  return f;
+}
+
+const CpuFeatures& Cpu() {
+  static const CpuFeatures features = DetectCpu();
+  return features;
+}
+
+bool Supported(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kGeneric: return true;
+    case Kernel::kAvx2: return Cpu().avx2_fma;
+    case Kernel::kAvx512: return Cpu().avx512;
+    case Kernel::kAvx512Bf16: return Cpu().avx512_bf16;
+  }
+  return false;
+}
+
+Kernel AutoChoice() {
+  const char* env = std::getenv("TESSERA_CPU_BF16_ACTIVATIONS");
+  if (env && std::string_view(env) == "1" && Supported(Kernel::kAvx512Bf16)) return Kernel::kAvx512Bf16;
+  if (Supported(Kernel::kAvx512)) return Kernel::kAvx512;
+  if (Supported(Kernel::kAvx2)) return Kernel::kAvx2;
+  return Kernel::kGeneric;
+}
+
+std::atomic<int> g_kernel{-1};  // -1: not chosen yet
+
+Kernel Current() {
+  int k = g_kernel.load(std::memory_order_relaxed);
+  if (k < 0) {
+    k = static_cast<int>(AutoChoice());
+    g_kernel.store(k, std::memory_order_relaxed);
+  }
+  return static_cast<Kernel>(k);
+}
+
+// Portable kernel: one output at a time, summed in k order.
+template <typename WT>
+void GenericColumns(const GemmArgs& a, int64_t j0, int64_t j1) {
+  const float* x = static_cast<const float*>(a.x);
+  const WT* w = static_cast<const WT*>(a.w);
+  for (int64_t j = j0; j < j1; ++j) {
+    const WT* wj = w + j * a.k;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const float* xi = x + i * a.ldx;
+      float acc = 0.f;
+      if constexpr (sizeof(WT) == 2) {
+        for (int64_t p = 0; p < a.k; ++p) acc += xi[p] * Bf16ToF32(wj[p]);
+      } else {
+        for (int64_t p = 0; p < a.k; ++p) acc += xi[p] * wj[p];
+      }
+      float& out = a.y[i * a.n + j];
+      out = a.accumulate ? out + acc : acc;
+    }
+  }
+}
+
+// Rounds k up to a multiple of `to`.
+int64_t RoundUp(int64_t k, int64_t to) { return (k + to - 1) / to * to; }
+
+// Per calling thread, reused across calls so decode steps do not allocate.
+thread_local std::vector<float> t_packed_f32;
+thread_local std::vector<uint16_t> t_packed_bf16;
+
+// Lays x out as `layout` wants; returns the packed rows and sets *ldx.
+const void* PackX(const float* x, int64_t m, int64_t k, XLayout layout, int64_t* ldx) {
+  if (layout == XLayout::kPlain) {
+    *ldx = k;
+    return x;
+  }
+  if (layout == XLayout::kBf16Pad32) {
+    *ldx = RoundUp(k, 32);
+    t_packed_bf16.assign(static_cast<size_t>(m * *ldx), 0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) t_packed_bf16[i * *ldx + p] = F32ToBf16(x[i * k + p]);
+    return t_packed_bf16.data();
+  }
+  const int64_t chunk = layout == XLayout::kEvenOdd32 ? 32 : 16, half = chunk / 2;
+  *ldx = RoundUp(k, chunk);
+  t_packed_f32.assign(static_cast<size_t>(m * *ldx), 0.f);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = x + i * k;
+    float* dst = t_packed_f32.data() + i * *ldx;
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t base = p / chunk * chunk, q = p - base;
+      dst[base + (q & 1) * half + q / 2] = src[p];
+    }
+  }
+  return t_packed_f32.data();
+}
+
+// Weight bytes per column block: the block stays in L2 while every m tile passes over it.
+constexpr int64_t kBlockBytes = 384 << 10;
+// Column blocks are multiples of this (the tile widths 8, 6, 4 all divide it).
+constexpr int64_t kBlockAlign = 24;
+// Below this many multiply-adds, waking the pool costs more than it saves.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+
+void Run(ColumnsFn columns, XLayout layout, size_t weight_size, const float* x, int64_t m,
+         int64_t k, const void* w, int64_t n, float* y, ThreadPool* pool, bool accumulate) {
+  if (m < 0 || n < 0 || k < 0)
+    Fail(ErrorKind::kInvalidArgument, "gemm: negative shape m={} n={} k={}", m, n, k);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) std::fill(y, y + m * n, 0.f);
+    return;
+  }
+  GemmArgs args;
+  args.x = PackX(x, m, k, layout, &args.ldx);
+  args.m = m;
+  args.k = k;
+  args.w = w;
+  args.n = n;
+  args.y = y;
+  args.accumulate = accumulate;
+
+  const int threads = pool && m * n * k >= kMinParallelMacs ? pool->size() : 1;
+  const int64_t row_bytes = k * static_cast<int64_t>(weight_size);
+  int64_t block = std::max(kBlockAlign, kBlockBytes / row_bytes / kBlockAlign * kBlockAlign);
+  // Enough blocks that every thread gets a share (two each, so an odd split stays balanced).
+  if (threads > 1) {
+    const int64_t share = (n + 2 * threads - 1) / (2 * threads);
+    block = std::min(block, std::max<int64_t>(8, RoundUp(share, 8)));
+  }
+  const int64_t blocks = (n + block - 1) / block;
+  auto body = [&](size_t b0, size_t b1, int) {
+    for (size_t b = b0; b < b1; ++b) {
+      const int64_t j0 = static_cast<int64_t>(b) * block;
+      columns(args, j0, std::min(n, j0 + block));
+    }
+  };
+  if (threads > 1 && blocks > 1) pool->ParallelFor(static_cast<size_t>(blocks), body, 1);
+  else body(0, static_cast<size_t>(blocks), 0);
+}
+
+}  // namespace
+
+bool CpuHasAvx2Fma() { return Cpu().avx2_fma; }
+bool CpuHasAvx512() { return Cpu().avx512; }
+bool CpuHasAvx512Bf16() { return Cpu().avx512_bf16; }
+
+void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                  ThreadPool* pool, bool accumulate) {
+  ColumnsFn fn = GenericColumns<uint16_t>;
+  XLayout layout = XLayout::kPlain;
+  switch (Current()) {
+    case Kernel::kAvx512Bf16:
+      fn = gemm_internal::Bf16DotColumnsAvx512, layout = XLayout::kBf16Pad32;
+      break;
+    case Kernel::kAvx512: fn = gemm_internal::Bf16ColumnsAvx512, layout = XLayout::kEvenOdd32; break;
+    case Kernel::kAvx2: fn = gemm_internal::Bf16ColumnsAvx2, layout = XLayout::kEvenOdd16; break;
+    case Kernel::kGeneric: break;
+  }
+  Run(fn, layout, sizeof(uint16_t), x, m, k, w, n, y, pool, accumulate);
+}
+
+void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+                 ThreadPool* pool, bool accumulate) {
+  ColumnsFn fn = GenericColumns<float>;
+  switch (Current()) {
+    case Kernel::kAvx512Bf16:
+    case Kernel::kAvx512: fn = gemm_internal::F32ColumnsAvx512; break;
+    case Kernel::kAvx2: fn = gemm_internal::F32ColumnsAvx2; break;
+    case Kernel::kGeneric: break;
+  }
+  Run(fn, XLayout::kPlain, sizeof(float), x, m, k, w, n, y, pool, accumulate);
+}
+
+const char* GemmKernelName() { return kKernelNames[static_cast<int>(Current())]; }
+
+bool ForceGemmKernel(const char* name) {
+  const std::string_view wanted = name ? name : "";
+  if (wanted.empty()) {
+    g_kernel.store(static_cast<int>(AutoChoice()), std::memory_order_relaxed);
+    return true;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (wanted != kKernelNames[i]) continue;
+    if (!Supported(static_cast<Kernel>(i))) return false;
+    g_kernel.store(i, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace tessera

@@ -1,0 +1,84 @@
+// tessera cpu backend: the matrix products every layer spends its time in. Weights are HF Linear
+// weights as stored in the checkpoint (bf16, row-major [n, k], read in place from the mmap);
+// activations are f32; accumulation is f32. The implementation picks AVX-512, AVX2+FMA or
+// portable code at run time from cpuid, so one binary runs on any x86-64 processor.
+//
+// Kernels (GemmKernelName / ForceGemmKernel):
+//   "avx512"     AVX-512F/BW/VL/DQ: bf16 weights widened to f32 by a shift, f32 FMA. Default where
+//                the processor has AVX-512.
+//   "avx2"       AVX2+FMA, same arithmetic on 256-bit vectors. Default on AVX2-only processors.
+//   "generic"    portable C++ (any x86-64).
+//   "avx512bf16" AVX512-BF16 dot products (vdpbf16ps): activations are ROUNDED TO BF16 before the
+//                product (relative error up to 2^-9 per activation), so logits drift by ~1e-3 and
+//                the golden tests do not hold. Never chosen by default; opt in with
+//                ForceGemmKernel("avx512bf16") or TESSERA_CPU_BF16_ACTIVATIONS=1 in the environment
+//                (read when the automatic choice is made: first use, or ForceGemmKernel("")).
+// Every kernel computes each output as the same sequence of operations whatever the thread count,
+// so results are bitwise identical with and without a pool.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera {
+
+class ThreadPool;
+
+// y[m, n] = x[m, k] * w[n, k]^T  (+ y when accumulate). x, y row-major with leading dims k, n.
+// Threads split n across `pool` (nullptr = run on the calling thread). Any m, n, k >= 0 and any
+// pointer alignment; w is never read past its last element (safe at the end of a mapping).
+void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                  ThreadPool* pool, bool accumulate = false);
+
+// Same with f32 weights (used for the few tensors converted at load time and by tests).
+void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+                 ThreadPool* pool, bool accumulate = false);
+
+// Which kernel GemmF32xBf16 runs on this machine: "avx512bf16", "avx512", "avx2" or "generic".
+// (GemmF32xF32 runs the f32 kernel of the same instruction set; "avx512bf16" uses "avx512" there.)
+const char* GemmKernelName();
+
+// Forces a kernel (for tests and benchmarks comparing paths); returns false (and changes nothing)
+// when the processor cannot run it or the name is unknown. "" restores automatic choice.
+bool ForceGemmKernel(const char* name);
+
+// What the processor offers, from cpuid + xgetbv (the OS must also save the vector state).
+bool CpuHasAvx2Fma();
+bool CpuHasAvx512();      // F, BW, VL, DQ
+bool CpuHasAvx512Bf16();  // CpuHasAvx512() and AVX512_BF16 (cpuid leaf 7 subleaf 1 EAX bit 5)
+
+namespace gemm_internal {
+
+// How a kernel wants the activations laid out before it runs (the driver in gemm.cpp packs them
+// once per call, outside the threaded part; the cost is m*k, negligible next to m*n*k).
+enum class XLayout {
+  kPlain,       // x as given, row stride k
+  kEvenOdd16,   // per 16 values of k: the 8 even-indexed then the 8 odd-indexed; zero padded
+  kEvenOdd32,   // per 32 values of k: the 16 even-indexed then the 16 odd-indexed; zero padded
+  kBf16Pad32,   // rounded to bf16 (nearest even), natural order, zero padded to a multiple of 32
+};
+
+// Arguments of one product as the per-ISA column kernels see them.
+struct GemmArgs {
+  const void* x = nullptr;  // [m, ldx] in the kernel's XLayout (float, or uint16 for kBf16Pad32)
+  int64_t ldx = 0;
+  int64_t m = 0, k = 0;
+  const void* w = nullptr;  // [n, k] bf16 or f32
+  float* y = nullptr;       // [m, n]
+  int64_t n = 0;
+  bool accumulate = false;
+};
+
+// Computes y[:, j0:j1] for all m rows (the driver calls it on cache-sized column blocks).
+using ColumnsFn = void (*)(const GemmArgs& args, int64_t j0, int64_t j1);
+
+// gemm_avx512.cpp (call only when CpuHasAvx512(); the Bf16Dot one only when CpuHasAvx512Bf16()).
+void Bf16ColumnsAvx512(const GemmArgs& args, int64_t j0, int64_t j1);      // XLayout::kEvenOdd32
+void Bf16DotColumnsAvx512(const GemmArgs& args, int64_t j0, int64_t j1);   // XLayout::kBf16Pad32
+void F32ColumnsAvx512(const GemmArgs& args, int64_t j0, int64_t j1);       // XLayout::kPlain
+// gemm_avx2.cpp (call only when CpuHasAvx2Fma()).
+void Bf16ColumnsAvx2(const GemmArgs& args, int64_t j0, int64_t j1);        // XLayout::kEvenOdd16
+void F32ColumnsAvx2(const GemmArgs& args, int64_t j0, int64_t j1);         // XLayout::kPlain
+
+}  // namespace gemm_internal
+
+}  // namespace tessera

@@ -1,0 +1,114 @@
+// tessera engine: DiffusionDecoder implementation (see diffusion_decoder.h).
+#include "engine/diffusion_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tessera {
+
+std::vector<int64_t> StaticSchedule(int64_t block_size, int64_t steps) {
+  std::vector<int64_t> s(steps, block_size / steps);
+  for (int64_t i = 0; i < block_size % steps; ++i) ++s[i];
+  return s;
+}
+
+DiffusionDecoder::DiffusionDecoder(const DiffusionParams& params, const std::vector<int32_t>& prompt)
+    : params_(params), prompt_len_(static_cast<int64_t>(prompt.size())) {
+  TESSERA_CHECK(params.block_size > 0 && params.steps > 0 && params.mask_token_id >= 0);
+  schedule_ = StaticSchedule(params.block_size, params.steps);
+  block_start_ = (prompt_len_ / params.block_size) * params.block_size;
+  block_.assign(params.block_size, params.mask_token_id);
+  for (int64_t p = block_start_; p < prompt_len_; ++p) block_[p - block_start_] = prompt[p];
+}
+
+int64_t DiffusionDecoder::masks_left() const {
+  return std::count(block_.begin(), block_.end(), params_.mask_token_id);
+}
+
+DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t vocab, Sampler& sampler) {
+  TESSERA_CHECK(!done_);
+  const int64_t b = params_.block_size;
+  const int32_t mask = params_.mask_token_id;
+  DiffusionStepView view;
+  view.block_start = block_start_;
+  view.step = step_;
+
+  struct Candidate {
+    int64_t index;
+    int32_t token;
+    float conf;
+  };
+  std::vector<Candidate> masked;
+  for (int64_t i = 0; i < b; ++i) {
+    if (block_[i] != mask) continue;
+    float conf = 0.f;
+    int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf);
+    masked.push_back({i, x0, conf});
+  }
+  // Most confident first; equal confidence -> lower position first.
+  std::stable_sort(masked.begin(), masked.end(),
+                   [](const Candidate& a, const Candidate& c) { return a.conf > c.conf; });
+
+  std::vector<Candidate> chosen;
+  if (!masked.empty()) {
+    if (params_.policy == DiffusionPolicy::kStatic) {
+      // n = schedule[step]; past the schedule (cannot happen while the schedule covers the block)
+      // and never fewer than one, so every step makes progress.
+      int64_t n = step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : masked.size();
+      n = std::min<int64_t>(std::max<int64_t>(n, 1), masked.size());
+      chosen.assign(masked.begin(), masked.begin() + n);
+    } else {
+      for (const auto& c : masked)
+        if (c.conf > params_.threshold) chosen.push_back(c);
+      if (chosen.empty()) chosen.push_back(masked.front());
+    }
+    // Report in position order with their confidences (the fixtures' trace order).
+    std::sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& c) { return a.index < c.index; });
+    for (const auto& c : chosen) {
+      block_[c.index] = c.token;
+      view.unmasked.push_back(block_start_ + c.index);
+      view.conf.push_back(c.conf);
+    }
+  } else if (params_.policy == DiffusionPolicy::kEditing) {
+    // Editing pass: no masks left; replace generated tokens whose argmax changed confidently.
+    for (int64_t i = 0; i < b; ++i) {
+      if (block_start_ + i < prompt_len_) continue;  // never edit the prompt
+      float conf = 0.f;
+      int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf);
+      if (x0 != block_[i] && conf > params_.edit_threshold) {
+        block_[i] = x0;
+        view.unmasked.push_back(block_start_ + i);
+        view.conf.push_back(conf);
+      }
+    }
+    ++edit_steps_;
+  }
+  ++step_;
+  if (masks_left() == 0) {
+    if (!masked.empty()) {
+      // This step removed the last masks; editing wants at least one pass over the full block.
+      done_ = params_.policy != DiffusionPolicy::kEditing || params_.max_edit_steps == 0;
+    } else {
+      // An editing pass: the block is final once nothing changed or the extra steps ran out.
+      done_ = view.unmasked.empty() || edit_steps_ >= params_.max_edit_steps;
+    }
+  }
+  view.block_tokens = block_;
+  return view;
+}
+
+std::vector<int32_t> DiffusionDecoder::AdvanceBlock() {
+  TESSERA_CHECK(done_);
+  std::vector<int32_t> finished = block_;
+  block_start_ += params_.block_size;
+  block_.assign(params_.block_size, params_.mask_token_id);
+  step_ = 0;
+  edit_steps_ = 0;
+  done_ = false;
+  return finished;
+}
+
+}  // namespace tessera

@@ -1,0 +1,39 @@
+// tessera engine: where a diffusion model's settings come from when a request or flag leaves them
+// out: the mask token id (config.json / generation_config.json mask_token_id, then the
+// tokenizer's mask token), block size and steps (config / generation_config), policy and
+// threshold (generation_config or built-in defaults). A setting that cannot be found is an error
+// that says how to give it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "engine/request.h"
+#include "io/hf_config.h"
+#include "model/model_config.h"
+
+namespace tessera {
+
+class Tokenizer;
+
+struct DiffusionOverrides {
+  std::optional<int64_t> block_size, steps, max_edit_steps;
+  std::optional<int32_t> mask_token_id;
+  std::optional<DiffusionPolicy> policy;
+  std::optional<float> threshold, edit_threshold;
+};
+
+// Throws Error(kInvalidArgument) naming the missing setting and the flag / config key that gives it,
+// and for values out of range (block size 0 or above max_model_len, steps 0, threshold outside
+// (0, 1], mask id out of the vocabulary).
+DiffusionParams ResolveDiffusionParams(const ModelConfig& cfg, const HfModelDir& dir, const Tokenizer* tokenizer,
+                                       const DiffusionOverrides& overrides, int64_t max_model_len);
+
+// "static" / "threshold" / "editing"; throws Error(kInvalidArgument) otherwise.
+DiffusionPolicy ParseDiffusionPolicy(const std::string& name);
+const char* DiffusionPolicyName(DiffusionPolicy p);
+
+// Architectures that have a block-diffusion variant (qwen3_moe: SDAR; qwen3_5_moe: Clover).
+bool FamilySupportsDiffusion(ModelFamily family);
+
+}  // namespace tessera

@@ -1,0 +1,523 @@
+// tessera engine: Engine implementation (see engine.h): intake and validation, admission,
+// batch building with a token budget, page provisioning with preemption, and the per-sequence
+// bookkeeping after each forward (autoregressive sampling, diffusion unmasking, stop rules).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace tessera {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& config)
+    : model_(model), tokenizer_(tokenizer), config_(config) {
+  const ModelConfig& mc = model_->config();
+  if (config_.max_model_len <= 0) config_.max_model_len = mc.max_position_embeddings;
+  if (config_.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "page size must be positive");
+  if (config_.max_num_seqs <= 0) Fail(ErrorKind::kInvalidArgument, "max_num_seqs must be positive");
+  if (config_.max_num_batched_tokens <= 0)
+    Fail(ErrorKind::kInvalidArgument, "max_num_batched_tokens must be positive");
+  int64_t pages = config_.num_pages;
+  const int64_t kv_per_token = Model::KvBytesPerToken(mc);
+  if (pages <= 0) {
+    int64_t per_page = std::max<int64_t>(1, kv_per_token * config_.page_size);
+    pages = config_.kv_cache_bytes / per_page;
+  }
+  // Enough pages for at least one sequence of max_model_len (plus a diffusion block of scratch).
+  int64_t min_pages = (config_.max_model_len + config_.page_size - 1) / config_.page_size + 1;
+  if (pages < min_pages) {
+    if (config_.num_pages > 0 || kv_per_token * config_.page_size * min_pages > config_.kv_cache_bytes * 4)
+      spdlog::warn("KV cache holds {} pages of {} tokens, fewer than one max_model_len sequence ({} pages)",
+                   pages, config_.page_size, min_pages);
+    pages = std::max<int64_t>(pages, 1);
+  }
+  const bool hybrid = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
+  int64_t slots = hybrid ? config_.max_num_seqs : 0;
+  model_->AllocateCaches(pages, config_.page_size, slots);
+  pool_ = std::make_unique<PagePool>(pages, config_.page_size, slots);
+
+  eos_ids_.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
+  info_.name = config_.served_model_name;
+  info_.max_model_len = config_.max_model_len;
+  info_.vocab_size = mc.vocab_size;
+  info_.diffusion = mc.diffusion || config_.force_diffusion;
+  info_.default_diffusion = config_.default_diffusion;
+  info_.num_layers = mc.num_layers;
+  info_.num_experts = mc.num_experts;
+  snapshot_.kv_pages_total = pages;
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Submit(GenerationRequest req) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(std::move(req));
+    snapshot_.requests_waiting++;
+  }
+  cv_.notify_one();
+}
+
+EngineSnapshot Engine::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineSnapshot s = snapshot_;
+  s.ready = ready_;
+  return s;
+}
+
+void Engine::SetReady(bool ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_ = ready;
+}
+
+void Engine::Start() {
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (stop_) break;
+        if (incoming_.empty() && waiting_.empty() && running_.empty())
+          cv_.wait(lock, [this] { return stop_ || !incoming_.empty(); });
+        if (stop_) break;
+      }
+      try {
+        Step();
+      } catch (const std::exception& e) {
+        // A failed forward must not take the server down: fail what was running, keep serving.
+        spdlog::error("engine step failed: {}", e.what());
+        for (auto& s : running_) Finish(*s, FinishReason::kError, std::string("engine error: ") + e.what());
+        running_.clear();
+      }
+    }
+  });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::RunUntilIdle() {
+  for (;;) {
+    bool worked = Step();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!worked && incoming_.empty() && waiting_.empty() && running_.empty()) return;
+  }
+}
+
+bool Engine::Validate(Sequence& seq, std::string* error) const {
+  const ModelConfig& mc = model_->config();
+  const auto& r = seq.req;
+  if (r.prompt.empty()) return *error = "the prompt is empty", false;
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= mc.vocab_size)
+      return *error = fmt::format("token id {} is out of range [0, {})", t, mc.vocab_size), false;
+  if (static_cast<int64_t>(r.prompt.size()) >= config_.max_model_len)
+    return *error = fmt::format("the prompt has {} tokens; max_model_len is {}", r.prompt.size(),
+                                config_.max_model_len), false;
+  if (r.sampling.max_tokens <= 0) return *error = "max_tokens must be at least 1", false;
+  if (r.sampling.temperature < 0 || !std::isfinite(r.sampling.temperature))
+    return *error = "temperature must be >= 0", false;
+  if (r.sampling.top_p <= 0 || r.sampling.top_p > 1) return *error = "top_p must be in (0, 1]", false;
+  if (r.sampling.top_k < 0) return *error = "top_k must be >= 0", false;
+  if (r.sampling.min_p < 0 || r.sampling.min_p > 1) return *error = "min_p must be in [0, 1]", false;
+  if (r.sampling.repetition_penalty <= 0) return *error = "repetition_penalty must be > 0", false;
+  if (info_.diffusion != r.diffusion.has_value())
+    return *error = info_.diffusion ? "this is a diffusion model: the request needs diffusion settings"
+                                 : "diffusion settings were given but this model is autoregressive", false;
+  if (r.diffusion) {
+    const auto& d = *r.diffusion;
+    if (d.block_size <= 0 || d.block_size > config_.max_model_len)
+      return *error = fmt::format("block size must be in [1, {}], got {}", config_.max_model_len, d.block_size), false;
+    if (d.steps <= 0) return *error = fmt::format("steps must be at least 1, got {}", d.steps), false;
+    if (!(d.threshold > 0 && d.threshold <= 1))
+      return *error = fmt::format("threshold must be in (0, 1], got {}", d.threshold), false;
+    if (d.mask_token_id < 0 || d.mask_token_id >= mc.vocab_size)
+      return *error = fmt::format("mask token id {} is out of range [0, {})", d.mask_token_id, mc.vocab_size), false;
+    if (r.sampling.top_logprobs >= 0) return *error = "logprobs are not available for diffusion models", false;
+  }
+  int64_t need = static_cast<int64_t>(r.prompt.size()) + (r.diffusion ? 2 * r.diffusion->block_size : 1);
+  if (pool_->PagesFor(need) > pool_->num_pages())
+    return *error = fmt::format("the KV cache ({} pages of {} tokens) cannot hold this request", pool_->num_pages(),
+                                pool_->page_size()), false;
+  return true;
+}
+
+void Engine::Intake() {
+  std::deque<GenerationRequest> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh.swap(incoming_);
+  }
+  for (auto& req : fresh) {
+    auto seq = std::make_unique<Sequence>();
+    seq->req = std::move(req);
+    seq->arrival = arrival_counter_++;
+    seq->arrived_at = Clock::now();
+    std::string error;
+    if (!Validate(*seq, &error)) {
+      GenerationEvent ev;
+      ev.kind = GenerationEvent::Kind::kError;
+      ev.error = error;
+      if (seq->req.on_event) seq->req.on_event(ev);
+      continue;
+    }
+    seq->tokens = seq->req.prompt;
+    seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+    seq->stats.prompt_tokens = seq->prompt_len;
+    seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt);
+    if (seq->req.diffusion) seq->diffusion.emplace(*seq->req.diffusion, seq->req.prompt);
+    if (tokenizer_) seq->detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+    seq->stop = std::make_unique<StopMatcher>(seq->req.sampling.stop);
+    waiting_.push_back(std::move(seq));
+  }
+}
+
+void Engine::ReleaseResources(Sequence& seq) {
+  for (int32_t p : seq.cache.pages) pool_->Release(p);
+  seq.cache.pages.clear();
+  if (seq.cache.state_slot >= 0) pool_->ReleaseStateSlot(seq.cache.state_slot);
+  seq.cache.state_slot = -1;
+  seq.num_cached = 0;
+}
+
+void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error) {
+  if (seq.finished) return;
+  seq.finished = true;
+  ReleaseResources(seq);
+  if (reason == FinishReason::kError) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = error;
+    if (seq.req.on_event) seq.req.on_event(ev);
+    return;
+  }
+  // Text still held back (an undecided stop-string prefix, an incomplete character) goes out now.
+  if (reason != FinishReason::kCancelled && !seq.stop->stopped()) {
+    std::string tail;
+    if (seq.detok) tail = seq.stop->Feed(seq.detok->Flush());
+    tail += seq.stop->Flush();
+    if (!tail.empty() && seq.req.on_event) {
+      GenerationEvent ev;
+      ev.kind = GenerationEvent::Kind::kTokens;
+      ev.text = tail;
+      seq.req.on_event(ev);
+    }
+  }
+  auto now = Clock::now();
+  seq.stats.completion_tokens = seq.output_tokens;
+  seq.stats.total_seconds = Seconds(seq.arrived_at, now);
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kFinished;
+  ev.finish_reason = reason;
+  ev.stats = seq.stats;
+  ev.raw_output.assign(seq.tokens.begin() + seq.prompt_len, seq.tokens.end());
+  if (seq.req.on_event) seq.req.on_event(ev);
+}
+
+void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs) {
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kTokens;
+  for (size_t i = 0; i < tokens.size() && !seq.stop->stopped(); ++i) {
+    ev.tokens.push_back(tokens[i]);
+    if (i < logprobs.size()) ev.logprobs.push_back(std::move(logprobs[i]));
+    ++seq.output_tokens;
+    if (seq.detok) ev.text += seq.stop->Feed(seq.detok->Push(tokens[i]));
+  }
+  if (!seq.first_token_sent) {
+    seq.first_token_sent = true;
+    seq.stats.first_token_seconds = Seconds(seq.arrived_at, Clock::now());
+  }
+  if (seq.req.on_event) seq.req.on_event(ev);
+}
+
+bool Engine::EnsurePages(Sequence& seq, int64_t positions) {
+  int64_t need = pool_->PagesFor(positions);
+  while (static_cast<int64_t>(seq.cache.pages.size()) < need) {
+    int32_t p = pool_->AllocatePage();
+    if (p < 0) return false;
+    seq.cache.pages.push_back(p);
+  }
+  return true;
+}
+
+void Engine::Preempt(Sequence& victim) {
+  // Recompute later: drop the caches, keep the tokens (and the diffusion block in progress).
+  spdlog::debug("preempting request {} ({} cached tokens)", victim.req.id, victim.num_cached);
+  ReleaseResources(victim);
+}
+
+void Engine::Admit() {
+  auto order = [this](const std::unique_ptr<Sequence>& a, const std::unique_ptr<Sequence>& b) {
+    switch (config_.policy) {
+      case SchedulingPolicy::kShortestPromptFirst:
+        if (a->tokens.size() != b->tokens.size()) return a->tokens.size() < b->tokens.size();
+        break;
+      case SchedulingPolicy::kPriority:
+        if (a->req.priority != b->req.priority) return a->req.priority < b->req.priority;
+        break;
+      case SchedulingPolicy::kFcfs: break;
+    }
+    return a->arrival < b->arrival;
+  };
+  waiting_.sort(order);
+  const bool hybrid = pool_->num_state_slots() > 0;
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    if (s.req.cancelled->load()) {
+      Finish(s, FinishReason::kCancelled);
+      waiting_.pop_front();
+      continue;
+    }
+    // Admit only when the first chunk's pages are free, so admission never forces a preemption.
+    int64_t first = std::min<int64_t>(s.tokens.size(), config_.max_num_batched_tokens) + 1;
+    if (pool_->free_pages() < pool_->PagesFor(first)) break;
+    if (hybrid) {
+      s.cache.state_slot = pool_->AllocateStateSlot();
+      if (s.cache.state_slot < 0) break;
+      model_->ResetStateSlot(s.cache.state_slot);
+    }
+    if (!s.started) {
+      s.started = true;
+      s.started_at = Clock::now();
+      s.stats.queue_seconds = Seconds(s.arrived_at, s.started_at);
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+bool Engine::Step() {
+  Intake();
+  // Cancelled requests leave first so their pages serve this step.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->req.cancelled->load()) {
+      Finish(**it, FinishReason::kCancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Admit();
+  if (running_.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot_.requests_running = 0;
+    snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
+    snapshot_.kv_pages_used = pool_->used_pages();
+    return false;
+  }
+
+  // Plan one segment per running sequence within the token budget; decode tokens and diffusion
+  // blocks (small, latency-bound) before prompt chunks.
+  struct Planned {
+    Sequence* seq;
+    Segment segment;
+    bool prompt_chunk;  // a prefill that produces no output yet
+  };
+  std::vector<Planned> plan;
+  int64_t budget = config_.max_num_batched_tokens;
+  std::vector<Sequence*> order;
+  for (auto& s : running_) order.push_back(s.get());
+  std::stable_sort(order.begin(), order.end(), [](Sequence* a, Sequence* b) {
+    bool a_prefill = a->num_cached < a->prompt_len, b_prefill = b->num_cached < b->prompt_len;
+    return !a_prefill && b_prefill;
+  });
+  for (Sequence* s : order) {
+    Segment seg;
+    seg.cache = &s->cache;
+    seg.first_pos = s->num_cached;
+    bool prompt_chunk = false;
+    if (!s->diffusion) {
+      int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
+      int64_t n = std::min(remaining, budget);
+      // Without chunked prefill a prompt runs whole, alone in a step if it must.
+      if (n < remaining && !config_.enable_chunked_prefill) {
+        if (!plan.empty()) continue;
+        n = remaining;
+      }
+      if (n <= 0) continue;
+      seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + s->num_cached + n);
+      seg.commit_len = n;
+      prompt_chunk = n < remaining;
+      if (!prompt_chunk) seg.logits_rows = {static_cast<int32_t>(n - 1)};
+    } else {
+      // Committed part: everything before the current block the cache lacks (prompt blocks, the
+      // block completed last step, or all of it after a preemption). It is block-aligned, and
+      // is committed in the same forward that denoises the current block when the budget allows.
+      const int64_t b = s->diffusion->block_size();
+      const int64_t commit_end = s->diffusion->block_start();
+      const int64_t to_commit = commit_end - s->num_cached;
+      seg.block_size = b;
+      if (to_commit + b <= budget || (to_commit == 0 && plan.empty())) {
+        seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + commit_end);
+        seg.commit_len = to_commit;
+        const auto& block = s->diffusion->block();
+        seg.tokens.insert(seg.tokens.end(), block.begin(), block.end());
+        for (int64_t i = 0; i < b; ++i) seg.logits_rows.push_back(static_cast<int32_t>(to_commit + i));
+      } else {
+        // Too long for one forward: prefill whole blocks first (chunks end on block boundaries,
+        // since a block-causal query sees its whole block).
+        int64_t n = std::min(to_commit, std::max(b, (budget / b) * b));
+        if (n > budget && !plan.empty()) continue;
+        seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + s->num_cached + n);
+        seg.commit_len = n;
+        prompt_chunk = true;
+      }
+    }
+    int64_t n = static_cast<int64_t>(seg.tokens.size());
+    if (n > budget && !plan.empty()) continue;
+    budget -= n;
+    plan.push_back({s, std::move(seg), prompt_chunk});
+  }
+
+  // Pages for every planned segment; when the pool runs dry, preempt the latest arrivals.
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence* s = plan[i].seq;
+    int64_t positions = plan[i].segment.first_pos + static_cast<int64_t>(plan[i].segment.tokens.size());
+    while (!EnsurePages(*s, positions)) {
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+        if (it->get() != s) { victim = it->get(); break; }
+      if (!victim) {
+        Finish(*s, FinishReason::kError, "out of KV cache pages for this request");
+        break;
+      }
+      Preempt(*victim);
+      plan.erase(std::remove_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; }),
+                 plan.end());
+      for (auto it = running_.begin(); it != running_.end(); ++it)
+        if (it->get() == victim) {
+          waiting_.push_front(std::move(*it));
+          running_.erase(it);
+          break;
+        }
+      // `plan` may have shifted: restart the provisioning from the beginning.
+      i = static_cast<size_t>(-1);
+      break;
+    }
+  }
+  plan.erase(std::remove_if(plan.begin(), plan.end(), [](const Planned& p) { return p.seq->finished; }), plan.end());
+
+  if (!plan.empty()) {
+    Batch batch;
+    for (auto& p : plan) batch.segments.push_back(p.segment);
+    ForwardOptions opts;
+    opts.collect_expert_stats = config_.collect_expert_stats;
+    ForwardResult result = model_->Forward(batch, opts);
+    ++total_forwards_;
+    total_rows_ += result.rows_processed;
+    int64_t distinct_sum = 0, moe_layers = 0;
+    for (int32_t d : result.distinct_experts_per_layer)
+      if (d >= 0) distinct_sum += d, ++moe_layers;
+
+    const int64_t vocab = model_->config().vocab_size;
+    size_t row = 0;
+    for (auto& p : plan) {
+      Sequence& s = *p.seq;
+      const Segment& seg = p.segment;
+      float* logits = result.logits.data() + row * vocab;
+      row += seg.logits_rows.size();
+      s.num_cached += seg.commit_len;
+      s.stats.forwards++;
+      s.stats.expert_distinct_sum += distinct_sum;
+      s.stats.expert_layer_steps += moe_layers;
+      if (p.prompt_chunk) continue;
+      if (!s.diffusion) {
+        // Log-probabilities are those of the model's distribution, before penalties.
+        std::vector<float> raw;
+        if (s.req.sampling.top_logprobs >= 0) raw.assign(logits, logits + vocab);
+        int32_t tok = s.sampler->Sample(logits, vocab);
+        std::vector<TokenLogprob> lps;
+        if (s.req.sampling.top_logprobs >= 0)
+          lps.push_back(ComputeLogprobs(raw.data(), vocab, tok, s.req.sampling.top_logprobs));
+        s.sampler->Observe(tok);
+        s.tokens.push_back(tok);
+        EmitTokens(s, {tok}, std::move(lps));
+        bool eos = !s.req.sampling.ignore_eos &&
+                   std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+        bool stop_id = std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), tok) !=
+                       s.req.sampling.stop_token_ids.end();
+        if (eos || stop_id || s.stop->stopped()) Finish(s, FinishReason::kStop);
+        else if (s.generated() >= s.req.sampling.max_tokens ||
+                 static_cast<int64_t>(s.tokens.size()) >= config_.max_model_len)
+          Finish(s, FinishReason::kLength);
+      } else {
+        DiffusionDecoder& d = *s.diffusion;
+        DiffusionStepView view = d.ApplyStep(logits, vocab, *s.sampler);
+        if (s.req.emit_steps && s.req.on_event) {
+          GenerationEvent ev;
+          ev.kind = GenerationEvent::Kind::kDiffusionStep;
+          ev.step = std::move(view);
+          s.req.on_event(ev);
+        }
+        if (!d.block_done()) continue;
+        s.stats.steps_per_block.push_back(d.steps_in_block());
+        int64_t start = d.block_start();
+        std::vector<int32_t> block = d.AdvanceBlock();
+        // The new tokens of the block (the prompt's tail is not output).
+        std::vector<int32_t> fresh;
+        for (int64_t i = 0; i < static_cast<int64_t>(block.size()); ++i)
+          if (start + i >= s.prompt_len) fresh.push_back(block[i]);
+        s.tokens.insert(s.tokens.end(), fresh.begin(), fresh.end());
+        // Stream the block, cut at eos / stop ids / max_tokens.
+        std::vector<int32_t> emit;
+        bool eos = false;
+        for (int32_t t : fresh) {
+          if (s.output_tokens + static_cast<int64_t>(emit.size()) >= s.req.sampling.max_tokens) break;
+          bool is_eos = (!s.req.sampling.ignore_eos &&
+                         std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
+                        std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), t) !=
+                            s.req.sampling.stop_token_ids.end();
+          if (is_eos) {
+            eos = true;
+            break;
+          }
+          emit.push_back(t);
+        }
+        if (!emit.empty()) EmitTokens(s, emit, {});
+        if (eos || s.stop->stopped()) Finish(s, FinishReason::kStop);
+        else if (s.generated() >= s.req.sampling.max_tokens ||
+                 static_cast<int64_t>(s.tokens.size()) + d.block_size() > config_.max_model_len)
+          Finish(s, FinishReason::kLength);
+      }
+    }
+  }
+  running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->finished; });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot_.requests_running = static_cast<int64_t>(running_.size());
+    snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
+    snapshot_.kv_pages_used = pool_->used_pages();
+  }
+  return true;
+}
+
+}  // namespace tessera

@@ -1,0 +1,101 @@
+// tessera engine: one engine thread owns the model, its caches and the scheduler. Each step
+// builds one ragged batch (chunked prefills, autoregressive decode tokens, diffusion blocks of
+// several requests), runs one forward, then samples or unmasks. Requests arrive through Submit
+// (thread-safe) and leave through their on_event callbacks; cancellation frees their pages at the
+// next step.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "engine/page_pool.h"
+
+namespace tessera {
+
+class Model;
+class Tokenizer;
+struct Sequence;
+
+enum class SchedulingPolicy { kFcfs, kShortestPromptFirst, kPriority };
+
+struct EngineConfig {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t page_size = 16;
+  int64_t num_pages = 0;              // 0: kv_cache_bytes / bytes per page
+  int64_t kv_cache_bytes = 1ll << 30;
+  int64_t max_model_len = 0;          // 0: the model's max_position_embeddings
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  std::string served_model_name = "tessera";
+  DiffusionParams default_diffusion;  // the model's resolved defaults (ResolveDiffusionParams)
+  bool force_diffusion = false;       // run a plain backbone (qwen3_moe / qwen3_5_moe) as a diffusion model
+  bool collect_expert_stats = false;  // per-step distinct experts (costs a little per forward)
+};
+
+class Engine : public EngineApi {
+ public:
+  // `tokenizer` may be null (ids-only use): events then carry no text and stop strings are unused.
+  Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& config);
+  ~Engine() override;
+
+  void Submit(GenerationRequest req) override;
+  EngineSnapshot Snapshot() const override;
+  const EngineModelInfo& ModelInfo() const override { return info_; }
+
+  // Runs the loop on a thread of its own until Stop().
+  void Start();
+  void Stop();
+  void SetReady(bool ready);
+
+  // Synchronous use (CLI, tests): run steps on the calling thread until nothing is left.
+  void RunUntilIdle();
+  // One scheduling step; false when there was nothing to do.
+  bool Step();
+
+  const EngineConfig& config() const { return config_; }
+  // Cumulative: forwards run and token rows processed (for tests and benchmarks).
+  int64_t total_forwards() const { return total_forwards_; }
+  int64_t total_rows() const { return total_rows_; }
+
+ private:
+  void Intake();
+  bool Validate(Sequence& seq, std::string* error) const;
+  void Admit();
+  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  void ReleaseResources(Sequence& seq);
+  bool EnsurePages(Sequence& seq, int64_t positions);
+  void Preempt(Sequence& victim);
+  void EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs);
+
+  Model* model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  EngineModelInfo info_;
+  std::unique_ptr<PagePool> pool_;
+  std::vector<int32_t> eos_ids_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationRequest> incoming_;
+  bool stop_ = false;
+  bool ready_ = false;
+  std::thread thread_;
+
+  std::list<std::unique_ptr<Sequence>> waiting_;
+  std::list<std::unique_ptr<Sequence>> running_;
+  uint64_t arrival_counter_ = 0;
+
+  // Snapshot counters, written by the engine thread and read under mu_.
+  EngineSnapshot snapshot_;
+  int64_t total_forwards_ = 0, total_rows_ = 0;
+};
+
+}  // namespace tessera

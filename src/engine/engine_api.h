@@ -1,0 +1,39 @@
+// tessera engine: the thread-safe face of the engine that the server and the CLI talk to.
+// Implemented by Engine (engine.h); tests of the server implement it with fakes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace tessera {
+
+struct EngineSnapshot {
+  int64_t requests_running = 0, requests_waiting = 0;
+  int64_t kv_pages_used = 0, kv_pages_total = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // in tokens
+  bool ready = false;                                        // loaded and warmed up
+};
+
+struct EngineModelInfo {
+  std::string name;              // served model name (/v1/models)
+  int64_t max_model_len = 0;     // prompt + output tokens
+  int64_t vocab_size = 0;
+  bool diffusion = false;
+  DiffusionParams default_diffusion;  // block_size, steps, policy, threshold, mask id
+  int64_t num_layers = 0, num_experts = 0;  // for per-expert metrics
+};
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+  // Queues a request; events arrive on req.on_event from the engine thread. Never throws for a
+  // bad request: validation problems come back as a kError event.
+  virtual void Submit(GenerationRequest req) = 0;
+  virtual EngineSnapshot Snapshot() const = 0;
+  virtual const EngineModelInfo& ModelInfo() const = 0;
+};
+
+}  // namespace tessera

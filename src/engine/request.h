@@ -1,0 +1,96 @@
+// tessera engine: what a client (CLI, HTTP server) hands the engine and what it gets back.
+// A request carries token ids already rendered and tokenized; events come back on the engine
+// thread through `on_event`, which must be quick and must not call into the engine.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  std::optional<uint64_t> seed;
+  float repetition_penalty = 1.0f;  // HF semantics over prompt + output tokens
+  float presence_penalty = 0.0f;    // OpenAI semantics over output tokens
+  float frequency_penalty = 0.0f;
+  int64_t max_tokens = 16;
+  std::vector<std::string> stop;          // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;    // in addition to the model's eos ids
+  bool ignore_eos = false;
+  int top_logprobs = -1;                  // -1: no logprobs; 0..20: logprob of the chosen token + top N
+};
+
+enum class DiffusionPolicy { kStatic, kThreshold, kEditing };
+
+struct DiffusionParams {
+  int64_t block_size = 0;
+  int64_t steps = 0;
+  DiffusionPolicy policy = DiffusionPolicy::kStatic;
+  float threshold = 0.9f;        // kThreshold / kEditing: unmask every mask above it
+  float edit_threshold = 0.9f;   // kEditing: replace a committed-in-block token above it
+  int64_t max_edit_steps = 4;    // kEditing: extra steps per block once the masks are gone
+  int32_t mask_token_id = -1;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives
+};
+
+// One diffusion denoising step, for live views (--show-steps, the chat page).
+struct DiffusionStepView {
+  int64_t block_start = 0;
+  int64_t step = 0;
+  std::vector<int32_t> block_tokens;   // current block, mask id where still masked
+  std::vector<int64_t> unmasked;       // absolute positions unmasked in this step
+  std::vector<float> conf;             // their confidences
+};
+
+struct RequestStats {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t forwards = 0;                        // model forwards this request took part in
+  std::vector<int64_t> steps_per_block;        // diffusion only
+  int64_t expert_distinct_sum = 0;             // sum over (step, MoE layer) of distinct experts touched
+  int64_t expert_layer_steps = 0;              // number of (step, MoE layer) pairs in that sum
+  double queue_seconds = 0, first_token_seconds = 0, total_seconds = 0;
+};
+
+struct GenerationEvent {
+  enum class Kind { kTokens, kDiffusionStep, kFinished, kError } kind = Kind::kTokens;
+  std::vector<int32_t> tokens;         // kTokens: newly final output tokens
+  std::string text;                    // kTokens: newly final text (never a broken UTF-8 sequence)
+  std::vector<TokenLogprob> logprobs;  // kTokens when requested
+  DiffusionStepView step;              // kDiffusionStep
+  FinishReason finish_reason = FinishReason::kNone;  // kFinished
+  RequestStats stats;                  // kFinished
+  std::vector<int32_t> raw_output;     // kFinished: every generated id (diffusion: block-aligned,
+                                       // before the max_tokens cut; includes eos)
+  std::string error;                   // kError (the request is over)
+};
+
+struct GenerationRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::optional<DiffusionParams> diffusion;  // set for diffusion models
+  bool emit_steps = false;                   // send kDiffusionStep events
+  int priority = 0;                          // lower runs first (vLLM convention) when policy uses it
+  std::string cache_namespace;               // prefix-cache isolation key (API key id)
+  std::function<void(const GenerationEvent&)> on_event;
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace tessera

@@ -1,0 +1,56 @@
+// tessera engine: turns one row of logits into a token: penalties (HF repetition, OpenAI presence /
+// frequency), temperature, top-k, top-p, min-p, then greedy argmax or a seeded draw. Also the
+// log-probabilities the API reports, and the diffusion decoder's (x0, confidence) choice.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace tessera {
+
+// Per-request sampling state: the RNG and the token counts penalties need.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+
+  // Records a token of the output (for presence / frequency / repetition penalties).
+  void Observe(int32_t token);
+
+  // Picks the next token from `logits` (vocab floats, modified in place by the penalties).
+  int32_t Sample(float* logits, int64_t vocab);
+
+  // Draws x0 for a diffusion position and returns its probability under the distribution it was
+  // drawn from (greedy: softmax(logits)[argmax]). No penalties: diffusion scores whole blocks.
+  int32_t SampleWithConfidence(const float* logits, int64_t vocab, float* confidence);
+
+  bool greedy() const { return params_.temperature <= 0.f; }
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void ApplyPenalties(float* logits, int64_t vocab) const;
+  // Fills probs_ / candidates_ with the filtered distribution of logits / temperature.
+  void BuildDistribution(const float* logits, int64_t vocab);
+  int32_t Draw();
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> seen_;  // prompt + output tokens, for the repetition penalty
+  std::vector<char> seen_mask_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // (prob, token) after filtering
+};
+
+// Index of the largest value; ties go to the lowest index (as torch.argmax).
+int32_t ArgMax(const float* values, int64_t n);
+
+// log_softmax of a row into `out` (size n).
+void LogSoftmax(const float* logits, int64_t n, float* out);
+
+// The chosen token's log-probability and the top_n alternatives (log-probs of the raw logits).
+TokenLogprob ComputeLogprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n);
+
+}  // namespace tessera

@@ -1,0 +1,49 @@
+// tessera engine: the engine thread's record of one request while it waits and runs: its tokens,
+// cache handle, sampler, diffusion state, text streaming state and timings.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/diffusion_decoder.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "model/batch.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  GenerationRequest req;
+  uint64_t arrival = 0;
+  Clock::time_point arrived_at, started_at;
+  bool started = false;       // admitted at least once (queue time measured)
+  bool first_token_sent = false;
+
+  // Autoregressive: prompt + generated tokens. Diffusion: prompt + completed blocks' new tokens.
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  int64_t num_cached = 0;     // positions [0, num_cached) are committed in the cache
+  SequenceCache cache;
+
+  std::unique_ptr<Sampler> sampler;
+  std::optional<DiffusionDecoder> diffusion;
+
+  std::unique_ptr<IncrementalDecoder> detok;
+  std::unique_ptr<StopMatcher> stop;
+  int64_t output_tokens = 0;  // tokens reported to the client (after cuts)
+
+  RequestStats stats;
+  bool finished = false;
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+};
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+// tessera model: Qwen3-Next (Qwen3NextForCausalLM): hybrid Gated DeltaNet / gated full attention,
+// (1+w) RMSNorm, partial RoPE, shared expert. Its GDN input projections are fused and grouped per
+// key head: in_proj_qkvz rows are, per key head g, [q_g (dk), k_g (dk), v_g (r*dv), z_g (r*dv)]
+// with r = value_heads / key_heads, and in_proj_ba rows are [b_g (r), a_g (r)] (transformers'
+// fix_query_key_value_ordering). The loader permutes the rows once into the flat [q k v z] and
+// [b a] orders, so the shared layer sees the same layout as Qwen3.5's split projections.
+#include "model/arch/arch.h"
+#include "model/loader.h"
+
+namespace tessera {
+
+namespace {
+
+struct Dims {
+  int64_t kh, vh, dk, dv, r, conv_dim, vd;
+};
+
+Dims DimsOf(const ModelConfig& c) {
+  Dims d{c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
+         c.linear_num_value_heads / c.linear_num_key_heads, c.LinearConvDim(),
+         c.linear_num_value_heads * c.linear_value_head_dim};
+  return d;
+}
+
+void Tensors(const ModelConfig& cfg, const std::string& prefix, std::vector<ExpectedTensor>* out) {
+  const Dims d = DimsOf(cfg);
+  out->push_back({prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}});
+  out->push_back({prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}});
+}
+
+void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loader, GdnWeights* out) {
+  const Dims d = DimsOf(cfg);
+  const int64_t group = 2 * d.dk + 2 * d.r * d.dv;  // rows per key head in in_proj_qkvz
+  std::vector<int64_t> qkvz;
+  for (int part = 0; part < 4; ++part) {  // q, k, v, z
+    const int64_t offset = part == 0 ? 0 : part == 1 ? d.dk : part == 2 ? 2 * d.dk : 2 * d.dk + d.r * d.dv;
+    const int64_t len = part < 2 ? d.dk : d.r * d.dv;
+    for (int64_t g = 0; g < d.kh; ++g)
+      for (int64_t i = 0; i < len; ++i) qkvz.push_back(g * group + offset + i);
+  }
+  std::vector<int64_t> ba;
+  for (int part = 0; part < 2; ++part)  // b, a
+    for (int64_t g = 0; g < d.kh; ++g)
+      for (int64_t i = 0; i < d.r; ++i) ba.push_back(g * 2 * d.r + part * d.r + i);
+  out->projections.push_back(
+      {loader.PermutedRows(prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz), 0});
+  out->projections.push_back(
+      {loader.PermutedRows(prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba), d.conv_dim + d.vd});
+}
+
+}  // namespace
+
+const ArchSpec& Qwen3NextArch() {
+  static const ArchSpec spec{ModelFamily::kQwen3Next, "qwen3_next", Tensors, Load};
+  return spec;
+}
+
+}  // namespace tessera

@@ -1,0 +1,53 @@
+// tessera model: what one forward pass computes: a ragged batch of segments (one per sequence),
+// each a run of tokens at consecutive positions over that sequence's caches, and what comes back.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tessera {
+
+struct SequenceCache {            // owned by the engine; the model only reads/writes through it
+  std::vector<int32_t> pages;     // KV page ids covering positions [0, capacity) (page_size tokens each)
+  int32_t state_slot = -1;        // recurrent-state slot (hybrid models), -1 for attention-only models
+};
+
+struct Segment {
+  SequenceCache* cache = nullptr;  // nullptr: a stateless forward from position 0 (nothing persists)
+  int64_t first_pos = 0;           // position of tokens[0]; positions [0, first_pos) are committed
+  std::vector<int32_t> tokens;
+  // tokens[0, commit_len): committed: K/V written to the pages, recurrent state advanced past them.
+  // tokens[commit_len, end): ONE uncommitted diffusion block: attends all committed positions and
+  // itself; GDN layers run causally from the state after the committed part; nothing persists.
+  int64_t commit_len = 0;
+  // 0: causal attention. >0: block-causal (blocks aligned at multiples of block_size from
+  // position 0; a query sees every key in its own and earlier blocks).
+  int64_t block_size = 0;
+  std::vector<int32_t> logits_rows;  // indices into tokens whose logits are wanted, in this order
+};
+
+struct Batch {
+  std::vector<Segment> segments;
+};
+
+struct ForwardOptions {
+  bool capture_hidden = false;
+  bool collect_expert_stats = false;
+  GdnMode gdn_mode = GdnMode::kAuto;  // tests force the chunked or the recurrent delta rule
+};
+
+struct ForwardResult {
+  std::vector<float> logits;  // [sum of logits_rows over segments, vocab], segments in order
+  int64_t rows_processed = 0;  // token rows run through the layers
+  // When capture_hidden: [num_layers + 1] of [rows, hidden]: embeddings, each layer's output, the
+  // last one after the final norm (rows of all segments, in order).
+  std::vector<std::vector<float>> hidden;
+  // When collect_expert_stats: per layer, distinct experts routed to (-1 for dense layers), and
+  // [layer][expert] routed token counts (empty for dense layers).
+  std::vector<int32_t> distinct_experts_per_layer;
+  std::vector<std::vector<int64_t>> expert_token_counts;
+};
+
+}  // namespace tessera

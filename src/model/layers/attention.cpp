@@ -1,0 +1,78 @@
+// tessera model layer: full attention (see attention.h).
+#include "model/layers/attention.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tessera {
+
+void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_t cache_index,
+                      const float* x, float* out) {
+  Backend& be = *ctx.be;
+  const ModelConfig& c = *ctx.cfg;
+  const int64_t R = ctx.rows, nh = c.num_heads, kvh = c.num_kv_heads, hd = c.head_dim;
+  const int64_t qdim = nh * hd, kvdim = kvh * hd;
+  const bool gated = c.attn_output_gate;
+  const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // q_proj: [rows, heads, (q | gate)] when gated; de-interleave into q and gate.
+  const int64_t qp = gated ? 2 * qdim : qdim;
+  std::vector<float> qg(R * qp), q(R * qdim), gate, k(R * kvdim), v(R * kvdim), attn(R * qdim);
+  be.MatMul(x, R, w.q_proj, qg.data());
+  if (gated) {
+    gate.resize(R * qdim);
+    be.Copy2D(qg.data(), R * nh, hd, 2 * hd, q.data(), hd);
+    be.Copy2D(qg.data() + hd, R * nh, hd, 2 * hd, gate.data(), hd);
+  } else {
+    q.swap(qg);
+  }
+  be.MatMul(x, R, w.k_proj, k.data());
+  be.MatMul(x, R, w.v_proj, v.data());
+  be.RmsNorm(q.data(), R * nh, hd, hd, w.q_norm, eps, one_plus, q.data(), hd);
+  be.RmsNorm(k.data(), R * kvh, hd, hd, w.k_norm, eps, one_plus, k.data(), hd);
+  be.Rope(q.data(), R, qdim, nh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
+  be.Rope(k.data(), R, kvdim, kvh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
+
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  if (ctx.caches && cache_index < static_cast<int64_t>(ctx.caches->k.size())) {
+    k_cache = ctx.caches->k[cache_index].data();
+    v_cache = ctx.caches->v[cache_index].data();
+  }
+  for (const SegmentRows& s : ctx.segments) {
+    const float* ks = k.data() + s.row0 * kvdim;
+    const float* vs = v.data() + s.row0 * kvdim;
+    const int32_t* pages = s.cache ? s.cache->pages.data() : nullptr;
+    // Only the committed rows persist; the uncommitted block reads its own K/V from here.
+    if (s.cache && s.commit_len > 0)
+      be.KvWrite(ks, vs, kvdim, s.commit_len, kvdim, s.first_pos, pages, ctx.caches->page_size, k_cache,
+                 v_cache);
+    AttentionArgs a;
+    a.q = q.data() + s.row0 * qdim;
+    a.q_stride = qdim;
+    a.k = ks;
+    a.v = vs;
+    a.kv_stride = kvdim;
+    a.T = s.T;
+    a.num_heads = nh;
+    a.num_kv_heads = kvh;
+    a.head_dim = hd;
+    a.first_pos = s.first_pos;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.pages = pages;
+    a.page_size = ctx.caches ? ctx.caches->page_size : 0;
+    a.block_size = s.block_size;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.out = attn.data() + s.row0 * qdim;
+    a.out_stride = qdim;
+    be.Attention(a);
+  }
+  if (gated) be.SigmoidGate(attn.data(), R, qdim, qdim, gate.data(), qdim);
+  be.MatMul(attn.data(), R, w.o_proj, out);
+}
+
+}  // namespace tessera

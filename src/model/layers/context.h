@@ -1,0 +1,35 @@
+// tessera model: what every layer of one forward pass sees: the backend, the config, the rows of
+// the ragged batch (all segments concatenated) and, per segment, where its rows are and which
+// caches it reads and writes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "model/caches.h"
+#include "model/model_config.h"
+
+namespace tessera {
+
+struct SegmentRows {
+  int64_t row0 = 0;       // first row of the segment in the batch
+  int64_t T = 0;          // its rows
+  int64_t first_pos = 0;  // absolute position of its first row
+  int64_t commit_len = 0;
+  int64_t block_size = 0;
+  const SequenceCache* cache = nullptr;  // nullptr: stateless (positions from 0, nothing persists)
+};
+
+struct LayerContext {
+  Backend* be = nullptr;
+  const ModelConfig* cfg = nullptr;
+  ModelCaches* caches = nullptr;
+  int64_t rows = 0;                      // all rows of the batch
+  const int64_t* positions = nullptr;    // [rows]
+  std::vector<SegmentRows> segments;
+  GdnMode gdn_mode = GdnMode::kAuto;
+};
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+// tessera model: the weights of a loaded model, as backend Tensor views (bf16 in place in the
+// checkpoint mapping; f32 buffers owned here for converted tensors and small vectors).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+#include "model/model_config.h"
+
+namespace tessera {
+
+struct AttentionWeights {
+  Tensor q_proj, k_proj, v_proj, o_proj;  // q_proj yields [q, gate] per head when gated
+  const float* q_norm = nullptr;          // [head_dim]
+  const float* k_norm = nullptr;
+};
+
+// One projection of the GDN input into the combined buffer [q k v | z | b | a].
+struct GdnProjection {
+  Tensor w;
+  int64_t column = 0;  // where its output starts in the combined row
+};
+
+struct GdnWeights {
+  std::vector<GdnProjection> projections;
+  const float* conv = nullptr;     // [conv_dim, K]
+  const float* a_log = nullptr;    // [value_heads]
+  const float* dt_bias = nullptr;  // [value_heads]
+  const float* norm = nullptr;     // [value_dim]
+  Tensor out_proj;
+};
+
+struct MlpWeights {
+  Tensor gate, up, down;
+};
+
+struct MoeWeights {
+  Tensor router;  // [num_experts, hidden]
+  std::vector<ExpertWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;
+  Tensor shared_gate;  // [1, hidden]
+};
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::kFullAttention;
+  bool is_moe = false;
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+  AttentionWeights attn;
+  GdnWeights gdn;
+  MlpWeights mlp;
+  MoeWeights moe;
+  int64_t cache_index = 0;  // index among the layers of its kind (KV cache or state slot storage)
+};
+
+struct ModelWeights {
+  std::unique_ptr<CheckpointReader> reader;      // keeps the mapping alive
+  std::deque<std::vector<float>> owned_f32;      // converted tensors
+  std::deque<std::vector<uint16_t>> owned_bf16;  // re-ordered tensors (qwen3_next fused projections)
+  Tensor embed, lm_head;
+  const float* final_norm = nullptr;
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace tessera

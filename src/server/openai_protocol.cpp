@@ -1,0 +1,612 @@
+// tessera server: OpenAI request validation and response JSON.
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace tessera {
+namespace {
+
+[[noreturn]] void Bad(const std::string& param, const std::string& message) {
+  throw InvalidRequest(message, param);
+}
+
+const char* TypeName(const ojson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  return "object";
+}
+
+// Field accessors: absent or null -> nullopt; wrong type -> 400 naming the param.
+const ojson* Field(const ojson& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<bool> GetBool(const ojson& body, const char* name) {
+  const ojson* v = Field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) Bad(name, fmt::format("'{}' must be a boolean, got {}", name, TypeName(*v)));
+  return v->get<bool>();
+}
+
+std::optional<double> GetNumber(const ojson& body, const char* name, double lo, double hi) {
+  const ojson* v = Field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number() || v->is_boolean())
+    Bad(name, fmt::format("'{}' must be a number, got {}", name, TypeName(*v)));
+  double d = v->get<double>();
+  if (!(d >= lo && d <= hi)) Bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, d));
+  return d;
+}
+
+std::optional<int64_t> GetInt(const ojson& body, const char* name, int64_t lo, int64_t hi) {
+  const ojson* v = Field(body, name);
+  if (v == nullptr) return std::nullopt;
+  int64_t i = 0;
+  if (v->is_number_integer()) {
+    i = v->get<int64_t>();
+  } else if (v->is_number_unsigned()) {
+    uint64_t u = v->get<uint64_t>();
+    i = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < 9e18) {
+    i = static_cast<int64_t>(v->get<double>());
+  } else {
+    Bad(name, fmt::format("'{}' must be an integer, got {}", name, TypeName(*v)));
+  }
+  if (i < lo || i > hi) Bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, i));
+  return i;
+}
+
+std::optional<std::string> GetString(const ojson& body, const char* name) {
+  const ojson* v = Field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) Bad(name, fmt::format("'{}' must be a string, got {}", name, TypeName(*v)));
+  return v->get<std::string>();
+}
+
+void CheckModel(const ojson& body, ParsedRequest& r, const EngineModelInfo& model) {
+  auto name = GetString(body, "model");
+  r.model = model.name;
+  if (name && *name != model.name)
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("The model '{}' does not exist (this server serves '{}')", *name,
+                               model.name),
+                   "model", "model_not_found");
+}
+
+// Fields shared by both endpoints: sampling, stop, stream, n, user, diffusion.
+void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& model,
+                 const DiffusionParams& ddef) {
+  SamplingParams& s = r.sampling;
+  if (auto v = GetBool(body, "stream")) r.stream = *v;
+  if (const ojson* so = Field(body, "stream_options")) {
+    if (!so->is_object()) Bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) Bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    for (const auto& [k, v] : so->items())
+      if (k != "include_usage" && k != "continuous_usage_stats")
+        Bad("stream_options", fmt::format("unknown field 'stream_options.{}'", k));
+    if (auto iu = GetBool(*so, "include_usage")) r.include_usage = *iu;
+  }
+  if (auto v = GetNumber(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
+  if (auto v = GetNumber(body, "top_p", 0.0, 1.0)) {
+    if (*v <= 0) Bad("top_p", "'top_p' must be in (0, 1]");
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = GetInt(body, "top_k", -1, 1 << 30)) s.top_k = *v < 0 ? 0 : static_cast<int>(*v);
+  if (auto v = GetNumber(body, "min_p", 0.0, 1.0)) s.min_p = static_cast<float>(*v);
+  if (auto v = GetInt(body, "seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = GetNumber(body, "presence_penalty", -2.0, 2.0)) s.presence_penalty = static_cast<float>(*v);
+  if (auto v = GetNumber(body, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = static_cast<float>(*v);
+  if (auto v = GetNumber(body, "repetition_penalty", 0.0, 100.0)) {
+    if (*v <= 0) Bad("repetition_penalty", "'repetition_penalty' must be > 0");
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  if (auto v = GetBool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (const ojson* st = Field(body, "stop")) {
+    if (st->is_string()) {
+      if (!st->get<std::string>().empty()) s.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      if (st->size() > 16) Bad("stop", "'stop' may hold at most 16 strings");
+      for (const auto& x : *st) {
+        if (!x.is_string()) Bad("stop", "'stop' must be a string or a list of strings");
+        if (!x.get<std::string>().empty()) s.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      Bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", TypeName(*st)));
+    }
+  }
+  if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX); n && *n != 1)
+    Bad("n", "only n=1 is supported");
+  if (auto v = GetString(body, "user")) r.user = *v;
+  if (const ojson* rf = Field(body, "response_format")) {
+    if (!rf->is_object() || rf->value("type", "") != "text")
+      Bad("response_format", "structured output ('response_format' other than text) is not supported");
+  }
+
+  const ojson* d = Field(body, "diffusion");
+  if (model.diffusion) r.diffusion = ddef;
+  if (d == nullptr) return;
+  if (!d->is_object()) Bad("diffusion", fmt::format("'diffusion' must be an object, got {}", TypeName(*d)));
+  if (!model.diffusion) Bad("diffusion", "'diffusion' is only accepted by diffusion models");
+  for (const auto& [k, v] : d->items()) {
+    if (k != "block_size" && k != "steps" && k != "policy" && k != "threshold" && k != "stream_steps")
+      Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
+  }
+  DiffusionParams& dp = *r.diffusion;
+  try {
+    if (auto v = GetInt(*d, "block_size", 1, 4096)) dp.block_size = *v;
+    if (auto v = GetInt(*d, "steps", 1, 4096)) dp.steps = *v;
+    if (auto v = GetNumber(*d, "threshold", 0.0, 1.0)) {
+      if (*v <= 0) Bad("threshold", "'threshold' must be in (0, 1]");
+      dp.threshold = static_cast<float>(*v);
+    }
+    if (auto v = GetString(*d, "policy")) {
+      if (*v == "static") dp.policy = DiffusionPolicy::kStatic;
+      else if (*v == "threshold") dp.policy = DiffusionPolicy::kThreshold;
+      else if (*v == "editing") dp.policy = DiffusionPolicy::kEditing;
+      else Bad("policy", fmt::format("'policy' must be static, threshold or editing, got '{}'", *v));
+    }
+    if (auto v = GetBool(*d, "stream_steps")) r.stream_steps = *v;
+  } catch (const ApiError& e) {
+    throw ApiError(400, "invalid_request_error", "diffusion." + e.message,
+                   e.param.empty() ? "diffusion" : "diffusion." + e.param);
+  }
+  if (dp.block_size > 0 && dp.steps > dp.block_size)
+    Bad("diffusion.steps", fmt::format("'diffusion.steps' ({}) must not exceed 'diffusion.block_size' ({})",
+                                       dp.steps, dp.block_size));
+}
+
+std::string ContentText(const ojson& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    Bad(param, fmt::format("'{}' must be a string or an array of content parts", param));
+  std::string out;
+  bool first = true;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ojson& part = content[i];
+    std::string pp = fmt::format("{}[{}]", param, i);
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      Bad(pp, fmt::format("'{}' must be an object with a 'type'", pp));
+    std::string type = part["type"].get<std::string>();
+    if (type != "text")
+      Bad(pp + ".type", fmt::format("content part type '{}' is not supported (only 'text')", type));
+    if (!part.contains("text") || !part["text"].is_string())
+      Bad(pp + ".text", fmt::format("'{}.text' must be a string", pp));
+    if (!first) out += "\n";
+    out += part["text"].get<std::string>();
+    first = false;
+  }
+  return out;
+}
+
+ojson NormalizeMessage(const ojson& m, size_t i) {
+  std::string p = fmt::format("messages[{}]", i);
+  if (!m.is_object()) Bad(p, fmt::format("'{}' must be an object", p));
+  if (!m.contains("role") || !m["role"].is_string()) Bad(p + ".role", fmt::format("'{}.role' must be a string", p));
+  std::string role = m["role"].get<std::string>();
+  if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
+    Bad(p + ".role", fmt::format("'{}.role' '{}' is not one of system, developer, user, assistant, tool",
+                                 p, role));
+  ojson out = ojson::object();
+  out["role"] = role;
+  bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+  auto c = m.find("content");
+  if (c == m.end() || c->is_null()) {
+    if (role != "assistant") Bad(p + ".content", fmt::format("'{}.content' is required", p));
+    out["content"] = nullptr;
+  } else {
+    out["content"] = ContentText(*c, p + ".content");
+  }
+  if (m.contains("name") && !m["name"].is_null()) {
+    if (!m["name"].is_string()) Bad(p + ".name", fmt::format("'{}.name' must be a string", p));
+    out["name"] = m["name"];
+  }
+  if (role == "assistant") {
+    if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
+      out["reasoning_content"] = m["reasoning_content"];
+    if (has_calls) {
+      const ojson& calls = m["tool_calls"];
+      if (!calls.is_array()) Bad(p + ".tool_calls", fmt::format("'{}.tool_calls' must be an array", p));
+      ojson norm = ojson::array();
+      for (size_t j = 0; j < calls.size(); ++j) {
+        std::string cp = fmt::format("{}.tool_calls[{}]", p, j);
+        const ojson& tc = calls[j];
+        if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object())
+          Bad(cp + ".function", fmt::format("'{}.function' must be an object", cp));
+        const ojson& fn = tc["function"];
+        if (!fn.contains("name") || !fn["name"].is_string())
+          Bad(cp + ".function.name", fmt::format("'{}.function.name' must be a string", cp));
+        ojson args = ojson::object();
+        if (fn.contains("arguments") && !fn["arguments"].is_null()) {
+          if (fn["arguments"].is_object()) {
+            args = fn["arguments"];
+          } else if (fn["arguments"].is_string()) {
+            // Templates iterate the arguments as a mapping; OpenAI sends them as JSON text.
+            args = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            if (args.is_discarded() || !args.is_object())
+              Bad(cp + ".function.arguments",
+                  fmt::format("'{}.function.arguments' is not a JSON object", cp));
+          } else {
+            Bad(cp + ".function.arguments", fmt::format("'{}.function.arguments' must be a string", cp));
+          }
+        }
+        ojson t = ojson::object();
+        t["id"] = tc.contains("id") && tc["id"].is_string() ? tc["id"] : ojson("");
+        t["type"] = "function";
+        t["function"] = {{"name", fn["name"]}, {"arguments", args}};
+        norm.push_back(std::move(t));
+      }
+      out["tool_calls"] = std::move(norm);
+    }
+  } else if (has_calls) {
+    Bad(p + ".tool_calls", fmt::format("'{}.tool_calls' is only allowed on assistant messages", p));
+  }
+  if (role == "tool") {
+    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+      Bad(p + ".tool_call_id", fmt::format("'{}.tool_call_id' must be a string", p));
+    out["tool_call_id"] = m["tool_call_id"];
+  }
+  return out;
+}
+
+void ParseTools(const ojson& body, ParsedRequest& r) {
+  if (const ojson* tools = Field(body, "tools")) {
+    if (!tools->is_array()) Bad("tools", "'tools' must be an array");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const ojson& t = (*tools)[i];
+      std::string p = fmt::format("tools[{}]", i);
+      if (!t.is_object() || t.value("type", "") != "function")
+        Bad(p + ".type", fmt::format("'{}.type' must be 'function'", p));
+      if (!t.contains("function") || !t["function"].is_object())
+        Bad(p + ".function", fmt::format("'{}.function' must be an object", p));
+      const ojson& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+        Bad(p + ".function.name", fmt::format("'{}.function.name' must be a non-empty string", p));
+      if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+        Bad(p + ".function.parameters", fmt::format("'{}.function.parameters' must be an object", p));
+    }
+    if (!tools->empty()) r.tools = *tools;
+  }
+  const ojson* tc = Field(body, "tool_choice");
+  if (tc == nullptr) return;
+  if (tc->is_string()) {
+    std::string v = tc->get<std::string>();
+    if (v == "auto") r.tool_choice = ToolChoice::kAuto;
+    else if (v == "none") r.tool_choice = ToolChoice::kNone;
+    else if (v == "required") r.tool_choice = ToolChoice::kRequired;
+    else Bad("tool_choice", fmt::format("'tool_choice' must be auto, none, required or an object, got '{}'", v));
+  } else if (tc->is_object()) {
+    if (tc->value("type", "") != "function" || !tc->contains("function") || !(*tc)["function"].is_object() ||
+        !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string())
+      Bad("tool_choice", "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r.tool_choice = ToolChoice::kNamed;
+    r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+  } else {
+    Bad("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", TypeName(*tc)));
+  }
+  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) && r.tools.is_null())
+    Bad("tool_choice", "'tool_choice' requires 'tools'");
+  if (r.tool_choice == ToolChoice::kNamed) {
+    bool found = false;
+    for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+    if (!found)
+      Bad("tool_choice", fmt::format("'tool_choice' names '{}', which is not in 'tools'", r.tool_choice_name));
+  }
+}
+
+}  // namespace
+
+ApiError InvalidRequest(const std::string& message, const std::string& param, const std::string& code) {
+  return ApiError(400, "invalid_request_error", message, param, code);
+}
+
+std::string DumpJson(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string ErrorJson(const ApiError& e) {
+  ojson err = ojson::object();
+  err["message"] = e.message;
+  err["type"] = e.type;
+  err["param"] = e.param.empty() ? ojson(nullptr) : ojson(e.param);
+  err["code"] = e.code.empty() ? ojson(nullptr) : ojson(e.code);
+  return DumpJson(ojson{{"error", err}});
+}
+
+const char* HttpReasonPhrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+  }
+}
+
+ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model, const DiffusionParams& ddef) {
+  if (!body.is_object()) Bad("", "the request body must be a JSON object");
+  ParsedRequest r;
+  r.chat = true;
+  CheckModel(body, r, model);
+  const ojson* msgs = Field(body, "messages");
+  if (msgs == nullptr) Bad("messages", "'messages' is required");
+  if (!msgs->is_array()) Bad("messages", fmt::format("'messages' must be an array, got {}", TypeName(*msgs)));
+  if (msgs->empty()) Bad("messages", "'messages' must not be empty");
+  for (size_t i = 0; i < msgs->size(); ++i) r.messages.push_back(NormalizeMessage((*msgs)[i], i));
+  ParseTools(body, r);
+  ParseCommon(body, r, model, ddef);
+  auto max_tokens = GetInt(body, "max_completion_tokens", 1, INT64_MAX);
+  auto legacy = GetInt(body, "max_tokens", 1, INT64_MAX);
+  if (!max_tokens) max_tokens = legacy;
+  if (max_tokens) {
+    r.sampling.max_tokens = *max_tokens;
+    r.max_tokens_given = true;
+  }
+  if (auto lp = GetBool(body, "logprobs")) r.logprobs = *lp;
+  if (auto top = GetInt(body, "top_logprobs", 0, 20)) {
+    if (!r.logprobs) Bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    r.sampling.top_logprobs = static_cast<int>(*top);
+  } else if (r.logprobs) {
+    r.sampling.top_logprobs = 0;
+  }
+  if (r.logprobs && model.diffusion) Bad("logprobs", "logprobs are not available for diffusion models");
+  if (const ojson* kw = Field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) Bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r.chat_template_kwargs = *kw;
+  }
+  return r;
+}
+
+ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& model,
+                                     const DiffusionParams& ddef) {
+  if (!body.is_object()) Bad("", "the request body must be a JSON object");
+  ParsedRequest r;
+  r.chat = false;
+  CheckModel(body, r, model);
+  const ojson* p = Field(body, "prompt");
+  if (p == nullptr) Bad("prompt", "'prompt' is required");
+  auto take_ids = [&](const ojson& arr) {
+    for (const auto& x : arr) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= model.vocab_size)
+        Bad("prompt", fmt::format("'prompt' token ids must be integers in [0, {})", model.vocab_size));
+      r.prompt_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+    r.prompt_is_ids = true;
+  };
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    take_ids(*p);
+  } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+    r.prompt_text = (*p)[0].get<std::string>();
+  } else if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) {
+    take_ids((*p)[0]);
+  } else if (p->is_array() && p->size() > 1) {
+    Bad("prompt", "only one prompt per request is supported");
+  } else {
+    Bad("prompt", "'prompt' must be a string, a list of token ids, or a list with one of those");
+  }
+  if ((r.prompt_is_ids && r.prompt_ids.empty()) || (!r.prompt_is_ids && r.prompt_text.empty()))
+    Bad("prompt", "'prompt' must not be empty");
+  ParseCommon(body, r, model, ddef);
+  if (auto v = GetInt(body, "max_tokens", 1, INT64_MAX)) {
+    r.sampling.max_tokens = *v;
+    r.max_tokens_given = true;
+  } else {
+    r.sampling.max_tokens = 16;  // OpenAI's default for completions
+    r.max_tokens_given = true;
+  }
+  if (auto echo = GetBool(body, "echo"); echo && *echo) Bad("echo", "'echo' is not supported");
+  if (auto suffix = GetString(body, "suffix"); suffix && !suffix->empty()) Bad("suffix", "'suffix' is not supported");
+  if (auto best = GetInt(body, "best_of", INT64_MIN, INT64_MAX); best && *best != 1)
+    Bad("best_of", "only best_of=1 is supported");
+  if (auto lp = GetInt(body, "logprobs", 0, 5)) {
+    if (model.diffusion) Bad("logprobs", "logprobs are not available for diffusion models");
+    r.logprobs = true;
+    r.sampling.top_logprobs = static_cast<int>(*lp);
+  }
+  return r;
+}
+
+void CheckPromptLength(ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len) {
+  const char* param = req.chat ? "messages" : "prompt";
+  if (prompt_tokens <= 0) Bad(param, "the prompt is empty after tokenization");
+  if (max_model_len <= 0) return;
+  if (prompt_tokens >= max_model_len)
+    throw InvalidRequest(fmt::format("This model's maximum context length is {} tokens. However, your "
+                                     "request has {} input tokens.",
+                                     max_model_len, prompt_tokens),
+                         param, "context_length_exceeded");
+  if (!req.max_tokens_given) {
+    req.sampling.max_tokens = max_model_len - prompt_tokens;
+    return;
+  }
+  if (prompt_tokens + req.sampling.max_tokens > max_model_len)
+    throw InvalidRequest(fmt::format("This model's maximum context length is {} tokens. However, you "
+                                     "requested {} tokens ({} in the prompt, {} for the completion).",
+                                     max_model_len, prompt_tokens + req.sampling.max_tokens, prompt_tokens,
+                                     req.sampling.max_tokens),
+                         req.chat ? "max_tokens" : "max_tokens", "context_length_exceeded");
+}
+
+std::string NewResponseId(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* FinishReasonText(FinishReason r, bool tool_calls) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return tool_calls ? "tool_calls" : "stop";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return tool_calls ? "tool_calls" : "stop";
+}
+
+ojson UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  ojson u = ojson::object();
+  u["prompt_tokens"] = prompt_tokens;
+  u["completion_tokens"] = completion_tokens;
+  u["total_tokens"] = prompt_tokens + completion_tokens;
+  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return u;
+}
+
+namespace {
+ojson Bytes(const std::string& s) {
+  ojson b = ojson::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+}  // namespace
+
+ojson ChatLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text) {
+  ojson content = ojson::array();
+  for (const auto& lp : lps) {
+    std::string t = text(lp.token);
+    ojson e = {{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)}};
+    ojson top = ojson::array();
+    for (const auto& [id, l] : lp.top) {
+      std::string tt = text(id);
+      top.push_back({{"token", tt}, {"logprob", l}, {"bytes", Bytes(tt)}});
+    }
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return ojson{{"content", content}};
+}
+
+ojson CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text,
+                             int64_t text_offset) {
+  ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const auto& lp : lps) {
+    std::string t = text(lp.token);
+    tokens.push_back(t);
+    token_lps.push_back(lp.logprob);
+    ojson top = ojson::object();
+    for (const auto& [id, l] : lp.top) top[text(id)] = l;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(t.size());
+  }
+  return ojson{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops},
+               {"text_offset", offsets}};
+}
+
+namespace {
+ojson Header(const ResponseHeader& h, const char* object) {
+  ojson j = ojson::object();
+  j["id"] = h.id;
+  j["object"] = object;
+  j["created"] = h.created;
+  j["model"] = h.model;
+  return j;
+}
+ojson Reason(const char* r) { return r == nullptr ? ojson(nullptr) : ojson(r); }
+}  // namespace
+
+ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content, const std::vector<ToolCall>& calls,
+                         const char* finish_reason, const ojson& usage, const ojson& logprobs) {
+  ojson j = Header(h, "chat.completion");
+  ojson msg = ojson::object();
+  msg["role"] = "assistant";
+  msg["content"] = content.empty() && !calls.empty() ? ojson(nullptr) : ojson(content);
+  msg["refusal"] = nullptr;
+  if (!calls.empty()) {
+    ojson tc = ojson::array();
+    for (const auto& c : calls)
+      tc.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    msg["tool_calls"] = std::move(tc);
+  }
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["message"] = std::move(msg);
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = Reason(finish_reason);
+  j["choices"] = ojson::array({choice});
+  j["usage"] = usage;
+  return j;
+}
+
+ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason, const ojson& logprobs,
+                    bool include_usage_field) {
+  ojson j = Header(h, "chat.completion.chunk");
+  ojson choice = ojson::object();
+  choice["index"] = 0;
+  choice["delta"] = delta;
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = Reason(finish_reason);
+  j["choices"] = ojson::array({choice});
+  if (include_usage_field) j["usage"] = nullptr;
+  return j;
+}
+
+ojson CompletionJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
+                     const ojson& usage, const ojson& logprobs) {
+  ojson j = Header(h, "text_completion");
+  ojson choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
+  j["choices"] = ojson::array({choice});
+  j["usage"] = usage;
+  return j;
+}
+
+ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
+                          const ojson& logprobs, bool include_usage_field) {
+  ojson j = Header(h, "text_completion");
+  ojson choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
+  j["choices"] = ojson::array({choice});
+  if (include_usage_field) j["usage"] = nullptr;
+  return j;
+}
+
+ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage) {
+  ojson j = Header(h, chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = ojson::array();
+  j["usage"] = usage;
+  return j;
+}
+
+ojson DiffusionStepJson(const DiffusionStepView& s) {
+  return ojson{{"block_start", s.block_start}, {"step", s.step},     {"block_tokens", s.block_tokens},
+               {"unmasked", s.unmasked},       {"conf", s.conf}};
+}
+
+ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
+  ojson m = {{"id", model.name},
+             {"object", "model"},
+             {"created", created},
+             {"owned_by", "tessera"},
+             {"max_model_len", model.max_model_len}};
+  return ojson{{"object", "list"}, {"data", ojson::array({m})}};
+}
+
+std::string SseData(const ojson& j, const char* event) {
+  std::string out;
+  if (event != nullptr) out = fmt::format("event: {}\n", event);
+  out += "data: " + DumpJson(j) + "\n\n";
+  return out;
+}
+
+}  // namespace tessera

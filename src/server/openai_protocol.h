@@ -1,0 +1,120 @@
+// tessera server: the OpenAI wire protocol: request validation (chat completions and legacy
+// completions, plus the `diffusion` extension), OpenAI's error shape, and the JSON of responses,
+// stream chunks and usage. No I/O here: http_server.cpp moves these objects over sockets.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_api.h"
+#include "engine/request.h"
+#include "server/tool_parser.h"
+
+namespace tessera {
+
+using ojson = nlohmann::ordered_json;
+
+// An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string type, std::string message, std::string param = "",
+           std::string code = "")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        message(std::move(message)),
+        param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type, message, param, code;  // param / code "" -> null
+  double retry_after_s = 0;                // 429: Retry-After header
+};
+ApiError InvalidRequest(const std::string& message, const std::string& param = "",
+                        const std::string& code = "");
+std::string ErrorJson(const ApiError& e);
+const char* HttpReasonPhrase(int status);
+
+// tool_choice: kAuto parses <tool_call> blocks out of the output. kNone neither gives the tools to
+// the chat template nor parses (vLLM's behaviour with --exclude-tools-when-tool-choice-none; the
+// model cannot call what it was not shown). kRequired / kNamed: decoding is not constrained here,
+// so they behave like kAuto (tools go to the template, output is parsed as usual); a model may
+// still answer without a call.
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+struct ParsedRequest {
+  bool chat = true;
+  std::string model;
+  // chat
+  ojson messages = ojson::array();  // normalized: content a string (text parts joined), tool-call
+                                    // arguments objects (as chat templates expect)
+  ojson tools;                      // null when none
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;     // kNamed
+  ojson chat_template_kwargs = ojson::object();
+  // completions
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  // both
+  bool stream = false, include_usage = false;
+  SamplingParams sampling;
+  bool max_tokens_given = false;
+  bool logprobs = false;            // chat: logprobs=true; completions: logprobs=N given
+  std::optional<DiffusionParams> diffusion;
+  bool stream_steps = false;
+  std::string user;
+
+  // Whether the generated text goes through the tool-call parser / the template gets the tools.
+  bool ParseTools() const { return chat && !tools.is_null() && tool_choice != ToolChoice::kNone; }
+};
+
+// Throw ApiError (400 naming the param; 404 model_not_found for another model name).
+ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model,
+                               const DiffusionParams& diffusion_defaults);
+ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& model,
+                                     const DiffusionParams& diffusion_defaults);
+// Once the prompt is tokenized: 400 when it does not fit; sets max_tokens when not given.
+void CheckPromptLength(ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len);
+
+// ---- responses ----
+std::string NewResponseId(const char* prefix);  // "chatcmpl-" / "cmpl-" + 24 hex digits
+int64_t UnixNow();
+const char* FinishReasonText(FinishReason r, bool tool_calls);  // "stop" "length" "tool_calls"
+ojson UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+// token id -> its text (for logprobs)
+using TokenTextFn = std::function<std::string(int32_t)>;
+ojson ChatLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text);
+ojson CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text,
+                             int64_t text_offset);
+
+struct ResponseHeader {
+  std::string id, model;
+  int64_t created = 0;
+};
+ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content,
+                         const std::vector<ToolCall>& calls, const char* finish_reason,
+                         const ojson& usage, const ojson& logprobs);
+// delta: {"role": ...}/{"content": ...}/{"tool_calls": [...]}; finish_reason nullptr -> null.
+ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason,
+                    const ojson& logprobs, bool include_usage_field);
+ojson CompletionJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
+                     const ojson& usage, const ojson& logprobs);
+ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
+                          const ojson& logprobs, bool include_usage_field);
+// The final include_usage chunk: choices [] and usage.
+ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage);
+ojson DiffusionStepJson(const DiffusionStepView& s);
+ojson ModelsJson(const EngineModelInfo& model, int64_t created);
+
+// "data: <json>\n\n"; events other than the default get "event: <name>\n" first.
+std::string SseData(const ojson& j, const char* event = nullptr);
+constexpr const char* kSseDone = "data: [DONE]\n\n";
+// JSON text of j; invalid UTF-8 from a model becomes U+FFFD instead of throwing.
+std::string DumpJson(const ojson& j);
+
+}  // namespace tessera

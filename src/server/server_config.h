@@ -1,0 +1,123 @@
+// tessera server: the `tessera serve` configuration: one YAML file (sections model, server, engine,
+// diffusion, security, limits) with ${VAR} / ${VAR:-default} interpolation, every key also settable
+// by a CLI flag (kConfigKeys maps `section.key` <-> `--flag-name`), and a printable effective
+// configuration with the secrets masked.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tessera {
+
+struct ModelConfig {
+  std::string path;               // checkpoint directory
+  std::string name;               // served name ("" = the directory's base name)
+  std::string tokenizer;          // tokenizer directory ("" = path)
+  std::string dtype = "auto";     // auto | bf16 | f32 | f16
+  std::string device = "cpu";     // cpu | cuda | cuda:N
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  int64_t max_model_len = 0;      // 0 = from the model's config
+  std::string chat_template;      // file overriding the tokenizer's template ("" = none)
+};
+
+struct HttpConfig {
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;            // 0 = ephemeral (tests)
+  int64_t threads = 2;            // I/O threads
+  bool metrics_require_key = false;
+  std::string access_log = "-";   // "-" = stderr, "" = off, else a file appended to
+  bool log_requests = false;      // put prompts and completions in the access log
+  double request_timeout_s = 600; // 0 = none
+  int64_t max_body_bytes = 8 << 20;
+};
+
+struct EngineConfig {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 4096;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  int64_t kv_cache_memory = int64_t{4} << 30;  // bytes; YAML/CLI accept "4GiB", "512MiB", ...
+  std::string scheduling_policy = "fcfs";      // fcfs | shortest_prompt_first | priority
+  bool share_prefix_cache_across_keys = false;
+};
+
+struct DiffusionConfig {  // defaults for diffusion models; 0 / "" = the model's own default
+  int64_t block_size = 0;
+  int64_t steps = 0;
+  std::string policy;             // "" | static | threshold | editing
+  double threshold = 0.9;
+};
+
+struct SecurityConfig {
+  std::vector<std::string> api_keys;
+  std::string api_key_file;       // one key a line, '#' comments
+  std::vector<std::string> allow_cidrs;  // empty = everyone
+};
+
+struct LimitsConfig {
+  int64_t max_concurrent_requests = 256;
+  int64_t max_queue = 1024;       // requests waiting for a slot beyond that get 429
+  double requests_per_minute = 0; // per API key; 0 = unlimited
+  double tokens_per_minute = 0;   // per API key (prompt + completion); 0 = unlimited
+};
+
+struct ServerConfig {
+  ModelConfig model;
+  HttpConfig server;
+  EngineConfig engine;
+  DiffusionConfig diffusion;
+  SecurityConfig security;
+  LimitsConfig limits;
+};
+
+// One settable key. `kind` says how a text value is parsed.
+enum class ConfigValueKind { kString, kInt, kDouble, kBool, kBytes, kStringList };
+struct ConfigKeyInfo {
+  const char* path;   // "server.port"
+  const char* flag;   // "--port"
+  ConfigValueKind kind;
+  bool secret;        // masked in EffectiveConfigString
+  const char* help;
+};
+const std::vector<ConfigKeyInfo>& ConfigKeys();
+
+// Parses YAML text; `source` names the file in errors. Unknown keys, wrong types and bad values
+// throw Error(kInvalidArgument) naming the key path. Interpolates ${VAR} and ${VAR:-default} in
+// every scalar (an unset ${VAR} without default is an error; `$${` is a literal `${`).
+ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& source = "<config>");
+ServerConfig LoadServerConfigFile(const std::string& path);
+
+// Sets one key from its text form (CLI flags, tests): "server.port", "8080". Lists take
+// comma-separated items. Throws like ParseServerConfig.
+void SetConfigValue(ServerConfig& cfg, std::string_view path, const std::string& value);
+// The text form of one key (lists comma-joined).
+std::string GetConfigValue(const ServerConfig& cfg, std::string_view path);
+
+// Cross-field checks (ranges, enums, CIDR syntax); throws Error(kInvalidArgument).
+void ValidateServerConfig(const ServerConfig& cfg);
+
+// Every key as `section.key: value`, secrets (api keys) masked.
+std::string EffectiveConfigString(const ServerConfig& cfg);
+
+// "4GiB", "512 MiB", "1.5G", "1000000" -> bytes. Throws naming `what`.
+int64_t ParseByteSize(std::string_view text, std::string_view what);
+
+// Interpolates ${VAR} / ${VAR:-default}; `what` names the key in errors.
+std::string InterpolateEnv(std::string_view text, std::string_view what);
+
+// CLI11 glue: registers one string option per key (`--port 8080`, lists repeatable or
+// comma-separated) into `app`; after app.parse, ApplyConfigFlags copies the given ones into cfg.
+struct ConfigFlagValues {
+  std::map<std::string, std::vector<std::string>> values;  // key path -> raw texts given
+};
+void RegisterConfigFlags(CLI::App& app, ConfigFlagValues& out);
+void ApplyConfigFlags(const ConfigFlagValues& flags, ServerConfig& cfg);
+
+}  // namespace tessera

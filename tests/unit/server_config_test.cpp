@@ -1,0 +1,220 @@
+// tessera tests: `tessera serve` configuration: YAML sections, ${VAR} interpolation, unknown keys
+// and bad values named in errors, byte sizes, CLI flag mapping and the masked effective config.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "server/server_config.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(ServerConfig, ParsesEverySection) {
+  ServerConfig c = ParseServerConfig(R"(
+model:
+  path: /models/qwen3
+  name: qwen3-test
+  max_model_len: 8192
+server:
+  host: 0.0.0.0
+  port: 9000
+  threads: 4
+  metrics_require_key: true
+  log_requests: yes
+  request_timeout_s: 30.5
+  max_body_bytes: 2MiB
+engine:
+  max_num_seqs: 8
+  kv_cache_memory: 4GiB
+  scheduling_policy: priority
+  enable_prefix_caching: false
+diffusion:
+  block_size: 32
+  steps: 8
+  policy: threshold
+  threshold: 0.95
+security:
+  api_keys: [sk-one, sk-two]
+  allow_cidrs:
+    - 10.0.0.0/8
+    - "::1/128"
+limits:
+  max_concurrent_requests: 4
+  max_queue: 2
+  requests_per_minute: 60
+  tokens_per_minute: 1000
+)");
+  EXPECT_EQ(c.model.path, "/models/qwen3");
+  EXPECT_EQ(c.model.name, "qwen3-test");
+  EXPECT_EQ(c.model.max_model_len, 8192);
+  EXPECT_EQ(c.server.host, "0.0.0.0");
+  EXPECT_EQ(c.server.port, 9000);
+  EXPECT_EQ(c.server.threads, 4);
+  EXPECT_TRUE(c.server.metrics_require_key);
+  EXPECT_TRUE(c.server.log_requests);
+  EXPECT_DOUBLE_EQ(c.server.request_timeout_s, 30.5);
+  EXPECT_EQ(c.server.max_body_bytes, 2 * 1024 * 1024);
+  EXPECT_EQ(c.engine.max_num_seqs, 8);
+  EXPECT_EQ(c.engine.kv_cache_memory, int64_t{4} * 1024 * 1024 * 1024);
+  EXPECT_EQ(c.engine.scheduling_policy, "priority");
+  EXPECT_FALSE(c.engine.enable_prefix_caching);
+  EXPECT_EQ(c.diffusion.block_size, 32);
+  EXPECT_EQ(c.diffusion.policy, "threshold");
+  EXPECT_EQ(c.security.api_keys, (std::vector<std::string>{"sk-one", "sk-two"}));
+  EXPECT_EQ(c.security.allow_cidrs, (std::vector<std::string>{"10.0.0.0/8", "::1/128"}));
+  EXPECT_EQ(c.limits.max_queue, 2);
+  EXPECT_DOUBLE_EQ(c.limits.tokens_per_minute, 1000);
+  ValidateServerConfig(c);
+}
+
+TEST(ServerConfig, EmptyFileGivesDefaults) {
+  ServerConfig c = ParseServerConfig("");
+  EXPECT_EQ(c.server.port, 8000);
+  EXPECT_EQ(c.engine.scheduling_policy, "fcfs");
+  ValidateServerConfig(c);
+}
+
+TEST(ServerConfig, EnvInterpolation) {
+  setenv("TESSERA_TEST_PORT", "7123", 1);
+  setenv("TESSERA_TEST_KEY", "sk-secret", 1);
+  setenv("TESSERA_TEST_EMPTY", "", 1);
+  unsetenv("TESSERA_TEST_UNSET");
+  ServerConfig c = ParseServerConfig(R"(
+server:
+  port: ${TESSERA_TEST_PORT}
+  host: ${TESSERA_TEST_UNSET:-127.0.0.2}
+  access_log: "/var/log/${TESSERA_TEST_EMPTY:-fallback}.log"
+model:
+  name: "lit$${NOT_A_VAR}"
+security:
+  api_keys: ["${TESSERA_TEST_KEY}"]
+)");
+  EXPECT_EQ(c.server.port, 7123);
+  EXPECT_EQ(c.server.host, "127.0.0.2");
+  EXPECT_EQ(c.server.access_log, "/var/log/fallback.log");  // :- also covers an empty value
+  EXPECT_EQ(c.model.name, "lit${NOT_A_VAR}");
+  EXPECT_EQ(c.security.api_keys, std::vector<std::string>{"sk-secret"});
+  std::string err = ErrorOf([] { ParseServerConfig("server:\n  host: ${TESSERA_TEST_UNSET}\n"); });
+  EXPECT_NE(err.find("TESSERA_TEST_UNSET"), std::string::npos) << err;
+  EXPECT_NE(err.find("server.host"), std::string::npos) << err;
+  err = ErrorOf([] { ParseServerConfig("server:\n  host: ${BROKEN\n"); });
+  EXPECT_NE(err.find("unterminated"), std::string::npos) << err;
+}
+
+TEST(ServerConfig, UnknownKeysAreNamed) {
+  std::string err = ErrorOf([] { ParseServerConfig("server:\n  prot: 80\n"); });
+  EXPECT_NE(err.find("'server.prot'"), std::string::npos) << err;
+  err = ErrorOf([] { ParseServerConfig("servre:\n  port: 80\n"); });
+  EXPECT_NE(err.find("'servre'"), std::string::npos) << err;
+}
+
+TEST(ServerConfig, BadValuesAreNamed) {
+  struct Bad {
+    const char* yaml;
+    const char* key;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"server:\n  port: eighty\n", "server.port"},
+           {"server:\n  log_requests: maybe\n", "server.log_requests"},
+           {"engine:\n  kv_cache_memory: 4 parsecs\n", "engine.kv_cache_memory"},
+           {"server:\n  port: [1, 2]\n", "server.port"},
+           {"security:\n  api_keys: {a: b}\n", "security.api_keys"},
+           {"server:\n  request_timeout_s: fast\n", "server.request_timeout_s"},
+           {"model: [1]\n", "model"},
+           {"server: {port: 1\n", "YAML"},
+       }) {
+    std::string err = ErrorOf([&] { ParseServerConfig(b.yaml); });
+    EXPECT_NE(err.find(b.key), std::string::npos) << b.yaml << " -> " << err;
+  }
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"server.port", "70000"},
+           {"engine.scheduling_policy", "random"},
+           {"diffusion.policy", "greedy"},
+           {"diffusion.threshold", "1.5"},
+           {"security.allow_cidrs", "10.0.0.0/33"},
+           {"limits.max_concurrent_requests", "0"},
+           {"server.threads", "0"},
+       }) {
+    ServerConfig c;
+    SetConfigValue(c, key, value);
+    std::string err = ErrorOf([&] { ValidateServerConfig(c); });
+    EXPECT_NE(err.find(key), std::string::npos) << key << "=" << value << " -> " << err;
+  }
+}
+
+TEST(ServerConfig, ByteSizes) {
+  EXPECT_EQ(ParseByteSize("4GiB", "k"), int64_t{4} << 30);
+  EXPECT_EQ(ParseByteSize("512 MiB", "k"), int64_t{512} << 20);
+  EXPECT_EQ(ParseByteSize("1.5G", "k"), 1500000000);
+  EXPECT_EQ(ParseByteSize("1000", "k"), 1000);
+  EXPECT_EQ(ParseByteSize("2kb", "k"), 2000);
+  EXPECT_THROW(ParseByteSize("", "k"), Error);
+  EXPECT_THROW(ParseByteSize("GiB", "k"), Error);
+  EXPECT_THROW(ParseByteSize("-1", "k"), Error);
+  EXPECT_THROW(ParseByteSize("1e30", "k"), Error);
+}
+
+TEST(ServerConfig, EffectiveConfigMasksSecrets) {
+  ServerConfig c;
+  c.security.api_keys = {"sk-very-secret-1", "sk-very-secret-2"};
+  c.server.port = 1234;
+  std::string s = EffectiveConfigString(c);
+  EXPECT_EQ(s.find("sk-very-secret"), std::string::npos) << s;
+  EXPECT_NE(s.find("security.api_keys: ***,***"), std::string::npos) << s;
+  EXPECT_NE(s.find("server.port: 1234"), std::string::npos) << s;
+  // Every key appears exactly once.
+  for (const auto& k : ConfigKeys()) EXPECT_NE(s.find(std::string(k.path) + ": "), std::string::npos) << k.path;
+}
+
+TEST(ServerConfig, FlagTableCoversEveryKeyUniquely) {
+  std::set<std::string> flags, paths;
+  for (const auto& k : ConfigKeys()) {
+    EXPECT_TRUE(flags.insert(k.flag).second) << k.flag;
+    EXPECT_TRUE(paths.insert(k.path).second) << k.path;
+    EXPECT_EQ(std::string(k.flag).rfind("--", 0), 0u) << k.flag;
+  }
+  EXPECT_GE(ConfigKeys().size(), 30u);
+}
+
+TEST(ServerConfig, CliFlagsOverrideYaml) {
+  ServerConfig c = ParseServerConfig("server:\n  port: 9000\n  log_requests: true\nsecurity:\n  api_keys: [a]\n");
+  CLI::App app("test");
+  ConfigFlagValues flags;
+  RegisterConfigFlags(app, flags);
+  std::vector<std::string> argv = {"prog",    "--port",         "9100",      "--no-log-requests",
+                                   "--api-key", "k1",           "--api-key", "k2,k3",
+                                   "--kv-cache-memory", "1GiB", "--enable-chunked-prefill"};
+  std::vector<char*> ptrs;
+  for (auto& a : argv) ptrs.push_back(a.data());
+  app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  ApplyConfigFlags(flags, c);
+  EXPECT_EQ(c.server.port, 9100);
+  EXPECT_FALSE(c.server.log_requests);
+  EXPECT_EQ(c.security.api_keys, (std::vector<std::string>{"k1", "k2", "k3"}));
+  EXPECT_EQ(c.engine.kv_cache_memory, int64_t{1} << 30);
+  EXPECT_TRUE(c.engine.enable_chunked_prefill);
+  EXPECT_EQ(GetConfigValue(c, "server.port"), "9100");
+}
+
+TEST(ServerConfig, LoadsFile) {
+  std::string dir = testing::ScratchDir("server_config");
+  testing::WriteFile(dir + "/c.yaml", "model:\n  name: from-file\n");
+  EXPECT_EQ(LoadServerConfigFile(dir + "/c.yaml").model.name, "from-file");
+  std::string err = ErrorOf([&] { LoadServerConfigFile(dir + "/missing.yaml"); });
+  EXPECT_NE(err.find("missing.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera

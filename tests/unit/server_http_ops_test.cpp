@@ -1,0 +1,218 @@
+// tessera tests: the operational side of the HTTP server over real sockets: API keys (401),
+// IP allow-list (403), body limit (413), rate limits and the concurrency cap (429 + Retry-After),
+// the admission queue, request timeout (504, engine cancelled), client disconnect mid-stream
+// (engine cancelled) and graceful shutdown.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "server/http_server.h"
+#include "unit/server_http_fakes.h"
+
+namespace tessera {
+namespace {
+
+using namespace testing_server;
+
+class ServerOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cfg.server.port = 0;
+    cfg.server.threads = 2;
+    cfg.server.access_log = "";
+  }
+  void Start() {
+    server = std::make_unique<HttpServer>(cfg, engine, prompts);
+    server->Start();
+    port = server->port();
+  }
+  static std::string ChatBody(bool stream = false) {
+    return ojson({{"messages", ojson::array({{{"role", "user"}, {"content", "Hi"}}})}, {"stream", stream}}).dump();
+  }
+  static std::string ErrorType(const HttpResponse& r) {
+    ojson j = ojson::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("error") ? j["error"]["type"].get<std::string>() : "<none>";
+  }
+
+  ServerConfig cfg;
+  FakeEngine engine;
+  FakePromptBuilder prompts;
+  std::unique_ptr<HttpServer> server;
+  int port = 0;
+};
+
+TEST_F(ServerOps, ApiKeys) {
+  cfg.security.api_keys = {"sk-good"};
+  Start();
+  auto r = Call(port, "POST", "/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(ErrorType(r), "invalid_request_error");
+  EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(r.headers["www-authenticate"], "Bearer");
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-bad"}}).status, 401);
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Basic sk-good"}}).status, 401);
+  EXPECT_EQ(Call(port, "GET", "/v1/models").status, 401);
+  EXPECT_EQ(Call(port, "GET", "/v1/unknown").status, 401);  // no route discovery without a key
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-good"}}).status, 200);
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);   // always open
+  EXPECT_EQ(Call(port, "GET", "/metrics").status, 200);  // open unless metrics_require_key
+  EXPECT_EQ(engine.last().cache_namespace.rfind("key-", 0), 0u);  // prefix cache isolated per key
+}
+
+TEST_F(ServerOps, MetricsCanRequireKey) {
+  cfg.security.api_keys = {"sk-good"};
+  cfg.server.metrics_require_key = true;
+  Start();
+  EXPECT_EQ(Call(port, "GET", "/metrics").status, 401);
+  EXPECT_EQ(Call(port, "GET", "/metrics", "", {{"Authorization", "Bearer sk-good"}}).status, 200);
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+}
+
+TEST_F(ServerOps, IpAllowList) {
+  cfg.security.allow_cidrs = {"10.0.0.0/8", "2001:db8::/32"};
+  Start();
+  auto r = Call(port, "POST", "/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(ErrorType(r), "permission_error");
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+  server.reset();
+  cfg.security.allow_cidrs = {"127.0.0.0/8"};
+  Start();
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);
+}
+
+TEST_F(ServerOps, BodyLimit) {
+  cfg.server.max_body_bytes = 2048;
+  Start();
+  std::string big = ojson({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(8000, 'x')}}})}}).dump();
+  auto r = Call(port, "POST", "/v1/chat/completions", big);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(ErrorType(r), "invalid_request_error");
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);  // still serving
+}
+
+TEST_F(ServerOps, MalformedHttpIs400) {
+  Start();
+  Client c(port);
+  ASSERT_TRUE(c.SendRaw("GARBAGE\r\n\r\n"));
+  HttpResponse r = c.Read();
+  EXPECT_EQ(r.status, 400);
+}
+
+TEST_F(ServerOps, RequestsPerMinute) {
+  cfg.limits.requests_per_minute = 2;
+  Start();
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);
+  auto r = Call(port, "POST", "/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "rate_limit_exceeded");
+  ASSERT_TRUE(r.headers.count("retry-after"));
+  int retry = std::stoi(r.headers["retry-after"]);
+  EXPECT_GE(retry, 29);  // 2/min: the next slot is ~30 s away
+  EXPECT_LE(retry, 30);
+  EXPECT_EQ(engine.num_submitted(), 2u);
+}
+
+TEST_F(ServerOps, TokensPerMinute) {
+  cfg.limits.tokens_per_minute = 30;  // the fake prompt is 18 tokens
+  Start();
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);  // 18 + 4 charged
+  auto r = Call(port, "POST", "/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 429);
+  EXPECT_GE(std::stoi(r.headers["retry-after"]), 1);
+}
+
+TEST_F(ServerOps, ConcurrencyCapAndQueue) {
+  cfg.limits.max_concurrent_requests = 1;
+  cfg.limits.max_queue = 1;
+  engine.delay_ms = 60;  // ~240 ms a request
+  Start();
+  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto b = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto c = Call(port, "POST", "/v1/chat/completions", ChatBody());  // one running, one queued: full
+  EXPECT_EQ(c.status, 429);
+  EXPECT_EQ(c.headers["retry-after"], "1");
+  EXPECT_EQ(a.get().status, 200);
+  HttpResponse rb = b.get();
+  EXPECT_EQ(rb.status, 200);
+  EXPECT_EQ(ojson::parse(rb.body)["choices"][0]["message"]["content"], "Hello, world!");
+  EXPECT_EQ(engine.num_submitted(), 2u);
+  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);  // slots came back
+}
+
+TEST_F(ServerOps, TimeoutCancelsTheEngineRequest) {
+  cfg.server.request_timeout_s = 0.2;
+  engine.hang = true;
+  Start();
+  auto r = Call(port, "POST", "/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 504);
+  EXPECT_EQ(ErrorType(r), "timeout_error");
+  EXPECT_TRUE(engine.WaitCancelled(0));
+  // Streaming: the error arrives inside the stream, then [DONE].
+  auto s = Call(port, "POST", "/v1/chat/completions", ChatBody(true));
+  EXPECT_EQ(s.status, 200);
+  std::vector<SseEvent> evs;
+  ASSERT_TRUE(ParseSse(s.body, evs)) << s.body;
+  EXPECT_EQ(evs.back().data, "[DONE]");
+  EXPECT_EQ(ojson::parse(evs[evs.size() - 2].data)["error"]["type"], "timeout_error");
+  EXPECT_TRUE(engine.WaitCancelled(1));
+}
+
+TEST_F(ServerOps, DisconnectMidStreamCancels) {
+  engine.hang = true;
+  Start();
+  {
+    Client c(port);
+    ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", ChatBody(true)));
+    HttpResponse head;
+    ASSERT_TRUE(c.ReadHead(head));
+    EXPECT_EQ(head.status, 200);
+    std::string chunk;
+    ASSERT_TRUE(c.ReadChunk(chunk));  // the role chunk
+    EXPECT_NE(chunk.find("\"role\":\"assistant\""), std::string::npos);
+  }  // client closes
+  EXPECT_TRUE(engine.WaitCancelled(0));
+  EXPECT_TRUE(server->WaitForIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+}
+
+TEST_F(ServerOps, DisconnectWhileWaitingNonStreamingCancels) {
+  engine.hang = true;
+  Start();
+  {
+    Client c(port);
+    ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", ChatBody(false)));
+    for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(engine.WaitCancelled(0));
+}
+
+TEST_F(ServerOps, GracefulShutdown) {
+  engine.delay_ms = 100;  // ~400 ms
+  Start();
+  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(server->in_flight(), 1);
+  server->StopAccepting();
+  EXPECT_FALSE(Client(port).connected());  // the listener is gone
+  EXPECT_TRUE(server->WaitForIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  EXPECT_EQ(a.get().status, 200);  // the in-flight request completed
+  server->Stop();
+}
+
+TEST_F(ServerOps, WaitForIdleTimesOutAndStopCancels) {
+  engine.hang = true;
+  Start();
+  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  server->StopAccepting();
+  EXPECT_FALSE(server->WaitForIdle(std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+  server->Stop();
+  EXPECT_TRUE(engine.WaitCancelled(0));
+  EXPECT_FALSE(a.get().ok);  // the connection was closed without an answer
+}
+
+}  // namespace
+}  // namespace tessera
