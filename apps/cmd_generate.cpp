@@ -24,7 +24,7 @@ namespace {
 
 struct GenerateFlags {
   std::string model, prompt, chat, system, ids, trace;
-  int64_t max_tokens = 128;
+  int64_t max_tokens = 128, min_tokens = 0;
   float temperature = 0.7f, top_p = 1.0f, min_p = 0.0f;
   int top_k = 0;
   std::optional<uint64_t> seed;
@@ -124,6 +124,7 @@ int RunGenerate(const GenerateFlags& f) {
   req.prompt = prompt;
   auto& sp = req.sampling;
   sp.max_tokens = f.max_tokens;
+  sp.min_tokens = f.min_tokens;
   sp.temperature = f.temperature;
   sp.top_k = f.top_k;
   sp.top_p = f.top_p;
@@ -236,6 +237,8 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_flag("--no-think", f->no_think, "Render --chat with enable_thinking=false");
   app->add_option("--ids", f->ids, "Prompt token ids, e.g. 5,17,301");
   app->add_option("--max-tokens", f->max_tokens, "Maximum new tokens")->check(CLI::PositiveNumber);
+  app->add_option("--min-tokens", f->min_tokens, "Suppress end-of-sequence until this many tokens exist")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
   app->add_option("--top-k", f->top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
   app->add_option("--top-p", f->top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));

@@ -2,6 +2,7 @@
 // render, inspect, verify). Usage errors print one line and exit 2; failures print one line and
 // exit 1; --help prints the command's help and exits 0.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -14,6 +15,10 @@ int main(int argc, char** argv) {
   using namespace tessera;
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
+  // Commands print their results on stdout and errors as one line on stderr; progress logs are
+  // opt-in (TESSERA_LOG_LEVEL=info|debug), except for long-running services that set their own.
+  const char* level = std::getenv("TESSERA_LOG_LEVEL");
+  spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
   CLI::App root{"tessera: an inference engine for Mixture-of-Experts language models, autoregressive "
                 "and block-diffusion, from Hugging Face checkpoints"};
   root.require_subcommand(1);

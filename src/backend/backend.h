@@ -6,11 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace tessera {
 
@@ -73,10 +78,47 @@ struct GatedDeltaArgs {
 
 enum class GdnMode { kAuto, kChunked, kRecurrent };
 
+// Pointer conventions of the ops below. Activations (float*), weight data, caches and the MoE
+// routing outputs (idx / weights) live in the backend's memory: host memory on the CPU backend,
+// device memory on a GPU backend; allocate them through Allocate / DeviceBuffer. Integer metadata
+// the model builds on the host (token ids, positions, page tables) is passed as host pointers on
+// every backend.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* Name() const = 0;
+
+  // --- Memory. The defaults are the host-memory versions the CPU backend uses.
+  // True when the backend's memory is not host-addressable.
+  virtual bool IsDevice() const { return false; }
+  // Zero-filled on the CPU backend; uninitialised on device backends (use Zero).
+  virtual void* Allocate(size_t bytes) {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  virtual void Free(void* p) { std::free(p); }
+  virtual void Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void CopyBuffer(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+  virtual void Zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+  // Waits for queued work (device backends run ops asynchronously).
+  virtual void Synchronize() {}
+  // Fills n elements (bf16 or f32) with uniform values in [-scale, scale] + offset, never exactly
+  // zero before the offset (dummy weights); deterministic per seed.
+  virtual void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      float r = u(rng);
+      if (r > -1e-3f && r < 1e-3f) r = r < 0 ? -1e-3f : 1e-3f;
+      const float v = r * scale + offset;
+      if (dtype == DType::kBF16)
+        static_cast<uint16_t*>(dst)[i] = F32ToBf16(v);
+      else
+        static_cast<float*>(dst)[i] = v;
+    }
+  }
 
   // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate); w bf16 or f32.
   virtual void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate = false) = 0;
@@ -138,6 +180,59 @@ class Backend {
   virtual void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
 };
 
+// An owned allocation in a backend's memory (RAII; move-only).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, size_t bytes) : be_(&be), bytes_(bytes), p_(be.Allocate(bytes)) {}
+  static DeviceBuffer Floats(Backend& be, int64_t n) { return DeviceBuffer(be, static_cast<size_t>(n) * 4); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      Release();
+      be_ = std::exchange(o.be_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Release(); }
+
+  void* data() const { return p_; }
+  float* f32() const { return static_cast<float*>(p_); }
+  int32_t* i32() const { return static_cast<int32_t*>(p_); }
+  size_t bytes() const { return bytes_; }
+  bool empty() const { return p_ == nullptr; }
+  // The content as host floats (a copy).
+  std::vector<float> ToHost() const {
+    std::vector<float> out(bytes_ / 4);
+    if (p_ && bytes_) be_->Download(out.data(), p_, out.size() * 4);
+    return out;
+  }
+
+ private:
+  void Release() {
+    if (p_) be_->Free(p_);
+    p_ = nullptr;
+  }
+  Backend* be_ = nullptr;
+  size_t bytes_ = 0;
+  void* p_ = nullptr;
+};
+
 std::unique_ptr<Backend> MakeCpuBackend();
+// The CUDA backend on the current device; throws Error(kUnsupported) when this build has no CUDA
+// or no device is present.
+std::unique_ptr<Backend> MakeCudaBackend();
+// Visible CUDA devices; 0 when this build has no CUDA or the driver reports none / fails.
+int CudaDeviceCount();
+// "cpu" or "cuda".
+inline std::unique_ptr<Backend> MakeBackend(const std::string& device) {
+  if (device == "cpu") return MakeCpuBackend();
+  if (device == "cuda") return MakeCudaBackend();
+  Fail(ErrorKind::kInvalidArgument, "unknown device \"{}\" (expected cpu or cuda)", device);
+}
 
 }  // namespace tessera

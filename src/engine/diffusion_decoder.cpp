@@ -45,7 +45,7 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
   for (int64_t i = 0; i < b; ++i) {
     if (block_[i] != mask) continue;
     float conf = 0.f;
-    int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf);
+    int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf, mask);
     masked.push_back({i, x0, conf});
   }
   // Most confident first; equal confidence -> lower position first.
@@ -77,7 +77,7 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
     for (int64_t i = 0; i < b; ++i) {
       if (block_start_ + i < prompt_len_) continue;  // never edit the prompt
       float conf = 0.f;
-      int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf);
+      int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf, mask);
       if (x0 != block_[i] && conf > params_.edit_threshold) {
         block_[i] = x0;
         view.unmasked.push_back(block_start_ + i);

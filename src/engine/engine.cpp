@@ -47,14 +47,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
     int64_t per_page = std::max<int64_t>(1, kv_per_token * config_.page_size);
     pages = config_.kv_cache_bytes / per_page;
   }
-  // Enough pages for at least one sequence of max_model_len (plus a diffusion block of scratch).
-  int64_t min_pages = (config_.max_model_len + config_.page_size - 1) / config_.page_size + 1;
-  if (pages < min_pages) {
-    if (config_.num_pages > 0 || kv_per_token * config_.page_size * min_pages > config_.kv_cache_bytes * 4)
-      spdlog::warn("KV cache holds {} pages of {} tokens, fewer than one max_model_len sequence ({} pages)",
-                   pages, config_.page_size, min_pages);
-    pages = std::max<int64_t>(pages, 1);
-  }
+  pages = std::max<int64_t>(pages, 1);
   const bool hybrid = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
   int64_t slots = hybrid ? config_.max_num_seqs : 0;
   model_->AllocateCaches(pages, config_.page_size, slots);
@@ -150,6 +143,8 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
   if (r.sampling.top_k < 0) return *error = "top_k must be >= 0", false;
   if (r.sampling.min_p < 0 || r.sampling.min_p > 1) return *error = "min_p must be in [0, 1]", false;
   if (r.sampling.repetition_penalty <= 0) return *error = "repetition_penalty must be > 0", false;
+  if (r.sampling.min_tokens < 0 || r.sampling.min_tokens > r.sampling.max_tokens)
+    return *error = "min_tokens must be in [0, max_tokens]", false;
   if (info_.diffusion != r.diffusion.has_value())
     return *error = info_.diffusion ? "this is a diffusion model: the request needs diffusion settings"
                                  : "diffusion settings were given but this model is autoregressive", false;
@@ -193,7 +188,9 @@ void Engine::Intake() {
     seq->tokens = seq->req.prompt;
     seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
     seq->stats.prompt_tokens = seq->prompt_len;
-    seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt);
+    std::vector<int32_t> end_ids = seq->req.sampling.stop_token_ids;
+    if (!seq->req.sampling.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
+    seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt, std::move(end_ids));
     if (seq->req.diffusion) seq->diffusion.emplace(*seq->req.diffusion, seq->req.prompt);
     if (tokenizer_) seq->detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
     seq->stop = std::make_unique<StopMatcher>(seq->req.sampling.stop);
@@ -250,7 +247,8 @@ void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::
     ev.tokens.push_back(tokens[i]);
     if (i < logprobs.size()) ev.logprobs.push_back(std::move(logprobs[i]));
     ++seq.output_tokens;
-    if (seq.detok) ev.text += seq.stop->Feed(seq.detok->Push(tokens[i]));
+    // Ids past the tokenizer's vocabulary (embedding rows it has no token for) carry no text.
+    if (seq.detok && tokens[i] < tokenizer_->vocab_size()) ev.text += seq.stop->Feed(seq.detok->Push(tokens[i]));
   }
   if (!seq.first_token_sent) {
     seq.first_token_sent = true;

@@ -30,7 +30,7 @@ struct EngineConfig {
   int64_t max_num_batched_tokens = 2048;
   int64_t page_size = 16;
   int64_t num_pages = 0;              // 0: kv_cache_bytes / bytes per page
-  int64_t kv_cache_bytes = 1ll << 30;
+  int64_t kv_cache_bytes = 256ll << 20;
   int64_t max_model_len = 0;          // 0: the model's max_position_embeddings
   bool enable_chunked_prefill = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;

@@ -26,6 +26,7 @@ struct SamplingParams {
   std::vector<std::string> stop;          // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;    // in addition to the model's eos ids
   bool ignore_eos = false;
+  int64_t min_tokens = 0;                 // eos and stop ids are suppressed until this many exist
   int top_logprobs = -1;                  // -1: no logprobs; 0..20: logprob of the chosen token + top N
 };
 

@@ -41,8 +41,8 @@ TokenLogprob ComputeLogprobs(const float* logits, int64_t vocab, int32_t chosen,
   return r;
 }
 
-Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
-    : params_(params), seen_(prompt) {
+Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt, std::vector<int32_t> end_ids)
+    : params_(params), end_ids_(std::move(end_ids)), seen_(prompt) {
   if (params.seed) {
     rng_.seed(*params.seed);
   } else {
@@ -52,11 +52,15 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
 }
 
 void Sampler::Observe(int32_t token) {
+  ++generated_;
   ++output_counts_[token];
   seen_.push_back(token);
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
+  if (generated_ < params_.min_tokens)
+    for (int32_t t : end_ids_)
+      if (t >= 0 && t < vocab) logits[t] = -std::numeric_limits<float>::infinity();
   if (params_.repetition_penalty != 1.0f) {
     // HF RepetitionPenaltyLogitsProcessor: each distinct token of prompt + output once.
     std::vector<char> done(vocab, 0);
@@ -140,15 +144,23 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
   return Draw();
 }
 
-int32_t Sampler::SampleWithConfidence(const float* logits, int64_t vocab, float* confidence) {
+int32_t Sampler::SampleWithConfidence(const float* logits, int64_t vocab, float* confidence, int32_t exclude) {
   if (greedy()) {
-    int32_t best = ArgMax(logits, vocab);
+    int64_t best = exclude == 0 ? 1 : 0;
+    for (int64_t i = best + 1; i < vocab; ++i)
+      if (i != exclude && logits[i] > logits[best]) best = i;
     double sum = 0;
     for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - logits[best]));
     *confidence = static_cast<float>(1.0 / sum);
-    return best;
+    return static_cast<int32_t>(best);
   }
-  BuildDistribution(logits, vocab);
+  const float* row = logits;
+  if (exclude >= 0 && exclude < vocab) {
+    scratch_.assign(logits, logits + vocab);
+    scratch_[exclude] = -std::numeric_limits<float>::infinity();
+    row = scratch_.data();
+  }
+  BuildDistribution(row, vocab);
   int32_t t = Draw();
   *confidence = 0.f;
   for (const auto& c : candidates_)

@@ -15,7 +15,9 @@ namespace tessera {
 // Per-request sampling state: the RNG and the token counts penalties need.
 class Sampler {
  public:
-  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+  // `end_ids`: the tokens that end generation (eos + stop ids), suppressed while fewer than
+  // params.min_tokens tokens were generated (HF MinNewTokensLengthLogitsProcessor, vLLM min_tokens).
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt, std::vector<int32_t> end_ids = {});
 
   // Records a token of the output (for presence / frequency / repetition penalties).
   void Observe(int32_t token);
@@ -25,7 +27,9 @@ class Sampler {
 
   // Draws x0 for a diffusion position and returns its probability under the distribution it was
   // drawn from (greedy: softmax(logits)[argmax]). No penalties: diffusion scores whole blocks.
-  int32_t SampleWithConfidence(const float* logits, int64_t vocab, float* confidence);
+  // `exclude` (the mask token) is never chosen; greedy confidence is still the model's probability
+  // softmax(logits)[x0] over the whole vocabulary.
+  int32_t SampleWithConfidence(const float* logits, int64_t vocab, float* confidence, int32_t exclude = -1);
 
   bool greedy() const { return params_.temperature <= 0.f; }
   const SamplingParams& params() const { return params_; }
@@ -38,10 +42,13 @@ class Sampler {
 
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::vector<int32_t> end_ids_;
+  int64_t generated_ = 0;
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<int32_t> seen_;  // prompt + output tokens, for the repetition penalty
   std::vector<char> seen_mask_;
   std::vector<std::pair<float, int32_t>> candidates_;  // (prob, token) after filtering
+  std::vector<float> scratch_;
 };
 
 // Index of the largest value; ties go to the lowest index (as torch.argmax).

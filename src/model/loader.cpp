@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -91,9 +94,25 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
 }
 
 WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-                           std::function<void(const std::string&)> log)
-    : cfg_(cfg), dir_(dir), out_(out), log_(std::move(log)) {
+                           std::function<void(const std::string&)> log, Backend* be, bool dummy)
+    : cfg_(cfg), dir_(dir), out_(out), log_(std::move(log)), be_(be), dummy_(dummy) {
+  if (dummy_) {
+    if (!be_) Fail(ErrorKind::kInvalidArgument, "dummy weights need a backend");
+    prefix_ = "model.";
+    for (const ExpectedTensor& t : ExpectedTensors(cfg_)) {
+      expected_.insert(t.name);
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      total_bytes_ += static_cast<size_t>(n) * (t.shape.size() >= 2 && t.shape[1] != 1 ? 2 : 4);
+    }
+    return;
+  }
   out_->reader = std::make_unique<CheckpointReader>(dir);
+  if (OnDevice())
+    for (const std::string& name : out_->reader->Names()) {
+      const TensorView* v = out_->reader->Find(name);
+      total_bytes_ += static_cast<size_t>(v->numel()) * 2;
+    }
   // Nested Qwen3.5 checkpoints keep the text model under model.language_model.
   prefix_ = out_->reader->Find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
 }
@@ -104,7 +123,86 @@ std::string WeightLoader::CheckpointName(const std::string& flat) const {
 }
 
 bool WeightLoader::Has(const std::string& flat) const {
+  if (dummy_) return expected_.count(flat) > 0;
   return out_->reader->Find(CheckpointName(flat)) != nullptr;
+}
+
+void WeightLoader::Progress(size_t bytes) {
+  done_bytes_ += bytes;
+  if (total_bytes_ == 0) return;
+  const int pct = static_cast<int>(std::min<size_t>(100, done_bytes_ * 100 / total_bytes_));
+  if (pct == last_percent_) return;
+  last_percent_ = pct;
+  std::fprintf(stderr, "\rtessera: %s weights on %s: %.2f / %.2f GB (%d%%)%s", dummy_ ? "generating" : "loading",
+               be_->Name(), done_bytes_ / 1e9, total_bytes_ / 1e9, pct, pct == 100 ? "\n" : "");
+  std::fflush(stderr);
+}
+
+Tensor WeightLoader::ToDevice(const Tensor& host) {
+  const int64_t n = host.numel();
+  Tensor t;
+  t.shape = host.shape;
+  t.dtype = DType::kBF16;
+  void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 2);
+  if (host.dtype == DType::kBF16) {
+    be_->Upload(dst, host.data, static_cast<size_t>(n) * 2);
+  } else {
+    TESSERA_CHECK(host.dtype == DType::kF32);
+    std::vector<uint16_t> tmp(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tmp[i] = F32ToBf16(host.f32()[i]);
+    be_->Upload(dst, tmp.data(), tmp.size() * 2);
+  }
+  t.data = dst;
+  Progress(static_cast<size_t>(n) * 2);
+  return t;
+}
+
+const float* WeightLoader::ToDeviceF32(const float* host, int64_t n) {
+  void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 4);
+  be_->Upload(dst, host, static_cast<size_t>(n) * 4);
+  Progress(static_cast<size_t>(n) * 2);
+  return static_cast<const float*>(dst);
+}
+
+Tensor WeightLoader::DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape) {
+  if (!expected_.count(flat))
+    Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", flat);
+  Tensor t;
+  t.shape = {shape[0], shape.size() > 1 ? shape[1] : 1};
+  t.dtype = DType::kBF16;
+  const int64_t n = t.numel();
+  void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 2);
+  // Uniform in +-1/sqrt(fan_in): activations keep their scale through the layers.
+  be_->FillRandom(dst, DType::kBF16, n, 1.0f / std::sqrt(static_cast<float>(t.shape[1])), 0.0f,
+                  std::hash<std::string>{}(flat));
+  t.data = dst;
+  Progress(static_cast<size_t>(n) * 2);
+  return t;
+}
+
+const float* WeightLoader::DummyVector(const std::string& flat, const std::vector<int64_t>& shape) {
+  if (!expected_.count(flat))
+    Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", flat);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  auto ends = [&](const char* suffix) {
+    const std::string s(suffix);
+    return flat.size() >= s.size() && flat.compare(flat.size() - s.size(), s.size(), s) == 0;
+  };
+  float scale = 0.1f, offset = 0.0f;
+  if (ends("linear_attn.norm.weight")) {
+    offset = 1.0f;  // the gated norm always multiplies by w
+  } else if (ends("norm.weight")) {
+    offset = cfg_.norm_style == RmsNormStyle::kOnePlusScale ? 0.0f : 1.0f;
+  } else if (ends("A_log") || ends("dt_bias")) {
+    scale = 0.5f;
+  } else if (ends("conv1d.weight")) {
+    scale = 0.3f;
+  }
+  void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 4);
+  be_->FillRandom(dst, DType::kF32, n, scale, offset, std::hash<std::string>{}(flat));
+  Progress(static_cast<size_t>(n) * 4);
+  return static_cast<const float*>(dst);
 }
 
 const TensorView& WeightLoader::View(const std::string& flat, const std::vector<int64_t>& shape) {
@@ -124,6 +222,13 @@ const TensorView& WeightLoader::View(const std::string& flat, const std::vector<
 }
 
 Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols) {
+  if (OnDevice() && v.dtype == DType::kBF16) {
+    Tensor host;
+    host.shape = {rows, cols};
+    host.dtype = DType::kBF16;
+    host.data = v.data + static_cast<size_t>(row0 * cols) * 2;
+    return ToDevice(host);
+  }
   Tensor t;
   t.shape = {rows, cols};
   const size_t esize = DTypeSize(v.dtype);
@@ -136,24 +241,37 @@ Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows,
     ConvertToF32(v.dtype, src, buf.data(), buf.size());
     t.dtype = DType::kF32;
     t.data = buf.data();
+    if (OnDevice()) {
+      Tensor d = ToDevice(t);
+      out_->owned_f32.pop_back();  // the host copy is no longer needed
+      return d;
+    }
   }
   return t;
 }
 
 Tensor WeightLoader::Matrix(const std::string& flat, const std::vector<int64_t>& shape) {
+  if (dummy_) return DummyMatrix(flat, shape);
   const TensorView& v = View(flat, shape);
   return MatrixRows(v, 0, shape[0], v.numel() / shape[0]);
 }
 
 const float* WeightLoader::Vector(const std::string& flat, const std::vector<int64_t>& shape) {
+  if (dummy_) return DummyVector(flat, shape);
   const TensorView& v = View(flat, shape);
   auto& buf = out_->owned_f32.emplace_back(static_cast<size_t>(v.numel()));
   ConvertToF32(v.dtype, v.data, buf.data(), buf.size());
+  if (OnDevice()) {
+    const float* d = ToDeviceF32(buf.data(), v.numel());
+    out_->owned_f32.pop_back();
+    return d;
+  }
   return buf.data();
 }
 
 Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int64_t>& shape,
                                   const std::vector<int64_t>& order) {
+  if (dummy_) return DummyMatrix(flat, shape);  // a permutation of random rows is random rows
   const TensorView& v = View(flat, shape);
   const int64_t rows = shape[0], cols = shape[1];
   TESSERA_CHECK(static_cast<int64_t>(order.size()) == rows);
@@ -174,10 +292,19 @@ Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int
     t.dtype = DType::kF32;
     t.data = buf.data();
   }
+  if (OnDevice()) {
+    Tensor d = ToDevice(t);
+    if (t.dtype == DType::kBF16)
+      out_->owned_bf16.pop_back();
+    else
+      out_->owned_f32.pop_back();
+    return d;
+  }
   return t;
 }
 
 void WeightLoader::Finish() {
+  if (dummy_) return;
   std::vector<std::string> skipped;
   for (const std::string& name : out_->reader->Names()) {
     if (consumed_.count(name)) continue;
@@ -232,8 +359,8 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
 }  // namespace
 
 void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights* out,
-                      std::function<void(const std::string&)> log) {
-  WeightLoader L(c, dir, out, std::move(log));
+                      std::function<void(const std::string&)> log, Backend* be, bool dummy) {
+  WeightLoader L(c, dir, out, std::move(log), be, dummy);
   const int64_t H = c.hidden_size;
   out->embed = L.Matrix("model.embed_tokens.weight", {c.vocab_size, H});
   int64_t n_attn = 0, n_gdn = 0;

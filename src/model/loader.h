@@ -1,7 +1,11 @@
 // tessera model: the checkpoint loader. Every tensor of the checkpoint is accounted for: each
 // expected tensor must exist with its shape and a float dtype (bf16 / f16 / f32), every tensor
 // present must be consumed, except the known-unused groups (vision tower, MTP head), which are
-// skipped by an explicit list and logged. bf16 tensors are used in place from the mapping.
+// skipped by an explicit list and logged. bf16 tensors are used in place from the mapping on the
+// CPU backend; on a device backend every tensor is copied to device memory (matrices as bf16,
+// vectors as f32) through the backend's pinned staging, with a progress line on stderr. Dummy
+// weights (LoadOptions::load_format "dummy") are random tensors of the expected shapes made on the
+// backend itself; no checkpoint is read.
 #pragma once
 
 #include <functional>
@@ -16,8 +20,9 @@ namespace tessera {
 
 class WeightLoader {
  public:
+  // be: where the weights go (nullptr or a host backend: used in place); dummy: random weights.
   WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-               std::function<void(const std::string&)> log);
+               std::function<void(const std::string&)> log, Backend* be = nullptr, bool dummy = false);
 
   // `flat` names are as in a flat checkpoint ("model.layers.0...."); nested Qwen3.5 checkpoints
   // are mapped to "model.language_model.*".
@@ -38,15 +43,27 @@ class WeightLoader {
 
  private:
   std::string CheckpointName(const std::string& flat) const;
+  bool OnDevice() const { return be_ && be_->IsDevice(); }
+  // The device copy of a host tensor (bf16 matrices; f32 / f16 converted to bf16).
+  Tensor ToDevice(const Tensor& host);
+  const float* ToDeviceF32(const float* host, int64_t n);
+  Tensor DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape);
+  const float* DummyVector(const std::string& flat, const std::vector<int64_t>& shape);
+  void Progress(size_t bytes);
   const ModelConfig& cfg_;
   std::string dir_;
   ModelWeights* out_;
   std::function<void(const std::string&)> log_;
   std::string prefix_;  // "model." or "model.language_model."
   std::set<std::string> consumed_;
+  Backend* be_ = nullptr;
+  bool dummy_ = false;
+  std::set<std::string> expected_;  // dummy: the flat names of the expected tensors
+  size_t total_bytes_ = 0, done_bytes_ = 0;
+  int last_percent_ = -1;
 };
 
 void LoadModelWeights(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-                      std::function<void(const std::string&)> log);
+                      std::function<void(const std::string&)> log, Backend* be = nullptr, bool dummy = false);
 
 }  // namespace tessera

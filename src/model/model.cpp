@@ -29,12 +29,20 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   std::unique_ptr<Model> m(new Model());
   m->cfg_ = ModelConfig::FromHf(LoadHfModelDir(dir));
   ArchFor(m->cfg_.family);  // fails early for an unregistered family
-  m->backend_ = MakeCpuBackend();
+  if (opts.load_format != "auto" && opts.load_format != "dummy")
+    Fail(ErrorKind::kInvalidArgument, "load format \"{}\" is not supported (expected auto or dummy)",
+         opts.load_format);
+  const bool dummy = opts.load_format == "dummy";
+  m->backend_ = MakeBackend(opts.device);
   m->weights_ = std::make_unique<ModelWeights>();
-  LoadModelWeights(m->cfg_, dir, m->weights_.get(), opts.log);
+  LoadModelWeights(m->cfg_, dir, m->weights_.get(), opts.log, m->backend_.get(), dummy);
+  m->backend_->Synchronize();
   m->caches_ = std::make_unique<ModelCaches>();
-  const std::string msg = fmt::format("loaded {} ({} layers, {} tensors) from {}", FamilyName(m->cfg_.family),
-                                      m->cfg_.num_layers, m->weights_->reader->size(), dir);
+  const std::string msg =
+      dummy ? fmt::format("made {} ({} layers) with dummy weights on {} ({:.2f} GB)", FamilyName(m->cfg_.family),
+                          m->cfg_.num_layers, m->backend_->Name(), m->weights_->device.total_bytes() / 1e9)
+            : fmt::format("loaded {} ({} layers, {} tensors) from {} on {}", FamilyName(m->cfg_.family),
+                          m->cfg_.num_layers, m->weights_->reader->size(), dir, m->backend_->Name());
   spdlog::info("{}", msg);
   if (opts.log) opts.log(msg);
   return m;
@@ -56,19 +64,25 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
          page_size, num_state_slots);
   ModelCaches& k = *caches_;
   k = ModelCaches{};
+  Backend& be = *backend_;
+  auto zeroed = [&](size_t floats) {
+    DeviceBuffer b = DeviceBuffer::Floats(be, static_cast<int64_t>(floats));
+    be.Zero(b.data(), b.bytes());
+    return b;
+  };
   k.num_pages = num_pages;
   k.page_size = page_size;
   k.num_slots = num_state_slots;
   const size_t kv = static_cast<size_t>(num_pages * page_size * cfg_.num_kv_heads * cfg_.head_dim);
   for (int64_t i = 0; i < cfg_.NumLayersOf(LayerKind::kFullAttention); ++i) {
-    k.k.emplace_back(kv, 0.0f);
-    k.v.emplace_back(kv, 0.0f);
+    k.k.push_back(zeroed(kv));
+    k.v.push_back(zeroed(kv));
   }
   k.conv_per_slot = cfg_.LinearConvDim() * std::max<int64_t>(cfg_.linear_conv_kernel - 1, 0);
   k.recurrent_per_slot = cfg_.linear_num_value_heads * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim;
   for (int64_t i = 0; i < cfg_.NumLayersOf(LayerKind::kLinearAttention); ++i) {
-    k.conv.emplace_back(static_cast<size_t>(k.conv_per_slot * num_state_slots), 0.0f);
-    k.recurrent.emplace_back(static_cast<size_t>(k.recurrent_per_slot * num_state_slots), 0.0f);
+    k.conv.push_back(zeroed(static_cast<size_t>(k.conv_per_slot * num_state_slots)));
+    k.recurrent.push_back(zeroed(static_cast<size_t>(k.recurrent_per_slot * num_state_slots)));
   }
 }
 
@@ -83,10 +97,10 @@ void Model::CopyStateSlot(int32_t from, int32_t to) {
          k.num_slots);
   if (from == to) return;
   for (size_t l = 0; l < k.conv.size(); ++l) {
-    std::memcpy(k.conv[l].data() + to * k.conv_per_slot, k.conv[l].data() + from * k.conv_per_slot,
-                k.conv_per_slot * sizeof(float));
-    std::memcpy(k.recurrent[l].data() + to * k.recurrent_per_slot,
-                k.recurrent[l].data() + from * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
+    backend_->CopyBuffer(k.conv[l].f32() + to * k.conv_per_slot, k.conv[l].f32() + from * k.conv_per_slot,
+                         k.conv_per_slot * sizeof(float));
+    backend_->CopyBuffer(k.recurrent[l].f32() + to * k.recurrent_per_slot,
+                         k.recurrent[l].f32() + from * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
   }
 }
 
@@ -95,8 +109,8 @@ void Model::ResetStateSlot(int32_t slot) {
   if (slot < 0 || slot >= k.num_slots)
     Fail(ErrorKind::kInvalidArgument, "ResetStateSlot({}): slot out of range (allocated {})", slot, k.num_slots);
   for (size_t l = 0; l < k.conv.size(); ++l) {
-    std::fill_n(k.conv[l].data() + slot * k.conv_per_slot, k.conv_per_slot, 0.0f);
-    std::fill_n(k.recurrent[l].data() + slot * k.recurrent_per_slot, k.recurrent_per_slot, 0.0f);
+    backend_->Zero(k.conv[l].f32() + slot * k.conv_per_slot, k.conv_per_slot * sizeof(float));
+    backend_->Zero(k.recurrent[l].f32() + slot * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
   }
 }
 
@@ -161,48 +175,52 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
 
   ForwardResult res;
   res.rows_processed = R;
-  std::vector<float> h(R * H), x(R * H), o(R * H);
-  be.Embedding(w.embed, tokens.data(), R, h.data());
-  if (opts.capture_hidden) res.hidden.push_back(h);
+  // Activations live in the backend's memory; token ids and positions stay on the host.
+  DeviceBuffer h = DeviceBuffer::Floats(be, R * H), x = DeviceBuffer::Floats(be, R * H),
+               o = DeviceBuffer::Floats(be, R * H);
+  be.Embedding(w.embed, tokens.data(), R, h.f32());
+  if (opts.capture_hidden) res.hidden.push_back(h.ToHost());
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
-    be.RmsNorm(h.data(), R, H, H, lw.input_norm, eps, one_plus, x.data(), H);
+    be.RmsNorm(h.f32(), R, H, H, lw.input_norm, eps, one_plus, x.f32(), H);
     if (lw.kind == LayerKind::kFullAttention)
-      AttentionForward(ctx, lw.attn, lw.cache_index, x.data(), o.data());
+      AttentionForward(ctx, lw.attn, lw.cache_index, x.f32(), o.f32());
     else
-      GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.data(), o.data());
-    be.Add(o.data(), R * H, h.data());
-    be.RmsNorm(h.data(), R, H, H, lw.post_norm, eps, one_plus, x.data(), H);
+      GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.f32(), o.f32());
+    be.Add(o.f32(), R * H, h.f32());
+    be.RmsNorm(h.f32(), R, H, H, lw.post_norm, eps, one_plus, x.f32(), H);
     if (lw.is_moe) {
       MoeStats stats;
-      MoeForward(ctx, lw.moe, x.data(), o.data(), opts.collect_expert_stats ? &stats : nullptr);
+      MoeForward(ctx, lw.moe, x.f32(), o.f32(), opts.collect_expert_stats ? &stats : nullptr);
       if (opts.collect_expert_stats) {
         res.distinct_experts_per_layer.push_back(static_cast<int32_t>(
             std::count_if(stats.token_counts.begin(), stats.token_counts.end(), [](int64_t n) { return n > 0; })));
         res.expert_token_counts.push_back(std::move(stats.token_counts));
       }
     } else {
-      DenseMlpForward(be, lw.mlp, R, x.data(), o.data());
+      DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
       if (opts.collect_expert_stats) {
         res.distinct_experts_per_layer.push_back(-1);
         res.expert_token_counts.emplace_back();
       }
     }
-    be.Add(o.data(), R * H, h.data());
-    if (opts.capture_hidden) res.hidden.push_back(h);
+    be.Add(o.f32(), R * H, h.f32());
+    if (opts.capture_hidden) res.hidden.push_back(h.ToHost());
   }
   if (opts.capture_hidden) {
     // transformers reports the final norm's output in place of the last layer's.
-    be.RmsNorm(h.data(), R, H, H, w.final_norm, eps, one_plus, res.hidden.back().data(), H);
+    be.RmsNorm(h.f32(), R, H, H, w.final_norm, eps, one_plus, x.f32(), H);
+    be.Download(res.hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
   }
   const int64_t L = static_cast<int64_t>(logit_rows.size());
-  std::vector<float> sel(L * H);
-  for (int64_t i = 0; i < L; ++i) be.Copy2D(h.data() + logit_rows[i] * H, 1, H, H, sel.data() + i * H, H);
-  be.RmsNorm(sel.data(), L, H, H, w.final_norm, eps, one_plus, sel.data(), H);
+  DeviceBuffer sel = DeviceBuffer::Floats(be, L * H), logits = DeviceBuffer::Floats(be, L * V);
+  for (int64_t i = 0; i < L; ++i) be.Copy2D(h.f32() + logit_rows[i] * H, 1, H, H, sel.f32() + i * H, H);
+  be.RmsNorm(sel.f32(), L, H, H, w.final_norm, eps, one_plus, sel.f32(), H);
+  be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
   res.logits.resize(L * V);
-  be.MatMul(sel.data(), L, w.lm_head, res.logits.data());
+  be.Download(res.logits.data(), logits.f32(), res.logits.size() * sizeof(float));
   return res;
 }
 

@@ -16,6 +16,10 @@ namespace tessera {
 
 struct LoadOptions {
   int threads = 0;  // 0: keep ThreadPool::Global() as it is
+  std::string device = "cpu";       // "cpu" or "cuda" (weights, caches and activations on the GPU)
+  // "auto": the safetensors checkpoint; "dummy": random non-zero weights of config.json's shapes
+  // made on the backend (for benchmarks; only config.json is read).
+  std::string load_format = "auto";
   std::function<void(const std::string&)> log;  // extra sink for load messages (spdlog always gets them)
 };
 
@@ -48,6 +52,7 @@ class Model {
   void CopyStateSlot(int32_t from, int32_t to);  // snapshot/restore of recurrent state
   void ResetStateSlot(int32_t slot);             // zero state for a new sequence
 
+  // Forward() returns logits on the host; callers of backend() ops use backend memory (backend.h).
   static int64_t KvBytesPerToken(const ModelConfig& cfg);         // f32 K and V, all attention layers
   static int64_t StateBytesPerSequence(const ModelConfig& cfg);   // f32 conv + recurrent state
 

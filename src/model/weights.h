@@ -2,6 +2,7 @@
 // checkpoint mapping; f32 buffers owned here for converted tensors and small vectors).
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -57,8 +58,33 @@ struct LayerWeights {
   int64_t cache_index = 0;  // index among the layers of its kind (KV cache or state slot storage)
 };
 
+// Weight memory in a backend's memory, carved from large chunks (256-byte aligned pieces), so a
+// model of tens of thousands of tensors takes a few allocations.
+class WeightArena {
+ public:
+  void* Alloc(Backend& be, size_t bytes) {
+    bytes = (bytes + 255) / 256 * 256;
+    if (chunks_.empty() || used_ + bytes > chunks_.back().bytes()) {
+      chunks_.emplace_back(be, std::max(bytes, kChunkBytes));
+      used_ = 0;
+    }
+    void* p = static_cast<char*>(chunks_.back().data()) + used_;
+    used_ += bytes;
+    total_ += bytes;
+    return p;
+  }
+  size_t total_bytes() const { return total_; }
+
+ private:
+  static constexpr size_t kChunkBytes = size_t{512} << 20;
+  std::deque<DeviceBuffer> chunks_;
+  size_t used_ = 0, total_ = 0;
+};
+
 struct ModelWeights {
-  std::unique_ptr<CheckpointReader> reader;      // keeps the mapping alive
+  // Declared first so it is destroyed last: the device copies of every tensor (device backends).
+  WeightArena device;
+  std::unique_ptr<CheckpointReader> reader;      // keeps the mapping alive (null for dummy weights)
   std::deque<std::vector<float>> owned_f32;      // converted tensors
   std::deque<std::vector<uint16_t>> owned_bf16;  // re-ordered tensors (qwen3_next fused projections)
   Tensor embed, lm_head;

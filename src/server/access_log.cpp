@@ -2,7 +2,6 @@
 #include "server/access_log.h"
 
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"

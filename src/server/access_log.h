@@ -16,7 +16,7 @@ struct AccessLogEntry {
   double ttft_s = -1, e2e_s = 0;
   bool stream = false;
   std::string finish_reason;
-  std::string error;             // message of an error answer
+  std::string error;               // message of an error answer
   std::string prompt, completion;  // only written when log_requests
 };
 

@@ -3,11 +3,10 @@
 // Stop() severs, so an engine that outlives the server never touches a dead io_context.
 #include "server/http_server.h"
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -204,14 +203,15 @@ void Session::DoRead() {
   parser_->body_limit(static_cast<uint64_t>(srv_->cfg.server.max_body_bytes));
   parser_->header_limit(64 * 1024);
   stream_.expires_after(kIdleTimeout);
-  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  http::async_read(stream_, buffer_, *parser_,
+                   beast::bind_front_handler(&Session::OnRead, shared_from_this()));
 }
 
 void Session::OnRead(beast::error_code ec, size_t) {
   if (ec == http::error::body_limit) {
     stream_.expires_never();
     active_ = true;
-  recorded_ = false;
+    recorded_ = false;
     srv_->BeginRequest();
     start_ = Clock::now();
     entry_ = {};
@@ -230,7 +230,7 @@ void Session::OnRead(beast::error_code ec, size_t) {
         ec != http::error::end_of_stream && ec != http::error::partial_message) {
       stream_.expires_never();
       active_ = true;
-  recorded_ = false;
+      recorded_ = false;
       srv_->BeginRequest();
       start_ = Clock::now();
       entry_ = {};
@@ -266,8 +266,10 @@ void Session::Handle(http::request<http::string_body>& req) {
   } catch (const ApiError& e) {
     SendError(e);
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kInvalidArgument) SendError(InvalidRequest(e.what()));
-    else SendError(ApiError(500, "internal_error", e.what()));
+    if (e.kind() == ErrorKind::kInvalidArgument)
+      SendError(InvalidRequest(e.what()));
+    else
+      SendError(ApiError(500, "internal_error", e.what()));
   } catch (const std::exception& e) {
     SendError(ApiError(500, "internal_error", std::string("internal error: ") + e.what()));
   }
@@ -290,7 +292,8 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
   if (path == "/health") {
     if (!get) throw ApiError(405, "invalid_request_error", "use GET /health");
     if (srv_->draining) return SendResponse(503, R"({"status":"draining"})", "application/json");
-    if (!srv_->engine.Snapshot().ready) return SendResponse(503, R"({"status":"loading"})", "application/json");
+    if (!srv_->engine.Snapshot().ready)
+      return SendResponse(503, R"({"status":"loading"})", "application/json");
     return SendResponse(200, R"({"status":"ok"})", "application/json");
   }
   if (!srv_->allow.Allowed(remote_))
@@ -303,19 +306,22 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
   if (path.rfind("/v1/", 0) == 0) Authenticate(req);
   if (path == "/v1/models") {
     if (!get) throw ApiError(405, "invalid_request_error", "use GET /v1/models");
-    return SendResponse(200, DumpJson(ModelsJson(srv_->engine.ModelInfo(), srv_->created)), "application/json");
+    return SendResponse(200, DumpJson(ModelsJson(srv_->engine.ModelInfo(), srv_->created)),
+                        "application/json");
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     if (!post) throw ApiError(405, "invalid_request_error", fmt::format("use POST {}", path));
     return StartGeneration(req, path == "/v1/chat/completions");
   }
   throw ApiError(404, "invalid_request_error",
-                 fmt::format("Unknown route: {} {}", std::string(req.method_string()), path), "", "not_found");
+                 fmt::format("Unknown route: {} {}", std::string(req.method_string()), path), "",
+                 "not_found");
 }
 
 void Session::StartGeneration(http::request<http::string_body>& req, bool chat) {
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
-  if (!srv_->engine.Snapshot().ready) throw ApiError(503, "service_unavailable", "the model is still loading");
+  if (!srv_->engine.Snapshot().ready)
+    throw ApiError(503, "service_unavailable", "the model is still loading");
   ojson body = ojson::parse(req.body(), nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) throw InvalidRequest("the request body is not valid JSON");
   const EngineModelInfo& info = srv_->engine.ModelInfo();
@@ -366,7 +372,8 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
   };
   auto r = srv_->conc.Acquire(on_admit, &g->ticket);
   if (r == ConcurrencyLimiter::Result::kRejected) {
-    ApiError e(429, "rate_limit_error", "Too many concurrent requests; retry later", "", "rate_limit_exceeded");
+    ApiError e(429, "rate_limit_error", "Too many concurrent requests; retry later", "",
+               "rate_limit_exceeded");
     e.retry_after_s = 1;
     throw e;
   }
@@ -378,9 +385,9 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
         std::chrono::duration<double>(srv_->cfg.server.request_timeout_s)));
     g->timer->async_wait([self = shared_from_this(), g](beast::error_code ec) {
       if (ec || g != self->gen_ || g->done) return;
-      self->FailGeneration(g, ApiError(504, "timeout_error",
-                                       fmt::format("request timed out after {} s",
-                                                   self->srv_->cfg.server.request_timeout_s)));
+      self->FailGeneration(
+          g, ApiError(504, "timeout_error",
+                      fmt::format("request timed out after {} s", self->srv_->cfg.server.request_timeout_s)));
     });
   }
   StartWatch(g);
@@ -397,9 +404,10 @@ void Session::OnAdmitted(const std::shared_ptr<Gen>& g) {
   g->admitted = true;
   g->admitted_at = Clock::now();
   if (g->req.stream) {
-    WriteRaw(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                         "Transfer-Encoding: chunked\r\nX-Request-Id: {}\r\nConnection: {}\r\n\r\n",
-                         entry_.request_id, keep_alive_ ? "keep-alive" : "close"));
+    WriteRaw(
+        fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                    "Transfer-Encoding: chunked\r\nX-Request-Id: {}\r\nConnection: {}\r\n\r\n",
+                    entry_.request_id, keep_alive_ ? "keep-alive" : "close"));
     if (g->req.chat)
       WriteChunk(SseData(ChatChunkJson(g->hdr, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
                                        g->req.include_usage)));
@@ -452,12 +460,15 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
                          : CompletionLogprobsJson(ev.logprobs, text_fn, g->text_offset);
       }
       g->text_offset += static_cast<int64_t>(ev.text.size());
-      if (g->parser) EmitParsed(g, g->parser->Push(ev.text), lp);
-      else EmitContent(g, ev.text, lp);
+      if (g->parser)
+        EmitParsed(g, g->parser->Push(ev.text), lp);
+      else
+        EmitContent(g, ev.text, lp);
       return;
     }
     case GenerationEvent::Kind::kDiffusionStep:
-      if (g->req.stream && g->req.stream_steps) WriteChunk(SseData(DiffusionStepJson(ev.step), "diffusion_step"));
+      if (g->req.stream && g->req.stream_steps)
+        WriteChunk(SseData(DiffusionStepJson(ev.step), "diffusion_step"));
       return;
     case GenerationEvent::Kind::kFinished:
       if (ev.finish_reason == FinishReason::kCancelled)
@@ -485,7 +496,8 @@ void Session::EmitContent(const std::shared_ptr<Gen>& g, const std::string& text
     WriteChunk(SseData(CompletionChunkJson(g->hdr, text, nullptr, logprobs, g->req.include_usage)));
 }
 
-void Session::EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs, const ojson& logprobs) {
+void Session::EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs,
+                         const ojson& logprobs) {
   ojson lp = logprobs;
   for (auto& e : evs) {
     if (!e.is_call) {
@@ -495,7 +507,9 @@ void Session::EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEv
     }
     g->calls.push_back(e.call);
     if (!g->req.stream) continue;
-    ojson head = {{"index", e.index}, {"id", e.call.id}, {"type", "function"},
+    ojson head = {{"index", e.index},
+                  {"id", e.call.id},
+                  {"type", "function"},
                   {"function", {{"name", e.call.name}, {"arguments", ""}}}};
     ojson args = {{"index", e.index}, {"function", {{"arguments", e.call.arguments}}}};
     WriteChunk(SseData(ChatChunkJson(g->hdr, {{"tool_calls", ojson::array({head})}}, nullptr, nullptr,
@@ -521,7 +535,8 @@ void Session::FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reaso
   m.cached_tokens.Inc({}, static_cast<double>(st.cached_tokens));
   if (g->req.diffusion) {
     if (st.forwards > 0)
-      m.diffusion_tokens_per_forward.Observe(static_cast<double>(completion) / static_cast<double>(st.forwards));
+      m.diffusion_tokens_per_forward.Observe(static_cast<double>(completion) /
+                                             static_cast<double>(st.forwards));
     for (int64_t s : st.steps_per_block) m.diffusion_steps_per_block.Observe(static_cast<double>(s));
   }
   srv_->rate.ChargeTokens(g->rate_key, completion, now);
@@ -541,7 +556,8 @@ void Session::FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reaso
   auto text_fn = [this](int32_t id) { return srv_->prompts.TokenText(id); };
   ojson lp = nullptr;
   if (g->req.logprobs)
-    lp = g->req.chat ? ChatLogprobsJson(g->logprobs, text_fn) : CompletionLogprobsJson(g->logprobs, text_fn, 0);
+    lp = g->req.chat ? ChatLogprobsJson(g->logprobs, text_fn)
+                     : CompletionLogprobsJson(g->logprobs, text_fn, 0);
   ojson body = g->req.chat ? ChatCompletionJson(g->hdr, g->content, g->calls, fr, usage, lp)
                            : CompletionJson(g->hdr, g->content, fr, usage, lp);
   SendResponse(200, DumpJson(body), "application/json");
@@ -634,7 +650,8 @@ void Session::SendResponse(int status, std::string body, const char* content_typ
 void Session::SendError(const ApiError& e, bool close) {
   std::vector<std::pair<std::string, std::string>> headers;
   if (e.status == 429)
-    headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, std::llround(std::ceil(e.retry_after_s)))));
+    headers.emplace_back("Retry-After",
+                         std::to_string(std::max<int64_t>(1, std::llround(std::ceil(e.retry_after_s)))));
   if (e.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   entry_.error = e.message;
   SendResponse(e.status, ErrorJson(e), "application/json", close, std::move(headers));
@@ -659,25 +676,29 @@ void Session::DoWrite() {
       end_after_write_ = false;
       if (entry_.status == 0) entry_.status = 200;
       FinishRequest();
-      if (keep_alive_) DoRead();
-      else GracefulClose();
+      if (keep_alive_)
+        DoRead();
+      else
+        GracefulClose();
     }
     return;
   }
   writing_ = true;
-  net::async_write(stream_, net::buffer(outq_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    if (ec || self->closed_) {
-      // The buffers are released only here, once no write refers to them any more.
-      self->outq_.clear();
-      self->end_after_write_ = false;
-      if (!self->closed_ && self->gen_ && !self->gen_->done) return self->ClientGone(self->gen_);
-      if (self->active_) self->FinishRequest();
-      return;
-    }
-    self->outq_.pop_front();
-    self->DoWrite();
-  });
+  net::async_write(stream_, net::buffer(outq_.front()),
+                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                     self->writing_ = false;
+                     if (ec || self->closed_) {
+                       // The buffers are released only here, once no write refers to them any more.
+                       self->outq_.clear();
+                       self->end_after_write_ = false;
+                       if (!self->closed_ && self->gen_ && !self->gen_->done)
+                         return self->ClientGone(self->gen_);
+                       if (self->active_) self->FinishRequest();
+                       return;
+                     }
+                     self->outq_.pop_front();
+                     self->DoWrite();
+                   });
 }
 
 void Session::Record() {
@@ -754,7 +775,8 @@ void HttpServer::Start() {
          ec.message());
   s.bound_port = s.acceptor.local_endpoint().port();
   net::post(s.acceptor.get_executor(), [impl = impl_] { impl->DoAccept(); });
-  for (int64_t i = 0; i < s.cfg.server.threads; ++i) s.threads.emplace_back([impl = impl_] { impl->ioc.run(); });
+  for (int64_t i = 0; i < s.cfg.server.threads; ++i)
+    s.threads.emplace_back([impl = impl_] { impl->ioc.run(); });
 }
 
 void HttpServer::StopAccepting() {
@@ -804,5 +826,7 @@ int64_t HttpServer::in_flight() const {
 }
 
 MetricsRegistry& HttpServer::metrics() { return impl_->registry; }
+
+ServerMetrics& HttpServer::server_metrics() { return impl_->m; }
 
 }  // namespace tessera

@@ -30,15 +30,19 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  void Start();         // binds host:port (Error when it cannot) and starts the I/O threads
-  void StopAccepting(); // closes the listener; /health turns 503 "draining"; new requests get 503
+  void Start();          // binds host:port (Error when it cannot) and starts the I/O threads
+  void StopAccepting();  // closes the listener; /health turns 503 "draining"; new requests get 503
   // Waits until no request is in flight (idle keep-alive connections do not count); false when
   // the deadline passed first.
   bool WaitForIdle(std::chrono::steady_clock::time_point deadline);
-  void Stop();          // cancels what is in flight, closes everything, joins the threads
-  int port() const;     // the bound port (after Start; useful with port 0)
+  void Stop();       // cancels what is in flight, closes everything, joins the threads
+  int port() const;  // the bound port (after Start; useful with port 0)
   int64_t in_flight() const;
   MetricsRegistry& metrics();
+  // The server's metric families, e.g. for a collector that copies the engine's per-expert routing
+  // counts into expert_routed_tokens ({layer, expert}) before each scrape:
+  //   server.metrics().AddCollector([&] { server.server_metrics().expert_routed_tokens.Set(...); });
+  ServerMetrics& server_metrics();
 
   struct Impl;
 

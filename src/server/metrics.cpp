@@ -14,10 +14,14 @@ std::string EscapeLabelValue(const std::string& s) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -25,9 +29,12 @@ std::string EscapeLabelValue(const std::string& s) {
 std::string EscapeHelp(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -118,8 +125,7 @@ void MetricFamily::Render(std::string& out) const {
   // A family without labels always shows its one series (0 before anything happened).
   if (series_.empty() && label_names_.empty()) {
     if (type_ == Type::kHistogram) {
-      for (double b : bounds_)
-        out += fmt::format("{}_bucket{{le=\"{}\"}} 0\n", name_, FormatMetricValue(b));
+      for (double b : bounds_) out += fmt::format("{}_bucket{{le=\"{}\"}} 0\n", name_, FormatMetricValue(b));
       out += fmt::format("{}_bucket{{le=\"+Inf\"}} 0\n{}_sum 0\n{}_count 0\n", name_, name_, name_);
     } else {
       out += name_ + " 0\n";
@@ -134,11 +140,11 @@ void MetricFamily::Render(std::string& out) const {
     uint64_t cum = 0;
     for (size_t i = 0; i < bounds_.size(); ++i) {
       cum += s.buckets[i];
-      out += name_ + "_bucket" + LabelText(label_names_, lv, "le", FormatMetricValue(bounds_[i])) +
-             " " + std::to_string(cum) + "\n";
+      out += name_ + "_bucket" + LabelText(label_names_, lv, "le", FormatMetricValue(bounds_[i])) + " " +
+             std::to_string(cum) + "\n";
     }
-    out += name_ + "_bucket" + LabelText(label_names_, lv, "le", "+Inf") + " " +
-           std::to_string(s.count) + "\n";
+    out +=
+        name_ + "_bucket" + LabelText(label_names_, lv, "le", "+Inf") + " " + std::to_string(s.count) + "\n";
     out += name_ + "_sum" + LabelText(label_names_, lv) + " " + FormatMetricValue(s.value) + "\n";
     out += name_ + "_count" + LabelText(label_names_, lv) + " " + std::to_string(s.count) + "\n";
   }
@@ -163,8 +169,8 @@ MetricFamily& MetricsRegistry::Gauge(const std::string& name, const std::string&
 
 MetricFamily& MetricsRegistry::Histogram(const std::string& name, const std::string& help,
                                          std::vector<double> buckets, std::vector<std::string> labels) {
-  return Add(std::make_unique<MetricFamily>(name, help, MetricFamily::Type::kHistogram,
-                                            std::move(labels), std::move(buckets)));
+  return Add(std::make_unique<MetricFamily>(name, help, MetricFamily::Type::kHistogram, std::move(labels),
+                                            std::move(buckets)));
 }
 
 void MetricsRegistry::AddCollector(std::function<void()> fn) {
@@ -186,9 +192,8 @@ std::string MetricsRegistry::Render() const {
 }
 
 namespace {
-const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
-                                             0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10,   20,  40,
-                                             80,    160,   640};
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                             1.0,   2.5,   5.0,  7.5,  10,   20,   40,   80,  160,  640};
 const std::vector<double> kCountBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 }  // namespace
 
@@ -196,10 +201,8 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
     : requests_running(r.Gauge("tessera_num_requests_running", "Requests in the engine's running batch.")),
       requests_waiting(r.Gauge("tessera_num_requests_waiting",
                                "Requests waiting (engine queue plus the server's admission queue).")),
-      http_requests(r.Counter("tessera_http_requests_total", "HTTP requests answered.",
-                              {"path", "code"})),
-      errors(r.Counter("tessera_request_errors_total", "Requests answered with an error status.",
-                       {"code"})),
+      http_requests(r.Counter("tessera_http_requests_total", "HTTP requests answered.", {"path", "code"})),
+      errors(r.Counter("tessera_request_errors_total", "Requests answered with an error status.", {"code"})),
       ttft(r.Histogram("tessera_time_to_first_token_seconds",
                        "Time from request arrival to its first output token.", kLatencyBuckets)),
       inter_token(r.Histogram("tessera_inter_token_latency_seconds",
@@ -211,12 +214,12 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                              "Time waiting for admission and in the engine queue.", kLatencyBuckets)),
       prompt_tokens(r.Counter("tessera_prompt_tokens_total", "Prompt tokens processed.")),
       generation_tokens(r.Counter("tessera_generation_tokens_total", "Output tokens generated.")),
-      cached_tokens(r.Counter("tessera_prompt_tokens_cached_total",
-                              "Prompt tokens served from the prefix cache.")),
+      cached_tokens(
+          r.Counter("tessera_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.")),
       prefix_cache_queries(r.Counter("tessera_prefix_cache_queries_total",
-                                   "Prefix cache lookups, in tokens, since start (engine count).")),
+                                     "Prefix cache lookups, in tokens, since start (engine count).")),
       prefix_cache_hits(r.Counter("tessera_prefix_cache_hits_total",
-                                "Prefix cache hits, in tokens, since start (engine count).")),
+                                  "Prefix cache hits, in tokens, since start (engine count).")),
       kv_pages_used(r.Gauge("tessera_kv_cache_pages_used", "KV cache pages in use.")),
       kv_pages_total(r.Gauge("tessera_kv_cache_pages_total", "KV cache pages in the pool.")),
       diffusion_tokens_per_forward(r.Histogram("tessera_diffusion_tokens_per_forward",
@@ -225,8 +228,7 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
       diffusion_steps_per_block(r.Histogram("tessera_diffusion_steps_per_block",
                                             "Denoising steps a diffusion block took.", kCountBuckets)),
       expert_routed_tokens(r.Counter("tessera_moe_routed_tokens_total",
-                                     "Tokens routed to each expert of each MoE layer.",
-                                     {"layer", "expert"})),
+                                     "Tokens routed to each expert of each MoE layer.", {"layer", "expert"})),
       ready(r.Gauge("tessera_ready", "1 when the model is loaded and serving.")) {}
 
 }  // namespace tessera

@@ -21,11 +21,11 @@ class MetricFamily {
 
   // label_values must have one value per label name (else Error(kInternal)).
   void Inc(const std::vector<std::string>& label_values = {}, double v = 1.0);  // counter, gauge
-  void Set(const std::vector<std::string>& label_values, double v);              // gauge
+  void Set(const std::vector<std::string>& label_values, double v);             // gauge
   void Set(double v) { Set({}, v); }
-  void Observe(const std::vector<std::string>& label_values, double v);          // histogram
+  void Observe(const std::vector<std::string>& label_values, double v);  // histogram
   void Observe(double v) { Observe({}, v); }
-  double Value(const std::vector<std::string>& label_values = {}) const;  // counter/gauge; sum for hist
+  double Value(const std::vector<std::string>& label_values = {}) const;    // counter/gauge; sum for hist
   uint64_t Count(const std::vector<std::string>& label_values = {}) const;  // histogram
 
   void Render(std::string& out) const;
@@ -33,9 +33,9 @@ class MetricFamily {
 
  private:
   struct Series {
-    double value = 0;                 // counter / gauge / histogram sum
-    uint64_t count = 0;               // histogram
-    std::vector<uint64_t> buckets;    // histogram, per bucket (not cumulative)
+    double value = 0;               // counter / gauge / histogram sum
+    uint64_t count = 0;             // histogram
+    std::vector<uint64_t> buckets;  // histogram, per bucket (not cumulative)
   };
   Series& Get(const std::vector<std::string>& label_values);
 
@@ -51,8 +51,7 @@ class MetricsRegistry {
  public:
   MetricFamily& Counter(const std::string& name, const std::string& help,
                         std::vector<std::string> labels = {});
-  MetricFamily& Gauge(const std::string& name, const std::string& help,
-                      std::vector<std::string> labels = {});
+  MetricFamily& Gauge(const std::string& name, const std::string& help, std::vector<std::string> labels = {});
   MetricFamily& Histogram(const std::string& name, const std::string& help, std::vector<double> buckets,
                           std::vector<std::string> labels = {});
   // Run before each Render (to copy gauges from an engine snapshot, say).
@@ -75,25 +74,25 @@ std::string FormatMetricValue(double v);
 // The metrics the server exports; created in one place so names stay consistent.
 struct ServerMetrics {
   explicit ServerMetrics(MetricsRegistry& r);
-  MetricFamily& requests_running;     // gauge (engine snapshot)
-  MetricFamily& requests_waiting;     // gauge (engine snapshot + server queue)
-  MetricFamily& http_requests;        // counter {path, code}
-  MetricFamily& errors;               // counter {code}
-  MetricFamily& ttft;                 // histogram seconds
-  MetricFamily& inter_token;          // histogram seconds
-  MetricFamily& e2e;                  // histogram seconds
-  MetricFamily& queue_time;           // histogram seconds
-  MetricFamily& prompt_tokens;        // counter
-  MetricFamily& generation_tokens;    // counter
-  MetricFamily& cached_tokens;        // counter (prompt tokens served from the prefix cache)
-  MetricFamily& prefix_cache_queries; // counter set from the engine's cumulative count (tokens)
-  MetricFamily& prefix_cache_hits;    // counter set likewise
-  MetricFamily& kv_pages_used;        // gauge
-  MetricFamily& kv_pages_total;       // gauge
+  MetricFamily& requests_running;              // gauge (engine snapshot)
+  MetricFamily& requests_waiting;              // gauge (engine snapshot + server queue)
+  MetricFamily& http_requests;                 // counter {path, code}
+  MetricFamily& errors;                        // counter {code}
+  MetricFamily& ttft;                          // histogram seconds
+  MetricFamily& inter_token;                   // histogram seconds
+  MetricFamily& e2e;                           // histogram seconds
+  MetricFamily& queue_time;                    // histogram seconds
+  MetricFamily& prompt_tokens;                 // counter
+  MetricFamily& generation_tokens;             // counter
+  MetricFamily& cached_tokens;                 // counter (prompt tokens served from the prefix cache)
+  MetricFamily& prefix_cache_queries;          // counter set from the engine's cumulative count (tokens)
+  MetricFamily& prefix_cache_hits;             // counter set likewise
+  MetricFamily& kv_pages_used;                 // gauge
+  MetricFamily& kv_pages_total;                // gauge
   MetricFamily& diffusion_tokens_per_forward;  // histogram
   MetricFamily& diffusion_steps_per_block;     // histogram
   MetricFamily& expert_routed_tokens;          // counter {layer, expert}
-  MetricFamily& ready;                // gauge 0/1
+  MetricFamily& ready;                         // gauge 0/1
 };
 
 }  // namespace tessera

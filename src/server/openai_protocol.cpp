@@ -79,8 +79,7 @@ void CheckModel(const ojson& body, ParsedRequest& r, const EngineModelInfo& mode
   r.model = model.name;
   if (name && *name != model.name)
     throw ApiError(404, "invalid_request_error",
-                   fmt::format("The model '{}' does not exist (this server serves '{}')", *name,
-                               model.name),
+                   fmt::format("The model '{}' does not exist (this server serves '{}')", *name, model.name),
                    "model", "model_not_found");
 }
 
@@ -125,8 +124,7 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
       Bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", TypeName(*st)));
     }
   }
-  if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX); n && *n != 1)
-    Bad("n", "only n=1 is supported");
+  if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX); n && *n != 1) Bad("n", "only n=1 is supported");
   if (auto v = GetString(body, "user")) r.user = *v;
   if (const ojson* rf = Field(body, "response_format")) {
     if (!rf->is_object() || rf->value("type", "") != "text")
@@ -151,10 +149,14 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
       dp.threshold = static_cast<float>(*v);
     }
     if (auto v = GetString(*d, "policy")) {
-      if (*v == "static") dp.policy = DiffusionPolicy::kStatic;
-      else if (*v == "threshold") dp.policy = DiffusionPolicy::kThreshold;
-      else if (*v == "editing") dp.policy = DiffusionPolicy::kEditing;
-      else Bad("policy", fmt::format("'policy' must be static, threshold or editing, got '{}'", *v));
+      if (*v == "static")
+        dp.policy = DiffusionPolicy::kStatic;
+      else if (*v == "threshold")
+        dp.policy = DiffusionPolicy::kThreshold;
+      else if (*v == "editing")
+        dp.policy = DiffusionPolicy::kEditing;
+      else
+        Bad("policy", fmt::format("'policy' must be static, threshold or editing, got '{}'", *v));
     }
     if (auto v = GetBool(*d, "stream_steps")) r.stream_steps = *v;
   } catch (const ApiError& e) {
@@ -192,18 +194,19 @@ std::string ContentText(const ojson& content, const std::string& param) {
 ojson NormalizeMessage(const ojson& m, size_t i) {
   std::string p = fmt::format("messages[{}]", i);
   if (!m.is_object()) Bad(p, fmt::format("'{}' must be an object", p));
-  if (!m.contains("role") || !m["role"].is_string()) Bad(p + ".role", fmt::format("'{}.role' must be a string", p));
+  if (!m.contains("role") || !m["role"].is_string())
+    Bad(p + ".role", fmt::format("'{}.role' must be a string", p));
   std::string role = m["role"].get<std::string>();
   if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
-    Bad(p + ".role", fmt::format("'{}.role' '{}' is not one of system, developer, user, assistant, tool",
-                                 p, role));
+    Bad(p + ".role",
+        fmt::format("'{}.role' '{}' is not one of system, developer, user, assistant, tool", p, role));
   ojson out = ojson::object();
   out["role"] = role;
   bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
   auto c = m.find("content");
   if (c == m.end() || c->is_null()) {
     if (role != "assistant") Bad(p + ".content", fmt::format("'{}.content' is required", p));
-    out["content"] = nullptr;
+    out["content"] = "";  // templates test `'x' in content`; null would make them fail (as vLLM)
   } else {
     out["content"] = ContentText(*c, p + ".content");
   }
@@ -281,14 +284,19 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
   if (tc == nullptr) return;
   if (tc->is_string()) {
     std::string v = tc->get<std::string>();
-    if (v == "auto") r.tool_choice = ToolChoice::kAuto;
-    else if (v == "none") r.tool_choice = ToolChoice::kNone;
-    else if (v == "required") r.tool_choice = ToolChoice::kRequired;
-    else Bad("tool_choice", fmt::format("'tool_choice' must be auto, none, required or an object, got '{}'", v));
+    if (v == "auto")
+      r.tool_choice = ToolChoice::kAuto;
+    else if (v == "none")
+      r.tool_choice = ToolChoice::kNone;
+    else if (v == "required")
+      r.tool_choice = ToolChoice::kRequired;
+    else
+      Bad("tool_choice", fmt::format("'tool_choice' must be auto, none, required or an object, got '{}'", v));
   } else if (tc->is_object()) {
     if (tc->value("type", "") != "function" || !tc->contains("function") || !(*tc)["function"].is_object() ||
         !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string())
-      Bad("tool_choice", "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      Bad("tool_choice",
+          "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
     r.tool_choice = ToolChoice::kNamed;
     r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
   } else {
@@ -300,7 +308,8 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
     bool found = false;
     for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
     if (!found)
-      Bad("tool_choice", fmt::format("'tool_choice' names '{}', which is not in 'tools'", r.tool_choice_name));
+      Bad("tool_choice",
+          fmt::format("'tool_choice' names '{}', which is not in 'tools'", r.tool_choice_name));
   }
 }
 
@@ -323,18 +332,30 @@ std::string ErrorJson(const ApiError& e) {
 
 const char* HttpReasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Error";
   }
 }
 
@@ -412,7 +433,8 @@ ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& m
     r.max_tokens_given = true;
   }
   if (auto echo = GetBool(body, "echo"); echo && *echo) Bad("echo", "'echo' is not supported");
-  if (auto suffix = GetString(body, "suffix"); suffix && !suffix->empty()) Bad("suffix", "'suffix' is not supported");
+  if (auto suffix = GetString(body, "suffix"); suffix && !suffix->empty())
+    Bad("suffix", "'suffix' is not supported");
   if (auto best = GetInt(body, "best_of", INT64_MIN, INT64_MAX); best && *best != 1)
     Bad("best_of", "only best_of=1 is supported");
   if (auto lp = GetInt(body, "logprobs", 0, 5)) {
@@ -456,11 +478,16 @@ int64_t UnixNow() {
 
 const char* FinishReasonText(FinishReason r, bool tool_calls) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return tool_calls ? "tool_calls" : "stop";
-    case FinishReason::kCancelled: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return tool_calls ? "tool_calls" : "stop";
+    case FinishReason::kCancelled:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
   }
   return tool_calls ? "tool_calls" : "stop";
 }
@@ -511,8 +538,8 @@ ojson CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTe
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(t.size());
   }
-  return ojson{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops},
-               {"text_offset", offsets}};
+  return ojson{
+      {"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 namespace {
@@ -527,8 +554,9 @@ ojson Header(const ResponseHeader& h, const char* object) {
 ojson Reason(const char* r) { return r == nullptr ? ojson(nullptr) : ojson(r); }
 }  // namespace
 
-ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content, const std::vector<ToolCall>& calls,
-                         const char* finish_reason, const ojson& usage, const ojson& logprobs) {
+ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content,
+                         const std::vector<ToolCall>& calls, const char* finish_reason, const ojson& usage,
+                         const ojson& logprobs) {
   ojson j = Header(h, "chat.completion");
   ojson msg = ojson::object();
   msg["role"] = "assistant";
@@ -537,7 +565,8 @@ ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content, co
   if (!calls.empty()) {
     ojson tc = ojson::array();
     for (const auto& c : calls)
-      tc.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      tc.push_back(
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     msg["tool_calls"] = std::move(tc);
   }
   ojson choice = ojson::object();
@@ -550,8 +579,8 @@ ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content, co
   return j;
 }
 
-ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason, const ojson& logprobs,
-                    bool include_usage_field) {
+ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason,
+                    const ojson& logprobs, bool include_usage_field) {
   ojson j = Header(h, "chat.completion.chunk");
   ojson choice = ojson::object();
   choice["index"] = 0;
@@ -566,7 +595,8 @@ ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* fin
 ojson CompletionJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
                      const ojson& usage, const ojson& logprobs) {
   ojson j = Header(h, "text_completion");
-  ojson choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
+  ojson choice = {
+      {"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
   j["choices"] = ojson::array({choice});
   j["usage"] = usage;
   return j;
@@ -575,7 +605,8 @@ ojson CompletionJson(const ResponseHeader& h, const std::string& text, const cha
 ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
                           const ojson& logprobs, bool include_usage_field) {
   ojson j = Header(h, "text_completion");
-  ojson choice = {{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
+  ojson choice = {
+      {"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
   j["choices"] = ojson::array({choice});
   if (include_usage_field) j["usage"] = nullptr;
   return j;
@@ -589,8 +620,11 @@ ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage) {
 }
 
 ojson DiffusionStepJson(const DiffusionStepView& s) {
-  return ojson{{"block_start", s.block_start}, {"step", s.step},     {"block_tokens", s.block_tokens},
-               {"unmasked", s.unmasked},       {"conf", s.conf}};
+  return ojson{{"block_start", s.block_start},
+               {"step", s.step},
+               {"block_tokens", s.block_tokens},
+               {"unmasked", s.unmasked},
+               {"conf", s.conf}};
 }
 
 ojson ModelsJson(const EngineModelInfo& model, int64_t created) {

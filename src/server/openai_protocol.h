@@ -5,12 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/engine_api.h"
 #include "engine/request.h"
@@ -22,8 +21,7 @@ using ojson = nlohmann::ordered_json;
 
 // An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string type, std::string message, std::string param = "",
-           std::string code = "")
+  ApiError(int status, std::string type, std::string message, std::string param = "", std::string code = "")
       : std::runtime_error(message),
         status(status),
         type(std::move(type)),
@@ -54,7 +52,7 @@ struct ParsedRequest {
                                     // arguments objects (as chat templates expect)
   ojson tools;                      // null when none
   ToolChoice tool_choice = ToolChoice::kAuto;
-  std::string tool_choice_name;     // kNamed
+  std::string tool_choice_name;  // kNamed
   ojson chat_template_kwargs = ojson::object();
   // completions
   std::string prompt_text;
@@ -64,7 +62,7 @@ struct ParsedRequest {
   bool stream = false, include_usage = false;
   SamplingParams sampling;
   bool max_tokens_given = false;
-  bool logprobs = false;            // chat: logprobs=true; completions: logprobs=N given
+  bool logprobs = false;  // chat: logprobs=true; completions: logprobs=N given
   std::optional<DiffusionParams> diffusion;
   bool stream_steps = false;
   std::string user;
@@ -97,8 +95,8 @@ struct ResponseHeader {
   int64_t created = 0;
 };
 ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content,
-                         const std::vector<ToolCall>& calls, const char* finish_reason,
-                         const ojson& usage, const ojson& logprobs);
+                         const std::vector<ToolCall>& calls, const char* finish_reason, const ojson& usage,
+                         const ojson& logprobs);
 // delta: {"role": ...}/{"content": ...}/{"tool_calls": [...]}; finish_reason nullptr -> null.
 ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason,
                     const ojson& logprobs, bool include_usage_field);

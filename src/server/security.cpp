@@ -77,8 +77,7 @@ CidrRange CidrRange::Parse(std::string_view text) {
   int max_bits = v4_text ? 32 : 128;
   if (bits < 0) bits = max_bits;
   if (bits > max_bits)
-    Fail(ErrorKind::kInvalidArgument, "bad CIDR '{}': prefix length {} exceeds {}", text, bits,
-         max_bits);
+    Fail(ErrorKind::kInvalidArgument, "bad CIDR '{}': prefix length {} exceeds {}", text, bits, max_bits);
   CidrRange r;
   r.base_ = *ip;
   r.prefix_bits_ = v4_text ? 96 + bits : bits;
@@ -121,8 +120,7 @@ ApiKeyStore ApiKeyStore::Load(const std::vector<std::string>& keys, const std::s
     }
   }
   if (use_env) {
-    if (const char* env = std::getenv("TESSERA_API_KEY"); env != nullptr && *env != '\0')
-      store.Add(env);
+    if (const char* env = std::getenv("TESSERA_API_KEY"); env != nullptr && *env != '\0') store.Add(env);
   }
   return store;
 }
@@ -220,8 +218,7 @@ void RateLimiter::ChargeTokens(const std::string& key, int64_t tokens, SteadyClo
 ConcurrencyLimiter::ConcurrencyLimiter(int64_t max_running, int64_t max_queue)
     : max_running_(max_running), max_queue_(max_queue) {}
 
-ConcurrencyLimiter::Result ConcurrencyLimiter::Acquire(std::function<void()> on_admit,
-                                                       uint64_t* ticket) {
+ConcurrencyLimiter::Result ConcurrencyLimiter::Acquire(std::function<void()> on_admit, uint64_t* ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_ < max_running_ && waiters_.empty()) {
     ++running_;

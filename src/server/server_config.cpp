@@ -23,10 +23,10 @@ struct Entry {
   void* (*field)(ServerConfig&);
 };
 
-#define TESSERA_KEY(sec, key, flag, kind, secret, help)                                         \
-  Entry {                                                                                       \
-    ConfigKeyInfo{#sec "." #key, flag, ConfigValueKind::kind, secret, help},                    \
-        [](ServerConfig& c) -> void* { return &c.sec.key; }                                     \
+#define TESSERA_KEY(sec, key, flag, kind, secret, help)                      \
+  Entry {                                                                    \
+    ConfigKeyInfo{#sec "." #key, flag, ConfigValueKind::kind, secret, help}, \
+        [](ServerConfig& c) -> void* { return &c.sec.key; }                  \
   }
 
 const std::vector<Entry>& Entries() {
@@ -45,14 +45,12 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(server, metrics_require_key, "--metrics-require-key", kBool, false,
                   "/metrics needs an API key"),
       TESSERA_KEY(server, access_log, "--access-log", kString, false, "'-' stderr, '' off, or a file"),
-      TESSERA_KEY(server, log_requests, "--log-requests", kBool, false,
-                  "log prompts and completions"),
+      TESSERA_KEY(server, log_requests, "--log-requests", kBool, false, "log prompts and completions"),
       TESSERA_KEY(server, request_timeout_s, "--request-timeout", kDouble, false,
                   "seconds before a request is cancelled (0 = none)"),
       TESSERA_KEY(server, max_body_bytes, "--max-body-bytes", kBytes, false, "request body limit"),
       TESSERA_KEY(engine, max_num_seqs, "--max-num-seqs", kInt, false, "sequences per step"),
-      TESSERA_KEY(engine, max_num_batched_tokens, "--max-num-batched-tokens", kInt, false,
-                  "tokens per step"),
+      TESSERA_KEY(engine, max_num_batched_tokens, "--max-num-batched-tokens", kInt, false, "tokens per step"),
       TESSERA_KEY(engine, enable_prefix_caching, "--enable-prefix-caching", kBool, false,
                   "reuse KV pages of shared prefixes"),
       TESSERA_KEY(engine, enable_chunked_prefill, "--enable-chunked-prefill", kBool, false,
@@ -61,17 +59,14 @@ const std::vector<Entry>& Entries() {
                   "KV cache budget (bytes, or 4GiB...)"),
       TESSERA_KEY(engine, scheduling_policy, "--scheduling-policy", kString, false,
                   "fcfs|shortest_prompt_first|priority"),
-      TESSERA_KEY(engine, share_prefix_cache_across_keys, "--share-prefix-cache-across-keys", kBool,
-                  false, "let API keys hit each other's cached prefixes"),
+      TESSERA_KEY(engine, share_prefix_cache_across_keys, "--share-prefix-cache-across-keys", kBool, false,
+                  "let API keys hit each other's cached prefixes"),
       TESSERA_KEY(diffusion, block_size, "--diffusion-block-size", kInt, false, "0 = model default"),
       TESSERA_KEY(diffusion, steps, "--diffusion-steps", kInt, false, "0 = model default"),
-      TESSERA_KEY(diffusion, policy, "--diffusion-policy", kString, false,
-                  "static|threshold|editing"),
-      TESSERA_KEY(diffusion, threshold, "--diffusion-threshold", kDouble, false,
-                  "confidence threshold"),
+      TESSERA_KEY(diffusion, policy, "--diffusion-policy", kString, false, "static|threshold|editing"),
+      TESSERA_KEY(diffusion, threshold, "--diffusion-threshold", kDouble, false, "confidence threshold"),
       TESSERA_KEY(security, api_keys, "--api-key", kStringList, true, "accepted API keys"),
-      TESSERA_KEY(security, api_key_file, "--api-key-file", kString, false,
-                  "file of API keys, one a line"),
+      TESSERA_KEY(security, api_key_file, "--api-key-file", kString, false, "file of API keys, one a line"),
       TESSERA_KEY(security, allow_cidrs, "--allow-cidr", kStringList, false,
                   "client networks allowed (CIDR)"),
       TESSERA_KEY(limits, max_concurrent_requests, "--max-concurrent-requests", kInt, false,
@@ -150,11 +145,21 @@ std::vector<std::string> SplitList(const std::string& text) {
 void SetFromText(ServerConfig& cfg, const Entry& e, const std::string& text) {
   void* p = e.field(cfg);
   switch (e.info.kind) {
-    case ConfigValueKind::kString: *static_cast<std::string*>(p) = text; break;
-    case ConfigValueKind::kInt: *static_cast<int64_t*>(p) = ParseInt(text, e.info.path); break;
-    case ConfigValueKind::kDouble: *static_cast<double*>(p) = ParseDouble(text, e.info.path); break;
-    case ConfigValueKind::kBool: *static_cast<bool*>(p) = ParseBool(text, e.info.path); break;
-    case ConfigValueKind::kBytes: *static_cast<int64_t*>(p) = ParseByteSize(text, e.info.path); break;
+    case ConfigValueKind::kString:
+      *static_cast<std::string*>(p) = text;
+      break;
+    case ConfigValueKind::kInt:
+      *static_cast<int64_t*>(p) = ParseInt(text, e.info.path);
+      break;
+    case ConfigValueKind::kDouble:
+      *static_cast<double*>(p) = ParseDouble(text, e.info.path);
+      break;
+    case ConfigValueKind::kBool:
+      *static_cast<bool*>(p) = ParseBool(text, e.info.path);
+      break;
+    case ConfigValueKind::kBytes:
+      *static_cast<int64_t*>(p) = ParseByteSize(text, e.info.path);
+      break;
     case ConfigValueKind::kStringList:
       *static_cast<std::vector<std::string>*>(p) = SplitList(text);
       break;
@@ -174,9 +179,12 @@ std::string GetText(const ServerConfig& cfg, const Entry& e, bool mask) {
       return mask && !s.empty() ? "***" : s;
     }
     case ConfigValueKind::kInt:
-    case ConfigValueKind::kBytes: return std::to_string(*static_cast<int64_t*>(p));
-    case ConfigValueKind::kDouble: return FormatDouble(*static_cast<double*>(p));
-    case ConfigValueKind::kBool: return *static_cast<bool*>(p) ? "true" : "false";
+    case ConfigValueKind::kBytes:
+      return std::to_string(*static_cast<int64_t*>(p));
+    case ConfigValueKind::kDouble:
+      return FormatDouble(*static_cast<double*>(p));
+    case ConfigValueKind::kBool:
+      return *static_cast<bool*>(p) ? "true" : "false";
     case ConfigValueKind::kStringList: {
       std::string out;
       for (const auto& s : *static_cast<std::vector<std::string>*>(p)) {
@@ -217,15 +225,24 @@ int64_t ParseByteSize(std::string_view text, std::string_view what) {
   std::string u;
   for (char c : unit) u += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double mult = 0;
-  if (u.empty() || u == "b") mult = 1;
-  else if (u == "k" || u == "kb") mult = 1e3;
-  else if (u == "kib") mult = 1024.0;
-  else if (u == "m" || u == "mb") mult = 1e6;
-  else if (u == "mib") mult = 1024.0 * 1024;
-  else if (u == "g" || u == "gb") mult = 1e9;
-  else if (u == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (u == "t" || u == "tb") mult = 1e12;
-  else if (u == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (u.empty() || u == "b")
+    mult = 1;
+  else if (u == "k" || u == "kb")
+    mult = 1e3;
+  else if (u == "kib")
+    mult = 1024.0;
+  else if (u == "m" || u == "mb")
+    mult = 1e6;
+  else if (u == "mib")
+    mult = 1024.0 * 1024;
+  else if (u == "g" || u == "gb")
+    mult = 1e9;
+  else if (u == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (u == "t" || u == "tb")
+    mult = 1e12;
+  else if (u == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   else
     Fail(ErrorKind::kInvalidArgument, "config key '{}': unknown size unit '{}' in '{}'", what, unit, text);
   double bytes = v * mult;
@@ -259,8 +276,7 @@ std::string InterpolateEnv(std::string_view text, std::string_view what) {
     bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
     for (char c : name) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
     if (!valid)
-      Fail(ErrorKind::kInvalidArgument, "config key '{}': bad variable name '{}' in '{}'", what, name,
-           text);
+      Fail(ErrorKind::kInvalidArgument, "config key '{}': bad variable name '{}' in '{}'", what, name, text);
     const char* v = std::getenv(std::string(name).c_str());
     if (v != nullptr && (*v != '\0' || !def)) {
       out += v;
@@ -268,8 +284,7 @@ std::string InterpolateEnv(std::string_view text, std::string_view what) {
       out += *def;
     } else {
       Fail(ErrorKind::kInvalidArgument,
-           "config key '{}': environment variable '{}' is not set (use ${{{}:-default}})", what, name,
-           name);
+           "config key '{}': environment variable '{}' is not set (use ${{{}:-default}})", what, name, name);
     }
     i = close + 1;
   }
@@ -293,11 +308,10 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
     for (const char* s : kSections) known = known || sname == s;
     if (!known)
       Fail(ErrorKind::kInvalidArgument,
-           "{}: unknown key '{}' (sections: model, server, engine, diffusion, security, limits)",
-           source, sname);
+           "{}: unknown key '{}' (sections: model, server, engine, diffusion, security, limits)", source,
+           sname);
     if (sec.second.IsNull()) continue;
-    if (!sec.second.IsMap())
-      Fail(ErrorKind::kInvalidArgument, "{}: '{}' must be a mapping", source, sname);
+    if (!sec.second.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: '{}' must be a mapping", source, sname);
     for (const auto& kv : sec.second) {
       std::string path = sname + "." + kv.first.as<std::string>();
       const Entry* e = FindEntry(path);

@@ -17,24 +17,24 @@ class App;
 namespace tessera {
 
 struct ModelConfig {
-  std::string path;               // checkpoint directory
-  std::string name;               // served name ("" = the directory's base name)
-  std::string tokenizer;          // tokenizer directory ("" = path)
-  std::string dtype = "auto";     // auto | bf16 | f32 | f16
-  std::string device = "cpu";     // cpu | cuda | cuda:N
+  std::string path;                  // checkpoint directory
+  std::string name;                  // served name ("" = the directory's base name)
+  std::string tokenizer;             // tokenizer directory ("" = path)
+  std::string dtype = "auto";        // auto | bf16 | f32 | f16
+  std::string device = "cpu";        // cpu | cuda | cuda:N
   std::string load_format = "auto";  // auto | safetensors | dummy
-  int64_t max_model_len = 0;      // 0 = from the model's config
-  std::string chat_template;      // file overriding the tokenizer's template ("" = none)
+  int64_t max_model_len = 0;         // 0 = from the model's config
+  std::string chat_template;         // file overriding the tokenizer's template ("" = none)
 };
 
 struct HttpConfig {
   std::string host = "127.0.0.1";
-  int64_t port = 8000;            // 0 = ephemeral (tests)
-  int64_t threads = 2;            // I/O threads
+  int64_t port = 8000;  // 0 = ephemeral (tests)
+  int64_t threads = 2;  // I/O threads
   bool metrics_require_key = false;
-  std::string access_log = "-";   // "-" = stderr, "" = off, else a file appended to
-  bool log_requests = false;      // put prompts and completions in the access log
-  double request_timeout_s = 600; // 0 = none
+  std::string access_log = "-";    // "-" = stderr, "" = off, else a file appended to
+  bool log_requests = false;       // put prompts and completions in the access log
+  double request_timeout_s = 600;  // 0 = none
   int64_t max_body_bytes = 8 << 20;
 };
 
@@ -51,21 +51,21 @@ struct EngineConfig {
 struct DiffusionConfig {  // defaults for diffusion models; 0 / "" = the model's own default
   int64_t block_size = 0;
   int64_t steps = 0;
-  std::string policy;             // "" | static | threshold | editing
+  std::string policy;  // "" | static | threshold | editing
   double threshold = 0.9;
 };
 
 struct SecurityConfig {
   std::vector<std::string> api_keys;
-  std::string api_key_file;       // one key a line, '#' comments
+  std::string api_key_file;              // one key a line, '#' comments
   std::vector<std::string> allow_cidrs;  // empty = everyone
 };
 
 struct LimitsConfig {
   int64_t max_concurrent_requests = 256;
-  int64_t max_queue = 1024;       // requests waiting for a slot beyond that get 429
-  double requests_per_minute = 0; // per API key; 0 = unlimited
-  double tokens_per_minute = 0;   // per API key (prompt + completion); 0 = unlimited
+  int64_t max_queue = 1024;        // requests waiting for a slot beyond that get 429
+  double requests_per_minute = 0;  // per API key; 0 = unlimited
+  double tokens_per_minute = 0;    // per API key (prompt + completion); 0 = unlimited
 };
 
 struct ServerConfig {
@@ -80,10 +80,10 @@ struct ServerConfig {
 // One settable key. `kind` says how a text value is parsed.
 enum class ConfigValueKind { kString, kInt, kDouble, kBool, kBytes, kStringList };
 struct ConfigKeyInfo {
-  const char* path;   // "server.port"
-  const char* flag;   // "--port"
+  const char* path;  // "server.port"
+  const char* flag;  // "--port"
   ConfigValueKind kind;
-  bool secret;        // masked in EffectiveConfigString
+  bool secret;  // masked in EffectiveConfigString
   const char* help;
 };
 const std::vector<ConfigKeyInfo>& ConfigKeys();

@@ -76,16 +76,17 @@ std::vector<std::string> ParamTypes(const ojson& tools, const std::string& fn, c
 ojson ConvertParam(const std::string& value, const std::vector<std::string>& types) {
   bool is_string = false, has_non_string = false;
   for (const auto& t : types) {
-    if (t == "string") is_string = true;
-    else if (t != "null") has_non_string = true;
+    if (t == "string")
+      is_string = true;
+    else if (t != "null")
+      has_non_string = true;
   }
   if (is_string && !has_non_string) return value;
   ojson parsed = ojson::parse(value, nullptr, false);
   if (parsed.is_discarded()) return value;
   if (has_non_string) return parsed;  // the schema wants a number / bool / object ...
   // No schema information: keep JSON-looking scalars and structures, else the plain string.
-  if (parsed.is_number() || parsed.is_boolean() || parsed.is_object() || parsed.is_array())
-    return parsed;
+  if (parsed.is_number() || parsed.is_boolean() || parsed.is_object() || parsed.is_array()) return parsed;
   return value;
 }
 
@@ -234,8 +235,10 @@ std::vector<ToolStreamEvent> ToolCallParser::Finish() {
   if (num_calls_ == 0 && !held_ws_.empty()) {
     ToolStreamEvent ev;
     ev.content = std::move(held_ws_);
-    if (!out.empty() && !out.back().is_call) out.back().content += ev.content;
-    else out.push_back(std::move(ev));
+    if (!out.empty() && !out.back().is_call)
+      out.back().content += ev.content;
+    else
+      out.push_back(std::move(ev));
   }
   held_ws_.clear();
   return out;
@@ -247,8 +250,10 @@ ToolParseResult ParseToolCalls(std::string_view text, const ojson& tools,
   ToolParseResult r;
   auto take = [&](std::vector<ToolStreamEvent> evs) {
     for (auto& e : evs) {
-      if (e.is_call) r.calls.push_back(std::move(e.call));
-      else r.content += e.content;
+      if (e.is_call)
+        r.calls.push_back(std::move(e.call));
+      else
+        r.content += e.content;
     }
   };
   take(parser.Push(text));

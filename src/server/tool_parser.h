@@ -10,17 +10,16 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace tessera {
 
 struct ToolCall {
-  std::string id;         // "call_" + 24 random alphanumerics
+  std::string id;  // "call_" + 24 random alphanumerics
   std::string name;
   std::string arguments;  // a JSON object, as text
 };
@@ -53,8 +52,8 @@ class ToolCallParser {
   nlohmann::ordered_json tools_;
   std::function<std::string()> make_id_;
   bool in_call_ = false;
-  std::string pending_;   // unprocessed text (a possible partial tag, or a call's body so far)
-  std::string held_ws_;   // trailing whitespace not yet known to be content
+  std::string pending_;  // unprocessed text (a possible partial tag, or a call's body so far)
+  std::string held_ws_;  // trailing whitespace not yet known to be content
   bool after_call_ = false;
   int num_calls_ = 0;
 };

@@ -1,12 +1,13 @@
 // tessera tests: `tessera serve` configuration: YAML sections, ${VAR} interpolation, unknown keys
 // and bad values named in errors, byte sizes, CLI flag mapping and the masked effective config.
+#include "server/server_config.h"
+
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 
 #include "core/error.h"
-#include "server/server_config.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -175,7 +176,8 @@ TEST(ServerConfig, EffectiveConfigMasksSecrets) {
   EXPECT_NE(s.find("security.api_keys: ***,***"), std::string::npos) << s;
   EXPECT_NE(s.find("server.port: 1234"), std::string::npos) << s;
   // Every key appears exactly once.
-  for (const auto& k : ConfigKeys()) EXPECT_NE(s.find(std::string(k.path) + ": "), std::string::npos) << k.path;
+  for (const auto& k : ConfigKeys())
+    EXPECT_NE(s.find(std::string(k.path) + ": "), std::string::npos) << k.path;
 }
 
 TEST(ServerConfig, FlagTableCoversEveryKeyUniquely) {
@@ -189,13 +191,22 @@ TEST(ServerConfig, FlagTableCoversEveryKeyUniquely) {
 }
 
 TEST(ServerConfig, CliFlagsOverrideYaml) {
-  ServerConfig c = ParseServerConfig("server:\n  port: 9000\n  log_requests: true\nsecurity:\n  api_keys: [a]\n");
+  ServerConfig c =
+      ParseServerConfig("server:\n  port: 9000\n  log_requests: true\nsecurity:\n  api_keys: [a]\n");
   CLI::App app("test");
   ConfigFlagValues flags;
   RegisterConfigFlags(app, flags);
-  std::vector<std::string> argv = {"prog",    "--port",         "9100",      "--no-log-requests",
-                                   "--api-key", "k1",           "--api-key", "k2,k3",
-                                   "--kv-cache-memory", "1GiB", "--enable-chunked-prefill"};
+  std::vector<std::string> argv = {"prog",
+                                   "--port",
+                                   "9100",
+                                   "--no-log-requests",
+                                   "--api-key",
+                                   "k1",
+                                   "--api-key",
+                                   "k2,k3",
+                                   "--kv-cache-memory",
+                                   "1GiB",
+                                   "--enable-chunked-prefill"};
   std::vector<char*> ptrs;
   for (auto& a : argv) ptrs.push_back(a.data());
   app.parse(static_cast<int>(ptrs.size()), ptrs.data());

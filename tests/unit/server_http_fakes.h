@@ -12,11 +12,10 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/engine_api.h"
@@ -85,10 +84,10 @@ class FakeEngine : public EngineApi {
   std::atomic<bool> ready{true};
   // Behaviour of each request:
   std::vector<std::string> script = {"Hello", ",", " world", "!"};  // one kTokens event each
-  int delay_ms = 0;              // before each event
-  bool hang = false;             // after the script, wait until cancelled
+  int delay_ms = 0;                                                 // before each event
+  bool hang = false;                                                // after the script, wait until cancelled
   FinishReason finish = FinishReason::kStop;
-  std::string error;             // non-empty: a kError event after error_after pieces
+  std::string error;  // non-empty: a kError event after error_after pieces
   size_t error_after = 0;
   int diffusion_steps_per_block = 0;  // emit kDiffusionStep events before each piece
   bool with_logprobs = false;
@@ -124,7 +123,8 @@ class FakeEngine : public EngineApi {
       e.kind = GenerationEvent::Kind::kTokens;
       e.tokens = {static_cast<int32_t>(100 + i)};
       e.text = script[i];
-      if (with_logprobs && r.sampling.top_logprobs >= 0) e.logprobs = {{static_cast<int32_t>(100 + i), -0.5f, {{1, -1.0f}}}};
+      if (with_logprobs && r.sampling.top_logprobs >= 0)
+        e.logprobs = {{static_cast<int32_t>(100 + i), -0.5f, {{1, -1.0f}}}};
       r.on_event(e);
       ++n;
       if (diffusion_steps_per_block > 0) st.steps_per_block.push_back(diffusion_steps_per_block);
@@ -157,7 +157,8 @@ class FakePromptBuilder : public PromptBuilder {
     for (const auto& m : messages) {
       if (m["content"].is_string() && m["content"] == "TEMPLATE_ERROR")
         Fail(ErrorKind::kInvalidArgument, "template raised: bad message");
-      text += m["role"].get<std::string>() + ":" + (m["content"].is_string() ? m["content"].get<std::string>() : "") + "\n";
+      text += m["role"].get<std::string>() + ":" +
+              (m["content"].is_string() ? m["content"].get<std::string>() : "") + "\n";
     }
     text += "assistant:";
     return EncodeLocked(text);
@@ -182,8 +183,8 @@ class FakePromptBuilder : public PromptBuilder {
 struct HttpResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;                             // de-chunked
-  bool ok = false;                              // a whole response was read
+  std::string body;                            // de-chunked
+  bool ok = false;                             // a whole response was read
 };
 
 // A blocking HTTP/1.1 client on one connection (keep-alive capable).
@@ -291,7 +292,8 @@ class Client {
   std::string buf_;
 };
 
-inline HttpResponse Call(int port, const std::string& method, const std::string& path, const std::string& body = "",
+inline HttpResponse Call(int port, const std::string& method, const std::string& path,
+                         const std::string& body = "",
                          const std::map<std::string, std::string>& headers = {}) {
   Client c(port);
   if (!c.Send(method, path, body, headers)) return {};
@@ -314,9 +316,12 @@ inline bool ParseSse(const std::string& body, std::vector<SseEvent>& out) {
     while (lp <= block.size()) {
       size_t nl = block.find('\n', lp);
       std::string line = block.substr(lp, nl == std::string::npos ? std::string::npos : nl - lp);
-      if (line.rfind("data: ", 0) == 0) e.data += line.substr(6);
-      else if (line.rfind("event: ", 0) == 0) e.event = line.substr(7);
-      else return false;
+      if (line.rfind("data: ", 0) == 0)
+        e.data += line.substr(6);
+      else if (line.rfind("event: ", 0) == 0)
+        e.event = line.substr(7);
+      else
+        return false;
       if (nl == std::string::npos) break;
       lp = nl + 1;
     }

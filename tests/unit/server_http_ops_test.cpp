@@ -27,7 +27,8 @@ class ServerOps : public ::testing::Test {
     port = server->port();
   }
   static std::string ChatBody(bool stream = false) {
-    return ojson({{"messages", ojson::array({{{"role", "user"}, {"content", "Hi"}}})}, {"stream", stream}}).dump();
+    return ojson({{"messages", ojson::array({{{"role", "user"}, {"content", "Hi"}}})}, {"stream", stream}})
+        .dump();
   }
   static std::string ErrorType(const HttpResponse& r) {
     ojson j = ojson::parse(r.body, nullptr, false);
@@ -49,13 +50,19 @@ TEST_F(ServerOps, ApiKeys) {
   EXPECT_EQ(ErrorType(r), "invalid_request_error");
   EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "invalid_api_key");
   EXPECT_EQ(r.headers["www-authenticate"], "Bearer");
-  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-bad"}}).status, 401);
-  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Basic sk-good"}}).status, 401);
+  EXPECT_EQ(
+      Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-bad"}}).status,
+      401);
+  EXPECT_EQ(
+      Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Basic sk-good"}}).status,
+      401);
   EXPECT_EQ(Call(port, "GET", "/v1/models").status, 401);
   EXPECT_EQ(Call(port, "GET", "/v1/unknown").status, 401);  // no route discovery without a key
-  EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-good"}}).status, 200);
-  EXPECT_EQ(Call(port, "GET", "/health").status, 200);   // always open
-  EXPECT_EQ(Call(port, "GET", "/metrics").status, 200);  // open unless metrics_require_key
+  EXPECT_EQ(
+      Call(port, "POST", "/v1/chat/completions", ChatBody(), {{"Authorization", "Bearer sk-good"}}).status,
+      200);
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);            // always open
+  EXPECT_EQ(Call(port, "GET", "/metrics").status, 200);           // open unless metrics_require_key
   EXPECT_EQ(engine.last().cache_namespace.rfind("key-", 0), 0u);  // prefix cache isolated per key
 }
 
@@ -84,7 +91,8 @@ TEST_F(ServerOps, IpAllowList) {
 TEST_F(ServerOps, BodyLimit) {
   cfg.server.max_body_bytes = 2048;
   Start();
-  std::string big = ojson({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(8000, 'x')}}})}}).dump();
+  std::string big =
+      ojson({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(8000, 'x')}}})}}).dump();
   auto r = Call(port, "POST", "/v1/chat/completions", big);
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(ErrorType(r), "invalid_request_error");
@@ -128,9 +136,11 @@ TEST_F(ServerOps, ConcurrencyCapAndQueue) {
   cfg.limits.max_queue = 1;
   engine.delay_ms = 60;  // ~240 ms a request
   Start();
-  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  auto a =
+      std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  auto b = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  auto b =
+      std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto c = Call(port, "POST", "/v1/chat/completions", ChatBody());  // one running, one queued: full
   EXPECT_EQ(c.status, 429);
@@ -184,7 +194,8 @@ TEST_F(ServerOps, DisconnectWhileWaitingNonStreamingCancels) {
   {
     Client c(port);
     ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", ChatBody(false)));
-    for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_TRUE(engine.WaitCancelled(0));
 }
@@ -192,8 +203,10 @@ TEST_F(ServerOps, DisconnectWhileWaitingNonStreamingCancels) {
 TEST_F(ServerOps, GracefulShutdown) {
   engine.delay_ms = 100;  // ~400 ms
   Start();
-  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
-  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto a =
+      std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(server->in_flight(), 1);
   server->StopAccepting();
   EXPECT_FALSE(Client(port).connected());  // the listener is gone
@@ -205,8 +218,10 @@ TEST_F(ServerOps, GracefulShutdown) {
 TEST_F(ServerOps, WaitForIdleTimesOutAndStopCancels) {
   engine.hang = true;
   Start();
-  auto a = std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
-  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto a =
+      std::async(std::launch::async, [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); });
+  for (int i = 0; i < 200 && engine.num_submitted() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   server->StopAccepting();
   EXPECT_FALSE(server->WaitForIdle(std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
   server->Stop();

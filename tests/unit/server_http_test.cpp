@@ -26,7 +26,8 @@ class ServerHttp : public ::testing::Test {
     port = server->port();
     ASSERT_GT(port, 0);
   }
-  HttpResponse Post(const std::string& path, const ojson& body, const std::map<std::string, std::string>& h = {}) {
+  HttpResponse Post(const std::string& path, const ojson& body,
+                    const std::map<std::string, std::string>& h = {}) {
     return Call(port, "POST", path, body.dump(), h);
   }
   static ojson Chat(ojson extra = ojson::object()) {
@@ -34,7 +35,8 @@ class ServerHttp : public ::testing::Test {
     for (auto& [k, v] : extra.items()) b[k] = v;
     return b;
   }
-  static void ExpectError(const HttpResponse& r, int status, const std::string& param, const std::string& type = "invalid_request_error") {
+  static void ExpectError(const HttpResponse& r, int status, const std::string& param,
+                          const std::string& type = "invalid_request_error") {
     EXPECT_EQ(r.status, status) << r.body;
     ojson j = ojson::parse(r.body, nullptr, false);
     ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
@@ -42,8 +44,10 @@ class ServerHttp : public ::testing::Test {
     EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
     EXPECT_EQ(e["type"], type) << r.body;
     EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.body;
-    if (param.empty()) EXPECT_TRUE(e["param"].is_null()) << r.body;
-    else EXPECT_EQ(e["param"], param) << r.body;
+    if (param.empty())
+      EXPECT_TRUE(e["param"].is_null()) << r.body;
+    else
+      EXPECT_EQ(e["param"], param) << r.body;
   }
 
   ServerConfig cfg;
@@ -82,7 +86,8 @@ TEST_F(ServerHttp, ModelsAndUnknownRoutes) {
 
 TEST_F(ServerHttp, ChatCompletion) {
   Start();
-  auto r = Post("/v1/chat/completions", Chat({{"max_tokens", 50}, {"temperature", 0.5}, {"stop", "xyz"}, {"seed", 7}}));
+  auto r = Post("/v1/chat/completions",
+                Chat({{"max_tokens", 50}, {"temperature", 0.5}, {"stop", "xyz"}, {"seed", 7}}));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["content-type"], "application/json");
   ojson j = ojson::parse(r.body);
@@ -115,14 +120,16 @@ TEST_F(ServerHttp, ChatDefaultMaxTokensFillsTheContext) {
   Start();
   ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
   EXPECT_EQ(engine.last().sampling.max_tokens, 4096 - 18);
-  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"max_completion_tokens", 9}, {"max_tokens", 3}})).status, 200);
+  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"max_completion_tokens", 9}, {"max_tokens", 3}})).status,
+            200);
   EXPECT_EQ(engine.last().sampling.max_tokens, 9);
 }
 
 TEST_F(ServerHttp, ChatStreamFraming) {
   engine.finish = FinishReason::kLength;
   Start();
-  auto r = Post("/v1/chat/completions", Chat({{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  auto r =
+      Post("/v1/chat/completions", Chat({{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"], "text/event-stream");
   std::vector<SseEvent> evs;
@@ -136,7 +143,7 @@ TEST_F(ServerHttp, ChatStreamFraming) {
     ojson j = ojson::parse(evs[i].data);
     EXPECT_EQ(j["object"], "chat.completion.chunk");
     if (id.empty()) id = j["id"];
-    EXPECT_EQ(j["id"], id);  // one id for the whole stream
+    EXPECT_EQ(j["id"], id);     // one id for the whole stream
     if (i + 2 == evs.size()) {  // the usage chunk
       EXPECT_TRUE(j["choices"].empty());
       EXPECT_EQ(j["usage"]["completion_tokens"], 4);
@@ -145,8 +152,10 @@ TEST_F(ServerHttp, ChatStreamFraming) {
     }
     EXPECT_TRUE(j["usage"].is_null());
     const ojson& ch = j["choices"][0];
-    if (i == 0) EXPECT_EQ(ch["delta"]["role"], "assistant");
-    else EXPECT_FALSE(ch["delta"].contains("role"));
+    if (i == 0)
+      EXPECT_EQ(ch["delta"]["role"], "assistant");
+    else
+      EXPECT_FALSE(ch["delta"].contains("role"));
     if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
     if (!ch["finish_reason"].is_null()) {
       ++finish_chunks;
@@ -227,11 +236,19 @@ TEST_F(ServerHttp, ValidationErrors) {
       {chat, Chat({{"response_format", {{"type", "json_object"}}}}), 400, "response_format"},
       {chat, {{"messages", ojson::array({{{"role", "wizard"}, {"content", "x"}}})}}, 400, "messages[0].role"},
       {chat, {{"messages", ojson::array({{{"role", "user"}}})}}, 400, "messages[0].content"},
-      {chat, {{"messages", ojson::array({{{"role", "user"}, {"content", ojson::array({{{"type", "image_url"}}})}}})}}, 400,
+      {chat,
+       {{"messages",
+         ojson::array({{{"role", "user"}, {"content", ojson::array({{{"type", "image_url"}}})}}})}},
+       400,
        "messages[0].content[0].type"},
-      {chat, {{"messages", ojson::array({{{"role", "tool"}, {"content", "42"}}})}}, 400, "messages[0].tool_call_id"},
-      {chat, Chat({{"messages", ojson::array({{{"role", "user"}, {"content", "TEMPLATE_ERROR"}}})}}), 400, "messages"},
-      {chat, Chat({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}})}}), 400, "messages"},
+      {chat,
+       {{"messages", ojson::array({{{"role", "tool"}, {"content", "42"}}})}},
+       400,
+       "messages[0].tool_call_id"},
+      {chat, Chat({{"messages", ojson::array({{{"role", "user"}, {"content", "TEMPLATE_ERROR"}}})}}), 400,
+       "messages"},
+      {chat, Chat({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}})}}),
+       400, "messages"},
       {chat, Chat({{"max_tokens", 4090}}), 400, "max_tokens"},
       {cmpl, {{"prompt", ojson::array({"a", "b"})}}, 400, "prompt"},
       {cmpl, {{"prompt", ""}}, 400, "prompt"},
@@ -247,7 +264,8 @@ TEST_F(ServerHttp, ValidationErrors) {
   auto r = Post(chat, Chat({{"model", "gpt-4"}}));
   ExpectError(r, 404, "model");
   EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "model_not_found");
-  r = Post(chat, Chat({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}})}}));
+  r = Post(chat,
+           Chat({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}})}}));
   EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(engine.num_submitted(), 0u);  // nothing bad reached the engine
 }
@@ -263,13 +281,14 @@ TEST_F(ServerHttp, MessagesAreNormalizedForTheTemplate) {
   ASSERT_EQ(Post("/v1/chat/completions", Chat({{"messages", msgs}})).status, 200);
   const ojson& m = prompts.last_messages;
   EXPECT_EQ(m[0]["content"], "a\nb");
-  EXPECT_TRUE(m[2]["content"].is_null());
+  EXPECT_EQ(m[2]["content"], "");
   EXPECT_EQ(m[2]["tool_calls"][0]["function"]["arguments"], ojson({{"x", 1}}));  // an object for templates
   EXPECT_EQ(m[3]["tool_call_id"], "call_1");
 }
 
 TEST_F(ServerHttp, ToolCallsNonStreaming) {
-  engine.script = {"Checking.", "\n<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"};
+  engine.script = {"Checking.", "\n<tool_call>\n{\"name\": \"get_weather\", ",
+                   "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"};
   Start();
   ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
@@ -283,7 +302,8 @@ TEST_F(ServerHttp, ToolCallsNonStreaming) {
   EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
   EXPECT_EQ(msg["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
   EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(ojson::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()), ojson({{"city", "Paris"}}));
+  EXPECT_EQ(ojson::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            ojson({{"city", "Paris"}}));
   EXPECT_EQ(prompts.last_tools, tools);
   // tool_choice none: tools are neither given to the template nor parsed.
   r = Post("/v1/chat/completions", Chat({{"tools", tools}, {"tool_choice", "none"}}));
@@ -295,7 +315,8 @@ TEST_F(ServerHttp, ToolCallsNonStreaming) {
 }
 
 TEST_F(ServerHttp, ToolCallsStreaming) {
-  engine.script = {"<tool_", "call>\n<function=f>\n<parameter=n>\n5\n</para", "meter>\n</function>\n</tool_call>"};
+  engine.script = {"<tool_", "call>\n<function=f>\n<parameter=n>\n5\n</para",
+                   "meter>\n</function>\n</tool_call>"};
   Start();
   ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "f"}}])");
   auto r = Post("/v1/chat/completions", Chat({{"tools", tools}, {"stream", true}}));
@@ -328,13 +349,16 @@ TEST_F(ServerHttp, DiffusionStepEventsAndParams) {
   engine.diffusion_steps_per_block = 2;
   Start();
   ExpectError(Post("/v1/chat/completions", Chat({{"logprobs", true}})), 400, "logprobs");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"steps", "many"}}}})), 400, "diffusion.steps");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"policy", "magic"}}}})), 400, "diffusion.policy");
+  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"steps", "many"}}}})), 400,
+              "diffusion.steps");
+  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"policy", "magic"}}}})), 400,
+              "diffusion.policy");
   ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"block_size", 4}, {"steps", 8}}}})), 400,
               "diffusion.steps");
   ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"bogus", 1}}}})), 400, "diffusion.bogus");
   auto r = Post("/v1/chat/completions",
-                Chat({{"stream", true}, {"diffusion", {{"stream_steps", true}, {"policy", "threshold"}, {"threshold", 0.8}}}}));
+                Chat({{"stream", true},
+                      {"diffusion", {{"stream_steps", true}, {"policy", "threshold"}, {"threshold", 0.8}}}}));
   ASSERT_EQ(r.status, 200);
   GenerationRequest g = engine.last();
   ASSERT_TRUE(g.diffusion.has_value());
@@ -350,7 +374,8 @@ TEST_F(ServerHttp, DiffusionStepEventsAndParams) {
     ++steps;
     ojson j = ojson::parse(e.data);
     EXPECT_EQ(j["block_tokens"], ojson::array({7, 999, 8, 999}));
-    EXPECT_TRUE(j.contains("unmasked") && j.contains("conf") && j.contains("block_start") && j.contains("step"));
+    EXPECT_TRUE(j.contains("unmasked") && j.contains("conf") && j.contains("block_start") &&
+                j.contains("step"));
   }
   EXPECT_EQ(steps, 8);  // 4 blocks x 2 steps
   // Without stream_steps: no step events (and the engine is not asked for them).
@@ -406,6 +431,12 @@ TEST_F(ServerHttp, MetricsEndpoint) {
   EXPECT_EQ(e.Value("tessera_kv_cache_pages_total", {}), 100);
   EXPECT_EQ(e.Value("tessera_prefix_cache_hits_total", {}), 12);
   EXPECT_EQ(e.Value("tessera_ready", {}), 1);
+  // A collector can feed the per-expert routing counter (labels layer, expert).
+  server->metrics().AddCollector([&] { server->server_metrics().expert_routed_tokens.Set({"3", "41"}, 77); });
+  r = Call(port, "GET", "/metrics");
+  testing_metrics::Exposition e2;
+  ASSERT_TRUE(testing_metrics::CheckExposition(r.body, &e2, &err)) << err;
+  EXPECT_EQ(e2.Value("tessera_moe_routed_tokens_total", {{"layer", "3"}, {"expert", "41"}}), 77);
 }
 
 TEST_F(ServerHttp, AccessLog) {

@@ -81,9 +81,12 @@ inline bool CheckExposition(const std::string& text, Exposition* out, std::strin
           }
           if (i + 1 >= rest.size()) return fail(line, "dangling backslash in HELP");
           char c = rest[++i];
-          if (c == '\\') doc += '\\';
-          else if (c == 'n') doc += '\n';
-          else return fail(line, "bad escape in HELP");
+          if (c == '\\')
+            doc += '\\';
+          else if (c == 'n')
+            doc += '\n';
+          else
+            return fail(line, "bad escape in HELP");
         }
         if (e.help.count(name)) return fail(line, "second HELP line");
         e.help[name] = doc;
@@ -121,10 +124,14 @@ inline bool CheckExposition(const std::string& text, Exposition* out, std::strin
           if (c == '\\') {
             if (i >= line.size()) return fail(line, "dangling backslash");
             char d = line[i++];
-            if (d == '\\') val += '\\';
-            else if (d == '"') val += '"';
-            else if (d == 'n') val += '\n';
-            else return fail(line, "bad escape in label value");
+            if (d == '\\')
+              val += '\\';
+            else if (d == '"')
+              val += '"';
+            else if (d == 'n')
+              val += '\n';
+            else
+              return fail(line, "bad escape in label value");
           } else {
             val += c;
           }
@@ -132,9 +139,12 @@ inline bool CheckExposition(const std::string& text, Exposition* out, std::strin
         if (!closed) return fail(line, "unterminated label value");
         if (s.labels.count(lname)) return fail(line, "repeated label");
         s.labels[lname] = val;
-        if (i < line.size() && line[i] == ',') ++i;
-        else if (i < line.size() && line[i] == '}') continue;
-        else return fail(line, "expected ',' or '}'");
+        if (i < line.size() && line[i] == ',')
+          ++i;
+        else if (i < line.size() && line[i] == '}')
+          continue;
+        else
+          return fail(line, "expected ',' or '}'");
       }
     }
     for (const auto& [k, v] : s.labels) series_key += k + "=" + v + ",";
@@ -153,7 +163,8 @@ inline bool CheckExposition(const std::string& text, Exposition* out, std::strin
         std::string sf(suf);
         if (s.name.size() > sf.size() && s.name.compare(s.name.size() - sf.size(), sf.size(), sf) == 0) {
           std::string base = s.name.substr(0, s.name.size() - sf.size());
-          if (e.types.count(base) && (e.types[base] == "histogram" || e.types[base] == "summary")) family = base;
+          if (e.types.count(base) && (e.types[base] == "histogram" || e.types[base] == "summary"))
+            family = base;
         }
       }
     }

@@ -24,10 +24,13 @@ TEST(ServerMetrics, CheckerRejectsBadText) {
   EXPECT_FALSE(CheckExposition("# TYPE 1a counter\n1a 1\n", nullptr, &err));
   EXPECT_FALSE(CheckExposition("# TYPE a counter\na one\n", nullptr, &err));
   EXPECT_FALSE(CheckExposition("# TYPE a counter\n# TYPE a counter\na 1\n", nullptr, &err));
-  EXPECT_FALSE(CheckExposition("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
-                               nullptr, &err));
-  EXPECT_FALSE(CheckExposition("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", nullptr, &err));
-  EXPECT_TRUE(CheckExposition("# HELP a x\\\\y\n# TYPE a gauge\na{l=\"q\\\"\\n\\\\\"} -1.5e-3\na 2\n", nullptr, &err))
+  EXPECT_FALSE(CheckExposition(
+      "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n", nullptr,
+      &err));
+  EXPECT_FALSE(
+      CheckExposition("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", nullptr, &err));
+  EXPECT_TRUE(
+      CheckExposition("# HELP a x\\\\y\n# TYPE a gauge\na{l=\"q\\\"\\n\\\\\"} -1.5e-3\na 2\n", nullptr, &err))
       << err;
 }
 
@@ -44,7 +47,10 @@ TEST(ServerMetrics, RendersValidExposition) {
   for (double v : {0.05, 0.1, 0.5, 3.0, 100.0}) h.Observe(v);
   hl.Observe({"m\"1"}, 1.5);
   int collected = 0;
-  r.AddCollector([&] { g.Set(7); ++collected; });
+  r.AddCollector([&] {
+    g.Set(7);
+    ++collected;
+  });
   std::string text = r.Render();
   EXPECT_EQ(collected, 1);
   Exposition e;
@@ -79,9 +85,10 @@ TEST(ServerMetrics, ServerMetricSetIsValid) {
   for (const char* name :
        {"tessera_num_requests_running", "tessera_num_requests_waiting", "tessera_time_to_first_token_seconds",
         "tessera_inter_token_latency_seconds", "tessera_e2e_request_latency_seconds",
-        "tessera_request_queue_time_seconds", "tessera_prompt_tokens_total", "tessera_generation_tokens_total",
-        "tessera_prefix_cache_queries_total", "tessera_prefix_cache_hits_total", "tessera_kv_cache_pages_used",
-        "tessera_kv_cache_pages_total", "tessera_diffusion_tokens_per_forward", "tessera_diffusion_steps_per_block",
+        "tessera_request_queue_time_seconds", "tessera_prompt_tokens_total",
+        "tessera_generation_tokens_total", "tessera_prefix_cache_queries_total",
+        "tessera_prefix_cache_hits_total", "tessera_kv_cache_pages_used", "tessera_kv_cache_pages_total",
+        "tessera_diffusion_tokens_per_forward", "tessera_diffusion_steps_per_block",
         "tessera_moe_routed_tokens_total", "tessera_request_errors_total"})
     EXPECT_TRUE(e.types.count(name)) << name;
   EXPECT_EQ(e.Value("tessera_moe_routed_tokens_total", {{"layer", "0"}, {"expert", "17"}}), 5);

@@ -32,7 +32,8 @@ TEST(ServerSecurity, KeyStoreSources) {
   ApiKeyStore s = ApiKeyStore::Load({"sk-config"}, dir + "/keys");
   unsetenv("TESSERA_API_KEY");
   EXPECT_EQ(s.size(), 4u);
-  for (const char* k : {"sk-config", "sk-file-1", "sk-file-2", "sk-env"}) EXPECT_TRUE(s.Match(k).has_value()) << k;
+  for (const char* k : {"sk-config", "sk-file-1", "sk-file-2", "sk-env"})
+    EXPECT_TRUE(s.Match(k).has_value()) << k;
   EXPECT_FALSE(s.Match("sk-commented").has_value());
   EXPECT_FALSE(s.Match("# team keys").has_value());
   EXPECT_FALSE(s.Match("sk-file").has_value());
@@ -79,7 +80,7 @@ TEST(ServerSecurity, CidrIPv6) {
   EXPECT_TRUE(l.Allowed("::1"));
   EXPECT_FALSE(l.Allowed("::2"));
   EXPECT_TRUE(l.Allowed("fe80::1%eth0"));
-  EXPECT_TRUE(l.Allowed("febf::1"));   // fe80::/10 spans fe80..febf
+  EXPECT_TRUE(l.Allowed("febf::1"));  // fe80::/10 spans fe80..febf
   EXPECT_FALSE(l.Allowed("fec0::1"));
   EXPECT_FALSE(l.Allowed("127.0.0.1"));
   IpAllowList odd({"2001:db8:8000::/33"});
@@ -98,7 +99,7 @@ TEST(ServerSecurity, RateLimiterRequestsPerMinute) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(r.Admit("k", 10, t0).allowed) << i;
   auto d = r.Admit("k", 10, t0);
   EXPECT_FALSE(d.allowed);
-  EXPECT_NEAR(d.retry_after_s, 20.0, 1e-6);  // 3/min: one request every 20 s
+  EXPECT_NEAR(d.retry_after_s, 20.0, 1e-6);       // 3/min: one request every 20 s
   EXPECT_TRUE(r.Admit("other", 10, t0).allowed);  // per key
   EXPECT_FALSE(r.Admit("k", 10, t0 + std::chrono::seconds(19)).allowed);
   EXPECT_TRUE(r.Admit("k", 10, t0 + std::chrono::seconds(20)).allowed);

@@ -20,38 +20,41 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
 
   // q_proj: [rows, heads, (q | gate)] when gated; de-interleave into q and gate.
   const int64_t qp = gated ? 2 * qdim : qdim;
-  std::vector<float> qg(R * qp), q(R * qdim), gate, k(R * kvdim), v(R * kvdim), attn(R * qdim);
-  be.MatMul(x, R, w.q_proj, qg.data());
+  // Buffers in the backend's memory.
+  DeviceBuffer qg = DeviceBuffer::Floats(be, R * qp), q, gate, k = DeviceBuffer::Floats(be, R * kvdim),
+               v = DeviceBuffer::Floats(be, R * kvdim), attn = DeviceBuffer::Floats(be, R * qdim);
+  be.MatMul(x, R, w.q_proj, qg.f32());
   if (gated) {
-    gate.resize(R * qdim);
-    be.Copy2D(qg.data(), R * nh, hd, 2 * hd, q.data(), hd);
-    be.Copy2D(qg.data() + hd, R * nh, hd, 2 * hd, gate.data(), hd);
+    q = DeviceBuffer::Floats(be, R * qdim);
+    gate = DeviceBuffer::Floats(be, R * qdim);
+    be.Copy2D(qg.f32(), R * nh, hd, 2 * hd, q.f32(), hd);
+    be.Copy2D(qg.f32() + hd, R * nh, hd, 2 * hd, gate.f32(), hd);
   } else {
-    q.swap(qg);
+    q = std::move(qg);
   }
-  be.MatMul(x, R, w.k_proj, k.data());
-  be.MatMul(x, R, w.v_proj, v.data());
-  be.RmsNorm(q.data(), R * nh, hd, hd, w.q_norm, eps, one_plus, q.data(), hd);
-  be.RmsNorm(k.data(), R * kvh, hd, hd, w.k_norm, eps, one_plus, k.data(), hd);
-  be.Rope(q.data(), R, qdim, nh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
-  be.Rope(k.data(), R, kvdim, kvh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
+  be.MatMul(x, R, w.k_proj, k.f32());
+  be.MatMul(x, R, w.v_proj, v.f32());
+  be.RmsNorm(q.f32(), R * nh, hd, hd, w.q_norm, eps, one_plus, q.f32(), hd);
+  be.RmsNorm(k.f32(), R * kvh, hd, hd, w.k_norm, eps, one_plus, k.f32(), hd);
+  be.Rope(q.f32(), R, qdim, nh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
+  be.Rope(k.f32(), R, kvdim, kvh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
 
   float* k_cache = nullptr;
   float* v_cache = nullptr;
   if (ctx.caches && cache_index < static_cast<int64_t>(ctx.caches->k.size())) {
-    k_cache = ctx.caches->k[cache_index].data();
-    v_cache = ctx.caches->v[cache_index].data();
+    k_cache = ctx.caches->k[cache_index].f32();
+    v_cache = ctx.caches->v[cache_index].f32();
   }
   for (const SegmentRows& s : ctx.segments) {
-    const float* ks = k.data() + s.row0 * kvdim;
-    const float* vs = v.data() + s.row0 * kvdim;
+    const float* ks = k.f32() + s.row0 * kvdim;
+    const float* vs = v.f32() + s.row0 * kvdim;
     const int32_t* pages = s.cache ? s.cache->pages.data() : nullptr;
     // Only the committed rows persist; the uncommitted block reads its own K/V from here.
     if (s.cache && s.commit_len > 0)
       be.KvWrite(ks, vs, kvdim, s.commit_len, kvdim, s.first_pos, pages, ctx.caches->page_size, k_cache,
                  v_cache);
     AttentionArgs a;
-    a.q = q.data() + s.row0 * qdim;
+    a.q = q.f32() + s.row0 * qdim;
     a.q_stride = qdim;
     a.k = ks;
     a.v = vs;
@@ -67,12 +70,12 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.page_size = ctx.caches ? ctx.caches->page_size : 0;
     a.block_size = s.block_size;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    a.out = attn.data() + s.row0 * qdim;
+    a.out = attn.f32() + s.row0 * qdim;
     a.out_stride = qdim;
     be.Attention(a);
   }
-  if (gated) be.SigmoidGate(attn.data(), R, qdim, qdim, gate.data(), qdim);
-  be.MatMul(attn.data(), R, w.o_proj, out);
+  if (gated) be.SigmoidGate(attn.f32(), R, qdim, qdim, gate.f32(), qdim);
+  be.MatMul(attn.f32(), R, w.o_proj, out);
 }
 
 }  // namespace tessera

@@ -17,22 +17,25 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
   const int64_t W = conv_dim + vd + 2 * vh;  // combined row: [q k v | z | b | a]
   const int64_t col_z = conv_dim, col_b = conv_dim + vd, col_a = conv_dim + vd + vh;
 
-  std::vector<float> comb(R * W), tmp;
+  // Buffers in the backend's memory.
+  auto buf = [&](int64_t n) { return DeviceBuffer::Floats(be, n); };
+  DeviceBuffer comb = buf(R * W);
   for (const GdnProjection& p : w.projections) {
     const int64_t n = p.w.dim(0);
-    tmp.resize(R * n);
-    be.MatMul(x, R, p.w, tmp.data());
-    be.Copy2D(tmp.data(), R, n, n, comb.data() + p.column, W);
+    DeviceBuffer tmp = buf(R * n);
+    be.MatMul(x, R, p.w, tmp.f32());
+    be.Copy2D(tmp.f32(), R, n, n, comb.f32() + p.column, W);
   }
-  be.GdnGates(comb.data() + col_a, comb.data() + col_b, R, vh, W, W, w.a_log, w.dt_bias);
+  be.GdnGates(comb.f32() + col_a, comb.f32() + col_b, R, vh, W, W, w.a_log, w.dt_bias);
   // g and beta, compact [rows, vh].
-  std::vector<float> g(R * vh), beta(R * vh), z(R * vd), conv_out(R * conv_dim), core(R * vd);
-  be.Copy2D(comb.data() + col_a, R, vh, W, g.data(), vh);
-  be.Copy2D(comb.data() + col_b, R, vh, W, beta.data(), vh);
-  be.Copy2D(comb.data() + col_z, R, vd, W, z.data(), vd);
+  DeviceBuffer g = buf(R * vh), beta = buf(R * vh), z = buf(R * vd), conv_out = buf(R * conv_dim),
+               core = buf(R * vd);
+  be.Copy2D(comb.f32() + col_a, R, vh, W, g.f32(), vh);
+  be.Copy2D(comb.f32() + col_b, R, vh, W, beta.f32(), vh);
+  be.Copy2D(comb.f32() + col_z, R, vd, W, z.f32(), vd);
 
   const int64_t conv_state_size = conv_dim * (K - 1), rec_size = vh * dk * dv;
-  std::vector<float> zero_conv, scratch_rec;
+  DeviceBuffer zero_conv, scratch_rec;
   for (const SegmentRows& s : ctx.segments) {
     float* conv_state = nullptr;
     float* rec_state = nullptr;
@@ -40,19 +43,21 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
       if (!ctx.caches || s.cache->state_slot >= ctx.caches->num_slots)
         Fail(ErrorKind::kInvalidArgument, "state slot {} is out of range (allocated {})", s.cache->state_slot,
              ctx.caches ? ctx.caches->num_slots : 0);
-      conv_state = ctx.caches->conv[cache_index].data() + s.cache->state_slot * conv_state_size;
-      rec_state = ctx.caches->recurrent[cache_index].data() + s.cache->state_slot * rec_size;
+      conv_state = ctx.caches->conv[cache_index].f32() + s.cache->state_slot * conv_state_size;
+      rec_state = ctx.caches->recurrent[cache_index].f32() + s.cache->state_slot * rec_size;
     } else {
       if (s.first_pos != 0)
         Fail(ErrorKind::kInvalidArgument,
              "a segment at position {} of a hybrid model needs a recurrent-state slot", s.first_pos);
-      zero_conv.assign(conv_state_size, 0.0f);
-      scratch_rec.assign(rec_size, 0.0f);
-      conv_state = zero_conv.data();
-      rec_state = scratch_rec.data();
+      zero_conv = buf(conv_state_size);
+      scratch_rec = buf(rec_size);
+      be.Zero(zero_conv.data(), zero_conv.bytes());
+      be.Zero(scratch_rec.data(), scratch_rec.bytes());
+      conv_state = zero_conv.f32();
+      rec_state = scratch_rec.f32();
     }
-    const float* xs = comb.data() + s.row0 * W;
-    float* cs = conv_out.data() + s.row0 * conv_dim;
+    const float* xs = comb.f32() + s.row0 * W;
+    float* cs = conv_out.f32() + s.row0 * conv_dim;
     be.CausalConv1dSilu(xs, s.T, W, conv_dim, w.conv, K, conv_state, cs);
 
     auto run = [&](int64_t t0, int64_t n, float* state) {
@@ -63,28 +68,28 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
       a.qk_stride = conv_dim;
       a.v = cs + t0 * conv_dim + 2 * key_total;
       a.v_stride = conv_dim;
-      a.g = g.data() + (s.row0 + t0) * vh;
-      a.beta = beta.data() + (s.row0 + t0) * vh;
+      a.g = g.f32() + (s.row0 + t0) * vh;
+      a.beta = beta.f32() + (s.row0 + t0) * vh;
       a.T = n;
       a.key_heads = kh;
       a.value_heads = vh;
       a.key_dim = dk;
       a.value_dim = dv;
       a.state = state;
-      a.out = core.data() + (s.row0 + t0) * vd;
+      a.out = core.f32() + (s.row0 + t0) * vd;
       be.GatedDeltaRule(a, ctx.gdn_mode);
     };
     // Committed rows advance the slot's state; the uncommitted block runs from a copy.
     run(0, s.commit_len, rec_state);
     if (s.commit_len > 0) be.CausalConv1dUpdateState(xs, s.commit_len, W, conv_dim, K, conv_state);
     if (s.commit_len < s.T) {
-      std::vector<float> copy(rec_size);
-      be.Copy2D(rec_state, 1, rec_size, rec_size, copy.data(), rec_size);
-      run(s.commit_len, s.T - s.commit_len, copy.data());
+      DeviceBuffer copy = buf(rec_size);
+      be.Copy2D(rec_state, 1, rec_size, rec_size, copy.f32(), rec_size);
+      run(s.commit_len, s.T - s.commit_len, copy.f32());
     }
   }
-  be.GatedRmsNorm(core.data(), z.data(), R * vh, dv, w.norm, static_cast<float>(c.rms_norm_eps), core.data());
-  be.MatMul(core.data(), R, w.out_proj, out);
+  be.GatedRmsNorm(core.f32(), z.f32(), R * vh, dv, w.norm, static_cast<float>(c.rms_norm_eps), core.f32());
+  be.MatMul(core.f32(), R, w.out_proj, out);
 }
 
 }  // namespace tessera

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
+# (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite and the GPU golden
+# tests, compute-sanitizer memcheck on the golden tests, then the dummy-weight decode / prefill
+# micro-benchmark of the full-size configs. Results go under $OUT (when set) or ./gpu-results/.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RES=${OUT:-$ROOT/gpu-results}
+BUILD=${GPU_CHECK_BUILD:-$ROOT/build-gpu}
+PREBUILT=${GPU_CHECK_PREBUILT:-}
+mkdir -p "$RES"
+SUMMARY=$RES/summary.txt
+: >"$SUMMARY"
+log() { echo "== $*" | tee -a "$SUMMARY"; }
+cd "$ROOT"
+
+nvidia-smi -L 2>&1 | tee -a "$SUMMARY"
+if [ -n "$PREBUILT" ] && [ -x "$PREBUILT/test_backend" ] &&
+   LD_LIBRARY_PATH=$PREBUILT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} \
+     "$PREBUILT/test_backend" --gtest_list_tests >/dev/null 2>&1; then
+  log "using prebuilt binaries from $PREBUILT"
+  BIN=$PREBUILT/test_backend
+  export LD_LIBRARY_PATH=$PREBUILT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+else
+  log "configure + build ($BUILD)"
+  start=$(date +%s)
+  if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF \
+           -DTESSERA_CUDA=ON && ninja -C "$BUILD" -j16 test_backend; } >"$RES/build.log" 2>&1; then
+    log "build FAILED"; tail -40 "$RES/build.log"; exit 1
+  fi
+  log "build took $(( $(date +%s) - start )) s"
+  BIN=$BUILD/test_backend
+fi
+
+status=0
+log "conformance (CudaConformance.*)"
+timeout 150 "$BIN" --gtest_filter='CudaConformance.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+log "golden on the GPU (Fixtures/CudaGolden.*)"
+timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+log "compute-sanitizer memcheck on the golden tests"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
+    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*' >"$RES/memcheck.txt" 2>&1
+  rc=$?
+  tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
+  log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
+  [ $rc = 0 ] || status=1
+else
+  log "compute-sanitizer not found"
+fi
+
+for cfg in qwen3-30b-a3b qwen3.5-35b-a3b; do
+  log "benchmark $cfg (dummy weights)"
+  TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg timeout "${GPU_CHECK_BENCH_TIMEOUT:-120}" "$BIN" \
+    --gtest_filter='CudaBench.*' >"$RES/bench_$cfg.txt" 2>&1
+  rc=$?
+  grep -E "^bench|Failure|error|what\(\)" "$RES/bench_$cfg.txt" | tr '\r' '\n' | grep -v "weights on" | tee -a "$SUMMARY"
+  [ $rc = 0 ] || { log "benchmark $cfg exit code $rc"; status=1; }
+done
+log "done (status $status)"
+exit $status

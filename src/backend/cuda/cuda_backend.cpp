@@ -1,0 +1,509 @@
+// tessera cuda backend: device memory (caching allocator, pinned staging for uploads), cuBLASLt
+// GEMMs, and the ops of backend.h mapped onto the kernels of cuda_kernels.h. See cuda_backend.h.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr size_t kStagingBytes = 64u << 20;
+
+size_t RoundSize(size_t bytes) {
+  if (bytes <= 256) return 256;
+  if (bytes <= (1u << 20)) {
+    size_t r = 256;
+    while (r < bytes) r <<= 1;
+    return r;
+  }
+  const size_t unit = 2u << 20;
+  return (bytes + unit - 1) / unit * unit;
+}
+
+void CheckLt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    Fail(ErrorKind::kInternal, "cuBLASLt error {} in {}", static_cast<int>(st), what);
+}
+
+}  // namespace
+
+struct CudaBackend::GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~GemmPlan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+struct CudaBackend::ExpertTable {
+  std::vector<const void*> host;  // [gate..., up..., down...]
+  DeviceBuffer dev;
+  bool aligned = true;
+};
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> MakeCudaBackend() {
+  if (CudaDeviceCount() == 0)
+    Fail(ErrorKind::kUnsupported, "no CUDA device is visible (cudaGetDeviceCount reports none or fails)");
+  return std::make_unique<CudaBackend>(0);
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  Check(cudaSetDevice(device_), "cudaSetDevice");
+  Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cublasLtHandle_t h = nullptr;
+  CheckLt(cublasLtCreate(&h), "cublasLtCreate");
+  lt_ = h;
+  workspace_bytes_ = kWorkspaceBytes;
+  workspace_ = DeviceBuffer(*this, workspace_bytes_);
+  Check(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault), "cudaHostAlloc (staging)");
+  staging_bytes_ = kStagingBytes;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  // Buffers owned by members go back to the allocator before it is torn down.
+  workspace_ = DeviceBuffer();
+  expert_tables_.clear();
+  plans_.clear();
+  for (auto& [p, n] : live_) cudaFree(p);
+  for (auto& [n, v] : cached_)
+    for (void* p : v) cudaFree(p);
+  if (staging_) cudaFreeHost(staging_);
+  if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::Check(cudaError_t e, const char* what) const {
+  if (e != cudaSuccess) Fail(ErrorKind::kInternal, "CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+
+void CudaBackend::CheckLaunch(const char* what) const { Check(cudaGetLastError(), what); }
+
+// --- Memory ----------------------------------------------------------------------------------
+
+void* CudaBackend::Allocate(size_t bytes) {
+  const size_t size = RoundSize(bytes);
+  auto it = cached_.find(size);
+  if (it != cached_.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    live_[p] = size;
+    return p;
+  }
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, size);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    // Give the cached blocks back to the driver and try once more.
+    cudaStreamSynchronize(stream_);
+    for (auto& [n, v] : cached_) {
+      for (void* q : v) cudaFree(q), reserved_ -= n;
+      v.clear();
+    }
+    e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      Fail(ErrorKind::kInvalidArgument,
+           "CUDA out of memory allocating {:.1f} MiB (tessera holds {:.1f} MiB, device free {:.1f} of {:.1f} MiB)",
+           size / 1048576.0, reserved_ / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
+  }
+  reserved_ += size;
+  live_[p] = size;
+  return p;
+}
+
+void CudaBackend::Free(void* p) {
+  if (!p) return;
+  auto it = live_.find(p);
+  if (it == live_.end()) Fail(ErrorKind::kInternal, "CudaBackend::Free of a pointer it did not allocate");
+  cached_[it->second].push_back(p);  // reused in stream order: later work queues after earlier work
+  live_.erase(it);
+}
+
+void CudaBackend::Upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (bytes <= (1u << 20)) {
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    return;
+  }
+  // Large uploads go through the pinned staging buffer in two halves, so the host copy of one
+  // chunk overlaps the DMA of the other.
+  static thread_local cudaEvent_t events[2] = {nullptr, nullptr};
+  for (auto& ev : events)
+    if (!ev) Check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  const size_t half = staging_bytes_ / 2;
+  size_t done = 0;
+  for (int i = 0; done < bytes; ++i) {
+    const int b = i & 1;
+    const size_t n = std::min(half, bytes - done);
+    char* buf = static_cast<char*>(staging_) + b * half;
+    Check(cudaEventSynchronize(events[b]), "staging wait");
+    std::memcpy(buf, static_cast<const char*>(src) + done, n);
+    Check(cudaMemcpyAsync(static_cast<char*>(dst) + done, buf, n, cudaMemcpyHostToDevice, stream_), "upload");
+    Check(cudaEventRecord(events[b], stream_), "cudaEventRecord");
+    done += n;
+  }
+  Check(cudaStreamSynchronize(stream_), "upload sync");
+}
+
+void CudaBackend::Download(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  Check(cudaStreamSynchronize(stream_), "download sync");
+}
+
+void CudaBackend::CopyBuffer(void* dst, const void* src, size_t bytes) {
+  if (bytes) Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy");
+}
+
+void CudaBackend::Zero(void* dst, size_t bytes) {
+  if (bytes) Check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset");
+}
+
+void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+void CudaBackend::FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) {
+  if (dtype != DType::kBF16 && dtype != DType::kF32)
+    Fail(ErrorKind::kUnsupported, "FillRandom: dtype {} is not supported", DTypeName(dtype));
+  cuda::FillRandom(dst, dtype == DType::kBF16, n, scale, offset, seed, stream_);
+  CheckLaunch("FillRandom");
+}
+
+DeviceBuffer CudaBackend::UploadScratch(const void* src, size_t bytes) {
+  DeviceBuffer b(*this, bytes);
+  Upload(b.data(), src, bytes);
+  return b;
+}
+
+// --- GEMM ------------------------------------------------------------------------------------
+
+// y[m, n] (+)= x[m, k] w[n, k]^T. Column-major view: y^T (n x m) = w (k x n)^T x^T (k x m).
+void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
+                         bool accumulate) {
+  // Plans are chosen for the pointers' alignment (cuBLASLt assumes 256 bytes unless told).
+  uint32_t align = 256;
+  for (const void* p : {static_cast<const void*>(w), x, static_cast<const void*>(y)})
+    while (align > 4 && (reinterpret_cast<uintptr_t>(p) & (align - 1))) align >>= 1;
+  auto key = std::make_tuple(m, n, k, bf16, accumulate, align);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<GemmPlan>();
+    const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    CheckLt(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+    CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+    CheckLt(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k), "layout A");
+    CheckLt(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k), "layout B");
+    CheckLt(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, n), "layout C");
+    cublasLtMatmulPreference_t pref = nullptr;
+    CheckLt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    CheckLt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                 sizeof(workspace_bytes_)),
+            "pref workspace");
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CheckLt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "pref alignment");
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->op, plan->a,
+                                                             plan->b, plan->c, plan->c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    CheckLt(st, "AlgoGetHeuristic");
+    if (found == 0)
+      Fail(ErrorKind::kUnsupported, "cuBLASLt has no algorithm for a {}x{}x{} {} GEMM", m, n, k, bf16 ? "bf16" : "f32");
+    plan->algo = res.algo;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  const GemmPlan& p = *it->second;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CheckLt(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
+                         &p.algo, workspace_.data(), workspace_bytes_, stream_),
+          "cublasLtMatmul");
+}
+
+void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
+  if (m == 0) return;
+  if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
+  const int64_t n = w.shape[0], k = w.shape[1];
+  if (w.dtype == DType::kBF16) {
+    const auto* wb = static_cast<const uint16_t*>(w.data);
+    if (m <= cuda::kGemvMaxRows) {
+      cuda::GemvBf16(x, m, k, wb, n, y, accumulate, stream_);
+      CheckLaunch("GemvBf16");
+      return;
+    }
+    // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
+    // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).
+    DeviceBuffer hi(*this, static_cast<size_t>(m * k) * 2), lo(*this, static_cast<size_t>(m * k) * 2);
+    cuda::F32ToBf16Split(x, m * k, static_cast<uint16_t*>(hi.data()), static_cast<uint16_t*>(lo.data()), stream_);
+    CheckLaunch("F32ToBf16Split");
+    GemmLt(wb, true, hi.data(), m, k, n, y, accumulate);
+    GemmLt(wb, true, lo.data(), m, k, n, y, true);
+  } else if (w.dtype == DType::kF32) {
+    GemmLt(w.data, false, x, m, k, n, y, accumulate);
+  } else {
+    Fail(ErrorKind::kUnsupported, "matmul: weight dtype {} is not supported on cuda", DTypeName(w.dtype));
+  }
+}
+
+// --- Row-wise ops ----------------------------------------------------------------------------
+
+void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t vocab = table.dim(0), dim = table.dim(1);
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      Fail(ErrorKind::kInvalidArgument, "token id {} is out of range [0, {})", ids[i], vocab);
+  if (table.dtype != DType::kBF16 && table.dtype != DType::kF32)
+    Fail(ErrorKind::kUnsupported, "embedding: dtype {} is not supported on cuda", DTypeName(table.dtype));
+  if (n == 0) return;
+  DeviceBuffer d = UploadScratch(ids, n * sizeof(int32_t));
+  cuda::Embedding(table.data, table.dtype == DType::kBF16, d.i32(), n, dim, out, stream_);
+  CheckLaunch("Embedding");
+}
+
+void CudaBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
+                          bool one_plus, float* y, int64_t y_stride) {
+  cuda::RmsNorm(x, rows, dim, x_stride, w, eps, one_plus, y, y_stride, stream_);
+  CheckLaunch("RmsNorm");
+}
+
+void CudaBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                               float eps, float* y) {
+  cuda::GatedRmsNorm(x, z, rows, dim, w, eps, y, stream_);
+  CheckLaunch("GatedRmsNorm");
+}
+
+void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
+                       int64_t rotary_dim, const int64_t* positions, double theta) {
+  if (rows == 0) return;
+  // inv_freq exactly as the CPU backend (and transformers) computes it: in f32, 1 / base ** (2i / dim).
+  const int64_t half = rotary_dim / 2;
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  DeviceBuffer d = UploadScratch(positions, rows * sizeof(int64_t));
+  DeviceBuffer f = UploadScratch(inv_freq.data(), half * sizeof(float));
+  cuda::Rope(x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data()), f.f32(),
+             stream_);
+  CheckLaunch("Rope");
+}
+
+void CudaBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
+                              int64_t gate_stride) {
+  cuda::SigmoidGate(x, rows, dim, x_stride, gate, gate_stride, stream_);
+  CheckLaunch("SigmoidGate");
+}
+
+void CudaBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) {
+  cuda::SigmoidScaleRows(x, rows, dim, s, stream_);
+  CheckLaunch("SigmoidScaleRows");
+}
+
+void CudaBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  cuda::SiluMul(gate, up, n, out, stream_);
+  CheckLaunch("SiluMul");
+}
+
+void CudaBackend::Add(const float* x, int64_t n, float* y) {
+  cuda::Add(x, n, y, stream_);
+  CheckLaunch("Add");
+}
+
+void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
+                         int64_t dst_stride) {
+  if (rows == 0 || cols == 0) return;
+  if (rows == 1) {
+    Check(cudaMemcpyAsync(dst, src, cols * 4, cudaMemcpyDeviceToDevice, stream_), "Copy2D");
+    return;
+  }
+  Check(cudaMemcpy2DAsync(dst, dst_stride * 4, src, src_stride * 4, cols * 4, rows, cudaMemcpyDeviceToDevice,
+                          stream_),
+        "Copy2D");
+}
+
+// --- Sequence ops ----------------------------------------------------------------------------
+
+void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
+                          int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                          float* v_cache) {
+  if (T == 0) return;
+  const int64_t num = (first_pos + T - 1) / page_size + 1;
+  DeviceBuffer d = UploadScratch(pages, num * sizeof(int32_t));
+  cuda::KvWrite(k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache, stream_);
+  CheckLaunch("KvWrite");
+}
+
+void CudaBackend::Attention(const AttentionArgs& a) {
+  if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
+  if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
+    Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
+  DeviceBuffer d;
+  if (a.first_pos > 0) {
+    if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
+    d = UploadScratch(a.pages, ((a.first_pos - 1) / a.page_size + 1) * sizeof(int32_t));
+  }
+  cuda::AttentionParams p{a.q,         a.q_stride,  a.k,     a.v,          a.kv_stride,  a.T,
+                          a.num_heads, a.num_kv_heads, a.head_dim, a.first_pos, a.k_cache, a.v_cache,
+                          d.i32(),     a.page_size, a.block_size, a.scale,  a.out,      a.out_stride};
+  cuda::Attention(p, stream_);
+  CheckLaunch("Attention");
+}
+
+void CudaBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
+                                   int64_t K, const float* state, float* y) {
+  cuda::CausalConv1dSilu(x, T, x_stride, channels, w, K, state, y, stream_);
+  CheckLaunch("CausalConv1dSilu");
+}
+
+void CudaBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
+                                          int64_t K, float* state) {
+  if (K - 1 > 8) Fail(ErrorKind::kUnsupported, "cuda conv1d: kernel size {} > 9", K);
+  cuda::CausalConv1dUpdateState(x, T, x_stride, channels, K, state, stream_);
+  CheckLaunch("CausalConv1dUpdateState");
+}
+
+void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
+  // First version: the recurrent form for every T (a chunked kernel is future work, docs/CUDA.md).
+  if (a.T == 0) return;
+  if (a.key_dim > cuda::kGdnMaxKeyDim) Fail(ErrorKind::kUnsupported, "cuda gated delta rule: key_dim {} > {}", a.key_dim, cuda::kGdnMaxKeyDim);
+  if (a.key_heads <= 0 || a.value_heads % a.key_heads != 0)
+    Fail(ErrorKind::kInvalidArgument, "gated delta rule: {} value heads over {} key heads", a.value_heads, a.key_heads);
+  DeviceBuffer qn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
+  DeviceBuffer kn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
+  cuda::GdnNormalizeQk(a.q, a.k, a.qk_stride, a.T, a.key_heads, a.key_dim, qn.f32(), kn.f32(), stream_);
+  CheckLaunch("GdnNormalizeQk");
+  cuda::GatedDeltaRecurrent(qn.f32(), kn.f32(), a.key_heads, a.v, a.v_stride, a.g, a.beta, a.T, a.value_heads,
+                            a.key_dim, a.value_dim, a.state, a.out, stream_);
+  CheckLaunch("GatedDeltaRecurrent");
+}
+
+void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
+                           int64_t b_stride, const float* a_log, const float* dt_bias) {
+  cuda::GdnGates(a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log, dt_bias, stream_);
+  CheckLaunch("GdnGates");
+}
+
+// --- MoE -------------------------------------------------------------------------------------
+
+void CudaBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
+                           int32_t* idx, float* weights) {
+  if (k > num_experts) Fail(ErrorKind::kInvalidArgument, "moe route: top-{} of {} experts", k, num_experts);
+  cuda::MoeRoute(logits, rows, num_experts, k, renormalize, idx, weights, stream_);
+  CheckLaunch("MoeRoute");
+}
+
+const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<ExpertWeights>& experts) {
+  const int64_t E = static_cast<int64_t>(experts.size());
+  std::vector<const void*> host(3 * E);
+  bool aligned = true;
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& x = experts[e];
+    if (x.gate.dtype != DType::kBF16 || x.up.dtype != DType::kBF16 || x.down.dtype != DType::kBF16)
+      Fail(ErrorKind::kUnsupported, "cuda MoE: expert {} weights are not bf16", e);
+    host[e] = x.gate.data;
+    host[E + e] = x.up.data;
+    host[2 * E + e] = x.down.data;
+  }
+  for (const void* p : host) aligned = aligned && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+  auto& slot = expert_tables_[experts.data()];
+  if (!slot || slot->host != host) {
+    slot = std::make_unique<ExpertTable>();
+    slot->host = host;
+    slot->aligned = aligned;
+    slot->dev = UploadScratch(host.data(), host.size() * sizeof(void*));
+  }
+  return *slot;
+}
+
+void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                             int64_t k, const std::vector<ExpertWeights>& experts, float* out) {
+  if (rows == 0) return;
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  const int64_t inter = experts.at(0).gate.dim(0);
+  const ExpertTable& table = ExpertPointers(experts);
+  const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
+  DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  if (slots <= kMoeFusedMaxSlots) {
+    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
+    cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
+    CheckLaunch("MoeGateUp");
+    cuda::MoeDown(act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
+    CheckLaunch("MoeDown");
+  } else {
+    // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
+    std::vector<int32_t> hidx(slots);
+    Download(hidx.data(), idx, slots * sizeof(int32_t));
+    std::vector<std::vector<int32_t>> by_expert(E);
+    for (int64_t i = 0; i < slots; ++i) {
+      if (hidx[i] < 0 || hidx[i] >= E) Fail(ErrorKind::kInternal, "expert id {} out of range", hidx[i]);
+      by_expert[hidx[i]].push_back(static_cast<int32_t>(i));
+    }
+    std::vector<int32_t> order;
+    std::vector<std::pair<int64_t, int64_t>> spans(E);  // offset, count
+    for (int64_t e = 0; e < E; ++e) {
+      spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
+      order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
+    }
+    DeviceBuffer dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
+    DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
+    DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
+    DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);
+    cuda::GatherRows(x, hidden, dorder.i32(), slots, k, xs.f32(), stream_);
+    CheckLaunch("GatherRows");
+    for (int64_t e = 0; e < E; ++e) {
+      const auto [off, cnt] = spans[e];
+      if (cnt == 0) continue;
+      MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
+      MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
+    }
+    SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
+    for (int64_t e = 0; e < E; ++e) {
+      const auto [off, cnt] = spans[e];
+      if (cnt == 0) continue;
+      MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
+    }
+    cuda::ScatterScaledRows(d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(), stream_);
+    CheckLaunch("ScatterScaledRows");
+  }
+  cuda::MoeSumSlots(slot_out.f32(), rows, k, hidden, out, stream_);
+  CheckLaunch("MoeSumSlots");
+}
+
+void CudaBackend::Softmax(float* x, int64_t rows, int64_t n) {
+  cuda::Softmax(x, rows, n, stream_);
+  CheckLaunch("Softmax");
+}
+
+void CudaBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  cuda::Argmax(x, rows, n, out, stream_);
+  CheckLaunch("Argmax");
+}
+
+}  // namespace tessera

@@ -1,0 +1,107 @@
+// tessera cuda backend: backend.h on one CUDA device (Hopper, sm_90a). All ops are queued on one
+// stream; activations are f32 device buffers, weights bf16 (f32 weights are accepted by MatMul);
+// dense GEMMs go through cuBLASLt (activations rounded to bf16, f32 accumulation) except for
+// few-row products, which a bf16 GEMV kernel computes from the f32 activations. Device memory comes
+// from a caching allocator (freed blocks are kept per size and reused in stream order).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tessera {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  const char* Name() const override { return "cuda"; }
+
+  bool IsDevice() const override { return true; }
+  void* Allocate(size_t bytes) override;
+  void Free(void* p) override;
+  void Upload(void* dst, const void* src, size_t bytes) override;
+  void Download(void* dst, const void* src, size_t bytes) override;
+  void CopyBuffer(void* dst, const void* src, size_t bytes) override;
+  void Zero(void* dst, size_t bytes) override;
+  void Synchronize() override;
+  void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) override;
+
+  void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
+  void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;
+  void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
+               bool one_plus, float* y, int64_t y_stride) override;
+  void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
+                    float* y) override;
+  void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+            const int64_t* positions, double theta) override;
+  void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
+                   int64_t gate_stride) override;
+  void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
+  void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
+  void Add(const float* x, int64_t n, float* y) override;
+  void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
+              int64_t dst_stride) override;
+
+  void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
+               const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache) override;
+  void Attention(const AttentionArgs& a) override;
+
+  void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
+                        int64_t K, const float* state, float* y) override;
+  void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
+                               float* state) override;
+  void GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) override;
+  void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
+                const float* a_log, const float* dt_bias) override;
+
+  void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
+                int32_t* idx, float* weights) override;
+  void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                  int64_t k, const std::vector<ExpertWeights>& experts, float* out) override;
+
+  void Softmax(float* x, int64_t rows, int64_t n) override;
+  void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+
+  cudaStream_t stream() const { return stream_; }
+  // Bytes held by the caching allocator (in use + cached).
+  size_t reserved_bytes() const { return reserved_; }
+
+  // Up to this many (row, expert) pairs the fused few-token MoE kernels run; above it the grouped
+  // path (gather, per-expert cuBLASLt GEMMs, scatter).
+  static constexpr int64_t kMoeFusedMaxSlots = 128;
+
+ private:
+  struct GemmPlan;
+  struct ExpertTable;
+  void Check(cudaError_t e, const char* what) const;
+  void CheckLaunch(const char* what) const;
+  // A host array copied to a device scratch buffer (stream-ordered; the buffer is freed after use).
+  DeviceBuffer UploadScratch(const void* src, size_t bytes);
+  void GemmLt(const void* w, bool w_bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
+              bool accumulate);
+  const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  void* lt_ = nullptr;  // cublasLtHandle_t
+  DeviceBuffer workspace_;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t>, std::unique_ptr<GemmPlan>> plans_;
+  std::unordered_map<const void*, std::unique_ptr<ExpertTable>> expert_tables_;
+  // Caching allocator.
+  std::unordered_map<void*, size_t> live_;
+  std::unordered_map<size_t, std::vector<void*>> cached_;
+  size_t reserved_ = 0;
+  void* staging_ = nullptr;  // pinned host buffer for uploads
+  size_t staging_bytes_ = 0;
+};
+
+}  // namespace tessera

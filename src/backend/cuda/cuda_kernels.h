@@ -1,0 +1,95 @@
+// tessera cuda backend: launchers of the CUDA kernels (cuda_kernels.cu, cuda_sequence_kernels.cu).
+// Plain C++ declarations so that the backend class (cuda_backend.cpp) is compiled by the host
+// compiler; every pointer is device memory; every launch goes to `s` and is checked by the caller.
+// bf16 data is passed as uint16_t bit patterns.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+// --- Element-wise and row-wise ops (cuda_kernels.cu).
+void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int64_t dim, float* out,
+               cudaStream_t s);
+void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
+             bool one_plus, float* y, int64_t y_stride, cudaStream_t s);
+void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
+                  float* y, cudaStream_t s);
+// inv_freq: [rotary_dim / 2] (computed on the host exactly as the CPU backend does).
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+          const int64_t* positions, const float* inv_freq, cudaStream_t s);
+void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
+                 int64_t gate_stride, cudaStream_t s);
+void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s);
+void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+void Add(const float* x, int64_t n, float* y, cudaStream_t s);
+void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
+             const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache, cudaStream_t s);
+void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
+// x = hi + lo with hi = bf16(x), lo = bf16(x - hi): two bf16 GEMMs then carry ~16 mantissa bits.
+void F32ToBf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t s);
+void FillRandom(void* dst, bool bf16, int64_t n, float scale, float offset, uint64_t seed, cudaStream_t s);
+void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
+              const float* a_log, const float* dt_bias, cudaStream_t s);
+void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s);
+void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s);
+
+// y[m, n] (+)= x[m, k] * w[n, k]^T for few rows (m <= kGemvMaxRows), bf16 w, f32 accumulation.
+constexpr int64_t kGemvMaxRows = 8;
+void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+              cudaStream_t s);
+
+// --- MoE (cuda_kernels.cu).
+void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
+              int32_t* idx, float* weights, cudaStream_t s);
+// Few-token path: per (row, slot) pair, act[slot] = silu(x gate_e^T) * (x up_e^T), then
+// slot_out[slot] = weight * act down_e^T, then out[row] = sum of its slots in slot order.
+// ptrs: device array [3 * num_experts] of gate, up, down bf16 pointers (ptrs_aligned: all 16-byte
+// aligned, for vector loads).
+void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
+               const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
+               cudaStream_t s);
+void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
+             const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
+             cudaStream_t s);
+void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s);
+// Grouped path helpers: dst[i] = src[rows[i] ] (rows of `cols`); dst[rows[i]] = src[i] * scale[rows[i]].
+void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,
+                cudaStream_t s);
+void ScatterScaledRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, const float* scale,
+                       float* dst, cudaStream_t s);
+
+// --- Per-sequence ops (cuda_sequence_kernels.cu).
+struct AttentionParams {
+  const float* q;
+  int64_t q_stride;
+  const float* k;
+  const float* v;
+  int64_t kv_stride;
+  int64_t T, num_heads, num_kv_heads, head_dim, first_pos;
+  const float* k_cache;
+  const float* v_cache;
+  const int32_t* pages;  // device
+  int64_t page_size, block_size;
+  float scale;
+  float* out;
+  int64_t out_stride;
+};
+void Attention(const AttentionParams& p, cudaStream_t s);
+void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                      const float* state, float* y, cudaStream_t s);
+void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
+                             float* state, cudaStream_t s);
+// q/k L2-normalised (q also scaled by 1/sqrt(dk)) into compact [T, key_heads, dk] buffers.
+void GdnNormalizeQk(const float* q, const float* k, int64_t stride, int64_t T, int64_t key_heads, int64_t dk,
+                    float* qn, float* kn, cudaStream_t s);
+// Recurrent gated delta rule over T tokens (one token after the other) from and into `state`.
+void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, const float* v, int64_t v_stride,
+                         const float* g, const float* beta, int64_t T, int64_t value_heads, int64_t dk,
+                         int64_t dv, float* state, float* out, cudaStream_t s);
+// Largest key_dim GatedDeltaRecurrent supports.
+constexpr int64_t kGdnMaxKeyDim = 256;
+
+}  // namespace tessera::cuda

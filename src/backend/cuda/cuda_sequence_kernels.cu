@@ -1,0 +1,257 @@
+// tessera cuda backend: the per-sequence kernels: paged attention (causal / block-causal, one pass
+// with an online softmax), the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
+// in recurrent form (state in registers, one token after the other). See cuda_kernels.h.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kAttnWarps = 8;
+constexpr int kMaxHeadDim = 256;
+constexpr int kPerLane = kMaxHeadDim / 32;
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One block per (query row, head); each warp walks a strided subset of the visible keys with its own
+// online softmax (running max, sum, output accumulator: lane holds dims lane + 32 i); the warps'
+// partial results are merged at the end.
+__global__ void AttentionKernel(AttentionParams p) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t D = p.head_dim, group = p.num_heads / p.num_kv_heads, kvh = h / group;
+  const int64_t kv_dim = p.num_kv_heads * D, pos = p.first_pos + t, total = p.first_pos + p.T;
+  int64_t last = pos;
+  if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
+  const int64_t n = last + 1;
+  const int per = static_cast<int>((D + 31) / 32);
+
+  float q[kPerLane], acc[kPerLane];
+  const float* qr = p.q + t * p.q_stride + h * D;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    q[i] = (i < per && d < D) ? qr[d] * p.scale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = warp; j < n; j += kAttnWarps) {
+    const float* kr;
+    const float* vr;
+    if (j >= p.first_pos) {
+      kr = p.k + (j - p.first_pos) * p.kv_stride + kvh * D;
+      vr = p.v + (j - p.first_pos) * p.kv_stride + kvh * D;
+    } else {
+      const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
+      kr = p.k_cache + row * kv_dim + kvh * D;
+      vr = p.v_cache + row * kv_dim + kvh * D;
+    }
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per && d < D) s += q[i] * kr[d];
+    }
+    s = WarpSum(s);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float e = expf(s - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per && d < D) acc[i] = acc[i] * corr + e * vr[d];
+    }
+    m = m_new;
+  }
+  __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
+  __shared__ float sm_acc[kAttnWarps][kMaxHeadDim];
+  if (lane == 0) sm_m[warp] = m, sm_l[warp] = l;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (i < per && d < D) sm_acc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float gm = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) gm = fmaxf(gm, sm_m[w]);
+  float gl = 0;
+  float f[kAttnWarps];
+  for (int w = 0; w < kAttnWarps; ++w) {
+    f[w] = sm_l[w] > 0 ? expf(sm_m[w] - gm) : 0.0f;
+    gl += sm_l[w] * f[w];
+  }
+  float* o = p.out + t * p.out_stride + h * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float v = 0;
+    for (int w = 0; w < kAttnWarps; ++w) v += sm_acc[w][d] * f[w];
+    o[d] = v / gl;
+  }
+}
+
+__global__ void ConvSiluKernel(const float* x, int64_t T, int64_t xs, int64_t C, const float* w, int64_t K,
+                               const float* state, float* y) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T * C) return;
+  const int64_t t = i / C, c = i % C;
+  float s = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t src = t - (K - 1) + j;  // negative: from the state
+    const float in = src >= 0 ? x[src * xs + c] : state[c * (K - 1) + (K - 1) + src];
+    s += w[c * K + j] * in;
+  }
+  y[i] = s / (1.0f + expf(-s));
+}
+
+__global__ void ConvUpdateKernel(const float* x, int64_t T, int64_t xs, int64_t C, int64_t K, float* state) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int64_t S = K - 1;
+  float* sc = state + c * S;
+  // New state = the last S entries of [old state, x rows]; read before writing (S <= 8).
+  float nw[8];
+  for (int64_t i = 0; i < S && i < 8; ++i) {
+    const int64_t src = T + i;  // index into the window of length S + T
+    nw[i] = src < S ? sc[src] : x[(src - S) * xs + c];
+  }
+  for (int64_t i = 0; i < S && i < 8; ++i) sc[i] = nw[i];
+}
+
+// One warp per (token, key head): L2-normalise q and k.
+__global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride, int64_t T, int64_t kh,
+                                  int64_t dk, float* qn, float* kn) {
+  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (w >= T * kh) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t t = w / kh, h = w % kh;
+  const float* qs = q + t * stride + h * dk;
+  const float* ks = k + t * stride + h * dk;
+  float sq = 0, sk = 0;
+  for (int64_t d = lane; d < dk; d += 32) sq += qs[d] * qs[d], sk += ks[d] * ks[d];
+  sq = WarpSum(sq);
+  sk = WarpSum(sk);
+  const float iq = rsqrtf(sq + 1e-6f) * rsqrtf(static_cast<float>(dk));
+  const float ik = rsqrtf(sk + 1e-6f);
+  for (int64_t d = lane; d < dk; d += 32) {
+    qn[w * dk + d] = qs[d] * iq;
+    kn[w * dk + d] = ks[d] * ik;
+  }
+}
+
+constexpr int kGdnCols = 32;   // value columns per block (one per lane)
+constexpr int kGdnWarps = 8;   // warps split the key rows
+constexpr int kGdnRowsPerWarp = static_cast<int>(kGdnMaxKeyDim) / kGdnWarps;
+
+// Block (value head, column tile): thread (warp w, lane j) keeps S[i][j] for its rows i in registers.
+__global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
+                                   const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk,
+                                   int64_t dv, float* state, float* out) {
+  const int64_t hv = blockIdx.x, hk = hv / (vh / kh);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t j = blockIdx.y * kGdnCols + lane;
+  const bool col_ok = j < dv;
+  const int rows = static_cast<int>((dk + kGdnWarps - 1) / kGdnWarps);
+  const int64_t row0 = warp * rows;
+  float* S = state + hv * dk * dv;
+  float s[kGdnRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kGdnRowsPerWarp; ++i) {
+    const int64_t r = row0 + i;
+    s[i] = (i < rows && r < dk && col_ok) ? S[r * dv + j] : 0.0f;
+  }
+  __shared__ float qs[kGdnMaxKeyDim], ks[kGdnMaxKeyDim];
+  __shared__ float red1[kGdnWarps][kGdnCols], red2[kGdnWarps][kGdnCols];
+  const int64_t out_stride = vh * dv;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t d = threadIdx.x; d < dk; d += blockDim.x) {
+      qs[d] = qn[(t * kh + hk) * dk + d];
+      ks[d] = kn[(t * kh + hk) * dk + d];
+    }
+    __syncthreads();
+    const float decay = expf(g[t * vh + hv]);
+    const float b = beta[t * vh + hv];
+    float part = 0;
+#pragma unroll
+    for (int i = 0; i < kGdnRowsPerWarp; ++i) {
+      const int64_t r = row0 + i;
+      if (i < rows && r < dk) {
+        s[i] *= decay;
+        part += s[i] * ks[r];
+      }
+    }
+    red1[warp][lane] = part;
+    __syncthreads();
+    float kv = 0;
+    for (int w = 0; w < kGdnWarps; ++w) kv += red1[w][lane];
+    const float vj = col_ok ? v[t * v_stride + hv * dv + j] : 0.0f;
+    const float delta = (vj - kv) * b;
+    float o = 0;
+#pragma unroll
+    for (int i = 0; i < kGdnRowsPerWarp; ++i) {
+      const int64_t r = row0 + i;
+      if (i < rows && r < dk) {
+        s[i] += ks[r] * delta;
+        o += s[i] * qs[r];
+      }
+    }
+    red2[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0 && col_ok) {
+      float tot = 0;
+      for (int w = 0; w < kGdnWarps; ++w) tot += red2[w][lane];
+      out[t * out_stride + hv * dv + j] = tot;
+    }
+    // The next token overwrites qs / ks / red*: everyone must be done reading them.
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < kGdnRowsPerWarp; ++i) {
+    const int64_t r = row0 + i;
+    if (i < rows && r < dk && col_ok) S[r * dv + j] = s[i];
+  }
+}
+
+}  // namespace
+
+void Attention(const AttentionParams& p, cudaStream_t s) {
+  if (p.T <= 0) return;
+  const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(p.num_heads));
+  AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(p);
+}
+
+void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                      const float* state, float* y, cudaStream_t s) {
+  const int64_t n = T * channels;
+  if (n > 0) ConvSiluKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(x, T, x_stride, channels, w, K, state, y);
+}
+
+void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
+                             float* state, cudaStream_t s) {
+  if (channels > 0 && K > 1)
+    ConvUpdateKernel<<<static_cast<unsigned>((channels + 255) / 256), 256, 0, s>>>(x, T, x_stride, channels, K, state);
+}
+
+void GdnNormalizeQk(const float* q, const float* k, int64_t stride, int64_t T, int64_t key_heads, int64_t dk,
+                    float* qn, float* kn, cudaStream_t s) {
+  const int64_t warps = T * key_heads;
+  if (warps > 0)
+    NormalizeQkKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(q, k, stride, T, key_heads, dk, qn, kn);
+}
+
+void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, const float* v, int64_t v_stride,
+                         const float* g, const float* beta, int64_t T, int64_t value_heads, int64_t dk,
+                         int64_t dv, float* state, float* out, cudaStream_t s) {
+  if (T <= 0) return;
+  const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
+  GdnRecurrentKernel<<<grid, kGdnWarps * 32, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk,
+                                                     dv, state, out);
+}
+
+}  // namespace tessera::cuda

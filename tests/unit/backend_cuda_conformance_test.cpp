@@ -1,0 +1,367 @@
+// tessera tests: CUDA backend conformance: every op of backend.h on the CPU backend (the reference)
+// and the CUDA backend on the same random non-zero inputs of real-model shapes (hidden 2048,
+// head_dim 128 / 256, 128-512 experts, top-8 / top-10), reporting the relative error
+// (max |gpu - cpu| / max |cpu|); bf16-level ops must agree within 1e-2. Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kTol = 1e-2;
+
+std::vector<float> Rand(size_t n, float lo, float hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = u(rng);
+    if (x == 0.0f) x = 1e-3f;
+  }
+  return v;
+}
+
+std::vector<uint16_t> Bf16s(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, ref = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / ref;
+}
+
+class CudaConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+    cpu_ = MakeCpuBackend();
+    gpu_ = MakeCudaBackend();
+  }
+  // A device copy of host data (kept alive by the fixture).
+  template <typename T>
+  T* Dev(const std::vector<T>& v) {
+    bufs_.emplace_back(*gpu_, std::max<size_t>(v.size() * sizeof(T), 4));
+    gpu_->Upload(bufs_.back().data(), v.data(), v.size() * sizeof(T));
+    return static_cast<T*>(bufs_.back().data());
+  }
+  template <typename T>
+  std::vector<T> Host(const T* p, size_t n) {
+    std::vector<T> out(n);
+    gpu_->Download(out.data(), p, n * sizeof(T));
+    return out;
+  }
+  Tensor HostBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+    return Tensor{v.data(), DType::kBF16, {rows, cols}};
+  }
+  Tensor DevBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+    return Tensor{Dev(v), DType::kBF16, {rows, cols}};
+  }
+  void Report(const char* op, double err, double tol = kTol) {
+    std::printf("conformance %-36s rel err %.3e\n", op, err);
+    RecordProperty(op, std::to_string(err));
+    EXPECT_LE(err, tol) << op;
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::vector<DeviceBuffer> bufs_;
+};
+
+TEST_F(CudaConformance, MatMulBf16AndF32) {
+  const int64_t k = 2048, n = 768;
+  const auto w = Bf16s(Rand(n * k, -0.05f, 0.05f, 1));
+  for (int64_t m : {1, 5, 8, 64}) {
+    const auto x = Rand(m * k, -1, 1, 10 + m);
+    std::vector<float> want(m * n, 0.5f), got;
+    auto y = want;
+    cpu_->MatMul(x.data(), m, HostBf16(w, n, k), want.data(), /*accumulate=*/true);
+    float* dy = Dev(y);
+    gpu_->MatMul(Dev(x), m, DevBf16(w, n, k), dy, true);
+    got = Host(dy, m * n);
+    Report(("MatMul bf16 m=" + std::to_string(m)).c_str(), RelErr(got, want));
+  }
+  const auto wf = Rand(256 * 512, -0.05f, 0.05f, 3);
+  const auto x = Rand(16 * 512, -1, 1, 4);
+  std::vector<float> want(16 * 256);
+  cpu_->MatMul(x.data(), 16, Tensor{wf.data(), DType::kF32, {256, 512}}, want.data(), false);
+  float* dy = Dev(std::vector<float>(16 * 256));
+  gpu_->MatMul(Dev(x), 16, Tensor{Dev(wf), DType::kF32, {256, 512}}, dy, false);
+  Report("MatMul f32 m=16", RelErr(Host(dy, want.size()), want));
+}
+
+TEST_F(CudaConformance, EmbeddingNormsRope) {
+  const int64_t V = 1000, H = 2048, n = 7;
+  const auto table = Bf16s(Rand(V * H, -1, 1, 5));
+  const std::vector<int32_t> ids = {0, 999, 17, 17, 500, 3, 42};
+  std::vector<float> want(n * H);
+  cpu_->Embedding(HostBf16(table, V, H), ids.data(), n, want.data());
+  float* de = Dev(std::vector<float>(n * H));
+  gpu_->Embedding(DevBf16(table, V, H), ids.data(), n, de);
+  Report("Embedding bf16", RelErr(Host(de, n * H), want));
+
+  const auto x = Rand(n * H * 2, -2, 2, 6), w = Rand(H, -0.5f, 1.5f, 7);
+  for (bool one_plus : {false, true}) {
+    std::vector<float> y(n * H);
+    cpu_->RmsNorm(x.data(), n, H, 2 * H, w.data(), 1e-6f, one_plus, y.data(), H);
+    float* dy = Dev(std::vector<float>(n * H));
+    gpu_->RmsNorm(Dev(x), n, H, 2 * H, Dev(w), 1e-6f, one_plus, dy, H);
+    Report(one_plus ? "RmsNorm (1+w)" : "RmsNorm w", RelErr(Host(dy, n * H), y));
+  }
+  const int64_t rows = 64, dv = 128;
+  const auto gx = Rand(rows * dv, -2, 2, 8), gz = Rand(rows * dv, -3, 3, 9), gw = Rand(dv, 0.5f, 1.5f, 10);
+  std::vector<float> gy(rows * dv);
+  cpu_->GatedRmsNorm(gx.data(), gz.data(), rows, dv, gw.data(), 1e-6f, gy.data());
+  float* dgy = Dev(std::vector<float>(rows * dv));
+  gpu_->GatedRmsNorm(Dev(gx), Dev(gz), rows, dv, Dev(gw), 1e-6f, dgy);
+  Report("GatedRmsNorm dv=128", RelErr(Host(dgy, gy.size()), gy));
+
+  // Partial RoPE (Qwen3.5: head_dim 256, rotary 64) and full (Qwen3: head_dim 128).
+  for (auto [heads, hd, rd] : {std::tuple<int64_t, int64_t, int64_t>{16, 256, 64}, {32, 128, 128}}) {
+    const int64_t R = 9;
+    auto q = Rand(R * heads * hd, -1, 1, 11 + hd);
+    std::vector<int64_t> pos(R);
+    for (int64_t i = 0; i < R; ++i) pos[i] = i * 911 + 3;
+    float* dq = Dev(q);
+    cpu_->Rope(q.data(), R, heads * hd, heads, hd, rd, pos.data(), 1e7);
+    gpu_->Rope(dq, R, heads * hd, heads, hd, rd, pos.data(), 1e7);
+    Report(("Rope hd=" + std::to_string(hd) + " rot=" + std::to_string(rd)).c_str(), RelErr(Host(dq, q.size()), q),
+           1e-4);
+  }
+}
+
+TEST_F(CudaConformance, ElementwiseOps) {
+  const int64_t R = 13, D = 2048;
+  auto x = Rand(R * D, -2, 2, 20);
+  const auto g = Rand(R * D, -4, 4, 21), s = Rand(R, -3, 3, 22);
+  float* dx = Dev(x);
+  cpu_->SigmoidGate(x.data(), R, D, D, g.data(), D);
+  gpu_->SigmoidGate(dx, R, D, D, Dev(g), D);
+  cpu_->SigmoidScaleRows(x.data(), R, D, s.data());
+  gpu_->SigmoidScaleRows(dx, R, D, Dev(s));
+  cpu_->Add(g.data(), R * D, x.data());
+  gpu_->Add(Dev(g), R * D, dx);
+  Report("SigmoidGate+ScaleRows+Add", RelErr(Host(dx, x.size()), x), 1e-5);
+  std::vector<float> out(R * D);
+  cpu_->SiluMul(g.data(), x.data(), R * D, out.data());
+  float* dout = Dev(out);
+  gpu_->SiluMul(Dev(g), dx, R * D, dout);
+  Report("SiluMul", RelErr(Host(dout, out.size()), out), 1e-5);
+  std::vector<float> c(R * 100, 0.0f);
+  float* dc = Dev(c);
+  cpu_->Copy2D(x.data() + 7, R, 100, D, c.data(), 100);
+  gpu_->Copy2D(dx + 7, R, 100, D, dc, 100);
+  Report("Copy2D", RelErr(Host(dc, c.size()), c), 1e-6);
+  // Softmax / argmax over a vocabulary row.
+  const int64_t V = 151936;
+  auto l = Rand(3 * V, -10, 10, 23);
+  std::vector<int32_t> am(3);
+  cpu_->Argmax(l.data(), 3, V, am.data());
+  float* dl = Dev(l);
+  int32_t* dam = Dev(std::vector<int32_t>(3));
+  gpu_->Argmax(dl, 3, V, dam);
+  EXPECT_EQ(Host(dam, 3), am);
+  cpu_->Softmax(l.data(), 3, V);
+  gpu_->Softmax(dl, 3, V);
+  Report("Softmax vocab=151936", RelErr(Host(dl, l.size()), l), 1e-4);
+}
+
+TEST_F(CudaConformance, PagedAttention) {
+  struct Case {
+    int64_t heads, kv_heads, hd, first_pos, T, block;
+  };
+  for (const Case& c : {Case{32, 4, 128, 300, 1, 0}, Case{32, 4, 128, 20, 37, 0}, Case{16, 2, 256, 64, 32, 32},
+                        Case{16, 2, 256, 1000, 1, 0}, Case{32, 4, 128, 0, 70, 0}}) {
+    const int64_t page = 16, kv_dim = c.kv_heads * c.hd, total = c.first_pos + c.T;
+    const int64_t npages = (total + page - 1) / page + 3;
+    std::vector<int32_t> pages(npages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(c.first_pos));
+    // The cached prefix, written through KvWrite on both backends.
+    std::vector<float> kc(npages * page * kv_dim, 0.0f), vc = kc;
+    const auto pk = Rand(std::max<int64_t>(c.first_pos, 1) * kv_dim, -1, 1, 30 + c.T);
+    const auto pv = Rand(std::max<int64_t>(c.first_pos, 1) * kv_dim, -1, 1, 31 + c.T);
+    float* dkc = Dev(kc);
+    float* dvc = Dev(vc);
+    if (c.first_pos > 0) {
+      cpu_->KvWrite(pk.data(), pv.data(), kv_dim, c.first_pos, kv_dim, 0, pages.data(), page, kc.data(), vc.data());
+      gpu_->KvWrite(Dev(pk), Dev(pv), kv_dim, c.first_pos, kv_dim, 0, pages.data(), page, dkc, dvc);
+      Report("KvWrite", RelErr(Host(dkc, kc.size()), kc), 1e-6);
+    }
+    const auto q = Rand(c.T * c.heads * c.hd, -1, 1, 32 + c.T), k = Rand(c.T * kv_dim, -1, 1, 33 + c.T),
+               v = Rand(c.T * kv_dim, -1, 1, 34 + c.T);
+    AttentionArgs a;
+    a.q = q.data();
+    a.q_stride = c.heads * c.hd;
+    a.k = k.data();
+    a.v = v.data();
+    a.kv_stride = kv_dim;
+    a.T = c.T;
+    a.num_heads = c.heads;
+    a.num_kv_heads = c.kv_heads;
+    a.head_dim = c.hd;
+    a.first_pos = c.first_pos;
+    a.k_cache = kc.data();
+    a.v_cache = vc.data();
+    a.pages = pages.data();
+    a.page_size = page;
+    a.block_size = c.block;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    std::vector<float> want(c.T * c.heads * c.hd);
+    a.out = want.data();
+    a.out_stride = c.heads * c.hd;
+    cpu_->Attention(a);
+    AttentionArgs d = a;
+    d.q = Dev(q);
+    d.k = Dev(k);
+    d.v = Dev(v);
+    d.k_cache = dkc;
+    d.v_cache = dvc;
+    d.out = Dev(std::vector<float>(want.size()));
+    gpu_->Attention(d);
+    char name[96];
+    std::snprintf(name, sizeof(name), "Attention hd=%ld T=%ld prefix=%ld block=%ld", static_cast<long>(c.hd),
+                  static_cast<long>(c.T), static_cast<long>(c.first_pos), static_cast<long>(c.block));
+    Report(name, RelErr(Host(d.out, want.size()), want), 1e-4);
+  }
+}
+
+TEST_F(CudaConformance, GatedDeltaNetPieces) {
+  // Qwen3.5-35B-A3B: 16 key heads, 32 value heads, dk = dv = 128, conv kernel 4.
+  const int64_t kh = 16, vh = 32, dk = 128, dv = 128, K = 4;
+  const int64_t conv_dim = 2 * kh * dk + vh * dv;
+  for (int64_t T : {1, 40}) {
+    const auto x = Rand(T * conv_dim, -1, 1, 40 + T), w = Rand(conv_dim * K, -0.5f, 0.5f, 41);
+    auto st = Rand(conv_dim * (K - 1), -1, 1, 42);
+    std::vector<float> y(T * conv_dim);
+    float* dst = Dev(st);
+    float* dy = Dev(y);
+    const float* dx = Dev(x);
+    cpu_->CausalConv1dSilu(x.data(), T, conv_dim, conv_dim, w.data(), K, st.data(), y.data());
+    gpu_->CausalConv1dSilu(dx, T, conv_dim, conv_dim, Dev(w), K, dst, dy);
+    Report(("CausalConv1dSilu T=" + std::to_string(T)).c_str(), RelErr(Host(dy, y.size()), y), 1e-5);
+    cpu_->CausalConv1dUpdateState(x.data(), T, conv_dim, conv_dim, K, st.data());
+    gpu_->CausalConv1dUpdateState(dx, T, conv_dim, conv_dim, K, dst);
+    Report("CausalConv1dUpdateState", RelErr(Host(dst, st.size()), st), 1e-6);
+
+    // Gates: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
+    auto ab = Rand(T * 2 * vh, -3, 3, 43);
+    const auto a_log = Rand(vh, -1, 1, 44), dt = Rand(vh, -1, 1, 45);
+    float* dab = Dev(ab);
+    cpu_->GdnGates(ab.data(), ab.data() + vh, T, vh, 2 * vh, 2 * vh, a_log.data(), dt.data());
+    gpu_->GdnGates(dab, dab + vh, T, vh, 2 * vh, 2 * vh, Dev(a_log), Dev(dt));
+    Report("GdnGates", RelErr(Host(dab, ab.size()), ab), 1e-5);
+
+    std::vector<float> g(T * vh), beta(T * vh);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < vh; ++h) g[t * vh + h] = ab[t * 2 * vh + h], beta[t * vh + h] = ab[t * 2 * vh + vh + h];
+    const auto qkv = Rand(T * conv_dim, -1, 1, 46);
+    auto state = Rand(vh * dk * dv, -0.2f, 0.2f, 47);
+    std::vector<float> out(T * vh * dv);
+    GatedDeltaArgs ga;
+    ga.q = qkv.data();
+    ga.k = qkv.data() + kh * dk;
+    ga.qk_stride = conv_dim;
+    ga.v = qkv.data() + 2 * kh * dk;
+    ga.v_stride = conv_dim;
+    ga.g = g.data();
+    ga.beta = beta.data();
+    ga.T = T;
+    ga.key_heads = kh;
+    ga.value_heads = vh;
+    ga.key_dim = dk;
+    ga.value_dim = dv;
+    ga.state = Dev(state);  // the device state before the CPU updates its copy
+    GatedDeltaArgs gd = ga;
+    const float* dqkv = Dev(qkv);
+    gd.q = dqkv;
+    gd.k = dqkv + kh * dk;
+    gd.v = dqkv + 2 * kh * dk;
+    gd.g = Dev(g);
+    gd.beta = Dev(beta);
+    gd.out = Dev(out);
+    ga.state = state.data();
+    ga.out = out.data();
+    cpu_->GatedDeltaRule(ga, GdnMode::kAuto);
+    gpu_->GatedDeltaRule(gd, GdnMode::kAuto);
+    Report(("GatedDeltaRule out T=" + std::to_string(T)).c_str(), RelErr(Host(gd.out, out.size()), out), 1e-3);
+    Report(("GatedDeltaRule state T=" + std::to_string(T)).c_str(), RelErr(Host(gd.state, state.size()), state),
+           1e-3);
+  }
+}
+
+TEST_F(CudaConformance, MoeRouteAndExperts) {
+  // Routing: Qwen3-30B-A3B (128 experts, top-8, renormalised), Qwen3-Next (512, top-10).
+  for (auto [E, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true}, {512, 10, true}, {256, 8, false}}) {
+    const int64_t R = 33;
+    const auto logits = Rand(R * E, -4, 4, 50 + E);
+    std::vector<int32_t> idx(R * k);
+    std::vector<float> wts(R * k);
+    cpu_->MoeRoute(logits.data(), R, E, k, renorm, idx.data(), wts.data());
+    int32_t* didx = Dev(idx);
+    float* dw = Dev(wts);
+    gpu_->MoeRoute(Dev(logits), R, E, k, renorm, didx, dw);
+    EXPECT_EQ(Host(didx, idx.size()), idx) << "E=" << E;
+    Report(("MoeRoute E=" + std::to_string(E) + " k=" + std::to_string(k)).c_str(), RelErr(Host(dw, wts.size()), wts),
+           1e-5);
+  }
+  // Experts: 128 experts, top-8, hidden 2048 (intermediate kept small to bound host memory).
+  const int64_t E = 128, k = 8, H = 2048, I = 128;
+  std::vector<std::vector<uint16_t>> mats;
+  std::vector<ExpertWeights> host(E), dev(E);
+  for (int64_t e = 0; e < E; ++e) {
+    mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 1000 + 3 * e)));
+    mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 1001 + 3 * e)));
+    mats.push_back(Bf16s(Rand(H * I, -0.1f, 0.1f, 1002 + 3 * e)));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    host[e] = {HostBf16(mats[3 * e], I, H), HostBf16(mats[3 * e + 1], I, H), HostBf16(mats[3 * e + 2], H, I)};
+    dev[e] = {DevBf16(mats[3 * e], I, H), DevBf16(mats[3 * e + 1], I, H), DevBf16(mats[3 * e + 2], H, I)};
+  }
+  for (int64_t R : {1, 4, 40}) {  // fused few-token path (<= 128 slots) and the grouped path
+    const auto x = Rand(R * H, -1, 1, 60 + R), logits = Rand(R * E, -4, 4, 61 + R);
+    std::vector<int32_t> idx(R * k);
+    std::vector<float> wts(R * k), want(R * H);
+    cpu_->MoeRoute(logits.data(), R, E, k, true, idx.data(), wts.data());
+    cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), k, host, want.data());
+    float* dout = Dev(want);
+    gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), k, dev, dout);
+    Report(("MoeExperts E=128 k=8 rows=" + std::to_string(R)).c_str(), RelErr(Host(dout, want.size()), want));
+  }
+}
+
+TEST_F(CudaConformance, DummyFillIsNonZeroAndBounded) {
+  const int64_t n = 1 << 20;
+  DeviceBuffer b(*gpu_, n * 2);
+  gpu_->FillRandom(b.data(), DType::kBF16, n, 0.02f, 0.0f, 7);
+  std::vector<uint16_t> h(n);
+  gpu_->Download(h.data(), b.data(), n * 2);
+  int64_t zeros = 0;
+  double mx = 0, sum = 0;
+  for (uint16_t v : h) {
+    const float f = Bf16ToF32(v);
+    zeros += f == 0.0f;
+    mx = std::max(mx, static_cast<double>(std::fabs(f)));
+    sum += f;
+  }
+  EXPECT_EQ(zeros, 0);
+  EXPECT_LE(mx, 0.0201);
+  EXPECT_GT(mx, 0.019);
+  EXPECT_LT(std::fabs(sum / n), 1e-3);
+}
+
+}  // namespace
+}  // namespace tessera

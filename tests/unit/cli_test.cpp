@@ -1,0 +1,363 @@
+// tessera tests: the `tessera` command line end to end: every command's --help, usage errors
+// (one line, exit 2), logits and greedy / diffusion generation against the HF fixtures, inspect
+// against the published parameter counts, verify against sha256sum, tokenizer commands against
+// the HF goldens, and bad checkpoints as clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/npy.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+using ordered = nlohmann::ordered_json;
+using namespace tessera::testing;
+namespace fs = std::filesystem;
+
+std::string Bin() { return TesseraBinary(); }
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+std::string Model(const std::string& fam) { return DataPath("fixtures/models/" + fam); }
+json ReadJson(const std::string& path) { return json::parse(ReadFile(path)); }
+template <typename J>
+std::string IdList(const J& ids) {
+  std::string s;
+  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.template get<int>());
+  return s;
+}
+int Lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, EveryCommandHasHelp) {
+  for (const char* cmd : {"generate", "logits", "tokenize", "detokenize", "render", "inspect", "verify"}) {
+    auto r = RunCommand(Bin() + " " + cmd + " --help");
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.out.find("--model"), std::string::npos) << cmd;
+  }
+  auto r = RunCommand(Bin() + " --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("generate"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsAreOneLineAndExitTwo) {
+  const std::string m = Quote(Model("qwen3_moe"));
+  std::vector<std::string> bad = {
+      "generate --model " + m + " --ids 1,2 --no-such-flag",
+      "generate --model " + m + " --ids 1,2 --max-tokens abc",
+      "generate --model " + m + " --ids 1,2 --max-tokens 0",
+      "generate --model " + m + " --ids 1,x,3",
+      "generate --model " + m + " --ids 1,2 --temperature -1",
+      "generate --model " + m + " --ids 1,2 --policy fastest --diffusion",
+      "generate --model /no/such/dir --ids 1,2",
+      "generate --model " + m,
+      "logits --model " + m + " --ids 1,2",
+      "logits --model " + m + " --ids 1,99999 --out /tmp/x.npy",
+      "inspect --model " + m + " --context -5",
+      "frobnicate",
+      "",
+  };
+  for (const auto& args : bad) {
+    auto r = RunCommand(Bin() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << args;
+  }
+}
+
+class CliFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliFamily, LogitsMatchReference) {
+  json ref = ReadJson(Model(GetParam()) + "/reference.json");
+  std::string out = ScratchDir("cli-logits-" + GetParam()) + "/logits.npy";
+  auto r = RunCommand(Bin() + " logits --model " + Quote(Model(GetParam())) + " --ids " + IdList(ref["long_ids"]) +
+                      " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  NpyArray got = ReadNpy(out), want = ReadNpy(Model(GetParam()) + "/logits_long.npy");
+  ASSERT_EQ(got.shape, want.shape);
+  double worst = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) worst = std::max(worst, (double)std::fabs(got.data[i] - want.data[i]));
+  EXPECT_LT(worst, 1e-3);
+}
+
+TEST_P(CliFamily, GreedyOutputIdsMatchReference) {
+  json ref = ReadJson(Model(GetParam()) + "/reference.json");
+  auto r = RunCommand(Bin() + " generate --model " + Quote(Model(GetParam())) + " --ids " + IdList(ref["short_ids"]) +
+                      " --max-tokens 24 --min-tokens 24 --temperature 0 --output-ids");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out), ref["greedy_continuation"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CliFamily, ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));
+
+class CliDiffusion : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliDiffusion, BlockCausalLogitsMatchReference) {
+  const std::string fam = GetParam();
+  json ref = ReadJson(DataPath("fixtures/diffusion/" + fam + "/reference.json"));
+  std::string out = ScratchDir("cli-block-" + fam) + "/logits.npy";
+  auto r = RunCommand(Bin() + " logits --model " + Quote(Model(fam)) + " --ids " + IdList(ref["block8_ids"]) +
+                      " --block-size 8 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  NpyArray got = ReadNpy(out), want = ReadNpy(DataPath("fixtures/diffusion/" + fam + "/logits_block8.npy"));
+  ASSERT_EQ(got.shape, want.shape);
+  double worst = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) worst = std::max(worst, (double)std::fabs(got.data[i] - want.data[i]));
+  EXPECT_LT(worst, 1e-3);
+}
+
+TEST_P(CliDiffusion, CasesReproduceOutputAndTraceFile) {
+  const std::string fam = GetParam();
+  json ref = ReadJson(DataPath("fixtures/diffusion/" + fam + "/reference.json"));
+  for (const json& c : ref["cases"]) {
+    std::string trace = ScratchDir("cli-trace-" + fam) + "/trace.json";
+    std::string cmd = Bin() + " generate --model " + Quote(Model(fam)) + " --ids " + IdList(ref["prompt"]) +
+                      " --diffusion --block-size " + c["block"].dump() + " --steps " + c["steps"].dump() +
+                      " --policy " + c["policy"].get<std::string>() + " --mask-token-id " +
+                      ref["mask_token_id"].dump() + " --max-tokens " + c["max_new_tokens"].dump() +
+                      " --temperature 0 --output-ids --trace " + trace;
+    if (!c["threshold"].is_null()) cmd += " --threshold " + fmt::format("{:.17g}", c["threshold"].get<double>());
+    auto r = RunCommand(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+    EXPECT_EQ(json::parse(r.out), c["output"]) << cmd;
+    json got = ReadJson(trace);
+    ASSERT_EQ(got.size(), c["trace"].size()) << cmd;
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (const char* k : {"block_start", "step", "unmasked", "tokens"})
+        EXPECT_EQ(got[i][k], c["trace"][i][k]) << cmd << " step " << i << " " << k;
+      for (size_t j = 0; j < got[i]["conf"].size(); ++j)
+        EXPECT_NEAR(got[i]["conf"][j].get<double>(), c["trace"][i]["conf"][j].get<double>(), 1e-4);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CliDiffusion, ::testing::Values("qwen3_moe", "qwen3_5_moe"));
+
+TEST(CliDiffusionErrors, BadParametersAreClearErrors) {
+  const std::string base = Bin() + " generate --model " + Quote(Model("qwen3_moe")) + " --ids 1,2,3 --diffusion ";
+  struct Case {
+    std::string args, expect;
+  };
+  std::vector<Case> cases = {
+      {"--block-size 0 --steps 4 --mask-token-id 511", "block size"},
+      {"--block-size 100000 --steps 4 --mask-token-id 511", "block size"},
+      {"--block-size 4 --steps 0 --mask-token-id 511", "steps"},
+      {"--block-size 4 --steps 4 --mask-token-id 511 --policy threshold --threshold 0", "threshold"},
+      {"--block-size 4 --steps 4 --mask-token-id 511 --policy threshold --threshold 1.5", "threshold"},
+      {"--block-size 4 --steps 4 --mask-token-id 512", "mask token id 512"},
+      {"--block-size 4 --steps 4", "--mask-token-id"},
+      {"--steps 4 --mask-token-id 511", "--block-size"},
+      {"--block-size 4 --mask-token-id 511", "--steps"},
+  };
+  for (const auto& c : cases) {
+    auto r = RunCommand(base + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\n" << r.err;
+  }
+  auto r = RunCommand(Bin() + " generate --model " + Quote(Model("qwen3_next")) +
+                      " --ids 1,2,3 --diffusion --block-size 4 --steps 4 --mask-token-id 511");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no block-diffusion variant"), std::string::npos) << r.err;
+  r = RunCommand(Bin() + " generate --model " + Quote(Model("qwen3_moe")) + " --ids 1,2,3 --block-size 4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--diffusion"), std::string::npos) << r.err;
+}
+
+TEST(CliDiffusionStats, StatsReportCountersAndTpf) {
+  auto r = RunCommand(Bin() + " generate --model " + Quote(Model("qwen3_5_moe")) +
+                      " --ids 500,94,275 --diffusion --block-size 8 --steps 4 --mask-token-id 511 --max-tokens 16 "
+                      "--temperature 0 --output-ids --stats");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* k : {"forwards:", "tokens per forward (TPF)", "denoising steps per block: [", "distinct experts"})
+    EXPECT_NE(r.err.find(k), std::string::npos) << k << "\n" << r.err;
+}
+
+// Published sizes (model cards, shared/configs/README.md): an independent check of the counting.
+TEST(CliInspect, ParameterCountsMatchPublishedSizes) {
+  // Qwen3-30B-A3B: 30.5B total, 3.3B active (3.0B without the input embedding).
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) +
+                      " --json --context 8192 --concurrency 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_NEAR(j["total_params"].get<double>(), 30.5e9, 0.3e9);
+  EXPECT_NEAR(j["active_params"].get<double>(), 3.3e9, 0.1e9);
+  EXPECT_NEAR(j["active_params_no_embedding"].get<double>(), 3.0e9, 0.1e9);
+  EXPECT_EQ(j["memory"]["kv_bytes"].get<int64_t>(), j["kv_bytes_per_token"].get<int64_t>() * 8192 * 4);
+  EXPECT_GT(j["weight_bytes"]["bf16"].get<int64_t>(), j["weight_bytes"]["int8"].get<int64_t>());
+  EXPECT_GT(j["weight_bytes"]["int8"].get<int64_t>(), j["weight_bytes"]["int4"].get<int64_t>());
+  // The hybrids: ~34.7B (text part of Qwen3.5-35B-A3B) and ~80B total; "A3B" active is only
+  // published as a rounded figure, so it is checked to be of that order, not to a digit.
+  for (auto [dir, total] : {std::pair<std::string, double>{"qwen3.5-35b-a3b", 34.7e9}, {"qwen3-next-80b-a3b", 80e9}}) {
+    auto h = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/" + dir)) + " --json");
+    ASSERT_EQ(h.exit_code, 0) << h.err;
+    json k = json::parse(h.out);
+    EXPECT_NEAR(k["total_params"].get<double>(), total, total * 0.01) << dir;
+    EXPECT_GT(k["active_params_no_embedding"].get<double>(), 2.5e9) << dir;
+    EXPECT_LT(k["active_params_no_embedding"].get<double>(), 4.0e9) << dir;
+    EXPECT_GT(k["state_bytes_per_sequence"].get<int64_t>(), 0) << dir;
+  }
+  // Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 2 bytes = 98304 bytes per token.
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --json");
+  EXPECT_EQ(json::parse(r.out)["kv_bytes_per_token"].get<int64_t>(), 48 * 2 * 4 * 128 * 2);
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("30 Gated DeltaNet"), std::string::npos) << r.out;
+}
+
+TEST(CliVerify, ReportsEachChecksumMismatch) {
+  std::string dir = ScratchDir("cli-verify");
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    fs::copy_file(Model("qwen3_moe") + "/" + f, dir + "/" + f);
+  ASSERT_EQ(RunCommand("(cd " + dir + " && sha256sum config.json generation_config.json model.safetensors > SHA256SUMS)")
+                .exit_code, 0);
+  auto r = RunCommand(Bin() + " verify --model " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Append a space to the generation config (still valid JSON) and flip one bit of the weights.
+  WriteFile(dir + "/generation_config.json", ReadFile(Model("qwen3_moe") + "/generation_config.json") + " ");
+  std::string w = ReadFile(dir + "/model.safetensors");
+  w[w.size() - 3] ^= 0x01;
+  WriteFile(dir + "/model.safetensors", w);
+  r = RunCommand(Bin() + " verify --model " + dir + " --checksums-only");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("MISMATCH  generation_config.json"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MISMATCH  model.safetensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("OK        config.json"), std::string::npos) << r.out;
+}
+
+TEST(CliBadInput, BrokenCheckpointsAreOneLineErrors) {
+  auto broken = [](const std::string& name, const std::function<void(const std::string&)>& damage) {
+    std::string dir = ScratchDir("cli-broken-" + name);
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+      fs::copy_file(Model("qwen3_moe") + "/" + f, dir + "/" + f);
+    damage(dir);
+    return dir;
+  };
+  std::vector<std::pair<std::string, std::string>> dirs = {
+      {broken("truncated", [](const std::string& d) {
+         std::string w = ReadFile(d + "/model.safetensors");
+         WriteFile(d + "/model.safetensors", w.substr(0, w.size() / 2));
+       }), "model.safetensors"},
+      {broken("lying-header", [](const std::string& d) {
+         std::string w = ReadFile(d + "/model.safetensors");
+         w[0] = static_cast<char>(0xff);  // header length beyond the file
+         w[5] = 0x01;
+         WriteFile(d + "/model.safetensors", w);
+       }), "model.safetensors"},
+      {broken("config-syntax", [](const std::string& d) { WriteFile(d + "/config.json", "{\"model_type\": "); }),
+       "config.json"},
+      {broken("unknown-arch", [](const std::string& d) {
+         std::string c = ReadFile(d + "/config.json");
+         c.replace(c.find("\"qwen3_moe\""), 11, "\"mystery_lm\"");
+         WriteFile(d + "/config.json", c);
+       }), "mystery_lm"},
+      {broken("no-weights", [](const std::string& d) { fs::remove(d + "/model.safetensors"); }), "safetensors"},
+  };
+  for (const auto& [dir, expect] : dirs) {
+    auto r = RunCommand(Bin() + " generate --model " + dir + " --ids 1,2,3 --max-tokens 2");
+    EXPECT_NE(r.exit_code, 0) << dir;
+    EXPECT_LT(r.exit_code, 128) << "crashed: " << dir << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << dir << "\n" << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << dir << "\n" << r.err;
+  }
+}
+
+// A model directory with the byte-level tokenizer: complete end to end (text is noise).
+std::string BytesModelDir() {
+  std::string dir = ScratchDir("cli-bytes-model");
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    fs::copy_file(Model("qwen3_moe") + "/" + f, dir + "/" + f);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(DataPath("fixtures/tokenizers/bytes/") + f, dir + "/" + f);
+  return dir;
+}
+
+TEST(CliTokenizer, BytesTokenizerMatchesGolden) {
+  ordered g = ordered::parse(ReadFile(DataPath("fixtures/tokenizers/bytes/golden.json")));
+  const std::string dir = DataPath("fixtures/tokenizers/bytes");
+  for (const auto& e : g["encode"]) {
+    std::string f = ScratchDir("cli-tok") + "/in.txt";
+    WriteFile(f, e["text"].get<std::string>());
+    auto r = RunCommand(Bin() + " tokenize --model " + dir + " --file " + f);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(ordered::parse(r.out), e["ids"]) << e["text"];
+    r = RunCommand(Bin() + " detokenize --model " + dir + " --ids " + IdList(e["ids"]));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, e["decoded"].get<std::string>() + "\n");
+  }
+  for (const auto& c : g["chat"]) {
+    std::string f = ScratchDir("cli-render") + "/req.json";
+    WriteFile(f, c["input"].dump());
+    auto r = RunCommand(Bin() + " render --model " + dir + " --request " + f);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, c["rendered"].get<std::string>());
+  }
+}
+
+TEST(CliTokenizer, Qwen3GoldenThroughTheCli) {
+  const std::string dir = NpmTokenizerDir("tokenizer-qwen3");
+  if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "run scripts/fetch_test_data.sh (npm tokenizer data)";
+  ordered g = ordered::parse(ReadFile(DataPath("fixtures/tokenizers/qwen3_golden.json")))["qwen3"];
+  for (const auto& e : g["encode"]) {
+    std::string f = ScratchDir("cli-qtok") + "/in.txt";
+    WriteFile(f, e["text"].get<std::string>());
+    auto r = RunCommand(Bin() + " tokenize --model " + dir + " --file " + f);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(ordered::parse(r.out), e["ids"]) << e["text"];
+  }
+  for (const auto& c : g["chat"]) {
+    std::string f = ScratchDir("cli-qrender") + "/req.json";
+    ordered req = c["input"];
+    if (req.contains("enable_thinking")) {
+      req["chat_template_kwargs"] = {{"enable_thinking", req["enable_thinking"]}};
+      req.erase("enable_thinking");
+    }
+    WriteFile(f, req.dump());
+    auto r = RunCommand(Bin() + " render --model " + dir + " --request " + f);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, c["rendered"].get<std::string>());
+    std::string t = ScratchDir("cli-qrender-tok") + "/in.txt";
+    WriteFile(t, r.out);
+    auto ids = RunCommand(Bin() + " tokenize --model " + dir + " --file " + t);
+    EXPECT_EQ(ordered::parse(ids.out), c["ids"]);
+  }
+}
+
+TEST(CliTokenizer, TemplateThatRaisesIsAnError) {
+  std::string dir = ScratchDir("cli-raise");
+  fs::copy_file(DataPath("fixtures/tokenizers/bytes/tokenizer.json"), dir + "/tokenizer.json");
+  WriteFile(dir + "/tokenizer_config.json",
+            R"({"chat_template": "{% if messages[0].role != 'system' %}{{ raise_exception('first message must be system') }}{% endif %}", "eos_token": "<|im_end|>"})");
+  WriteFile(dir + "/req.json", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  auto r = RunCommand(Bin() + " render --model " + dir + " --request " + dir + "/req.json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128);
+  EXPECT_NE(r.err.find("first message must be system"), std::string::npos) << r.err;
+}
+
+TEST(CliGenerate, ChatWithATokenizerStreamsTextAndStopsAtMaxTokens) {
+  std::string dir = BytesModelDir();
+  auto r = RunCommand(Bin() + " generate --model " + dir + " --chat hello --max-tokens 5 --temperature 0 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  // Sampled generation with a seed is reproducible.
+  auto a = RunCommand(Bin() + " generate --model " + dir + " --prompt abc --max-tokens 8 --temperature 1 --seed 5 --output-ids");
+  auto b = RunCommand(Bin() + " generate --model " + dir + " --prompt abc --max-tokens 8 --temperature 1 --seed 5 --output-ids");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,195 @@
+// tessera tests: the sampler (penalties by their published formulas, filters, seeding), stop
+// strings and the static diffusion schedule: the engine's pure logic, without a model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "engine/diffusion_decoder.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+
+namespace tessera {
+namespace {
+
+std::vector<float> Logits() { return {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, -2.0f, 1.0f, 0.25f}; }
+
+TEST(EngineSampler, GreedyIsArgmaxAndTiesGoToLowestId) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, {});
+  auto l = Logits();
+  EXPECT_EQ(s.Sample(l.data(), l.size()), 1);
+  std::vector<float> tie = {1.0f, 3.0f, 3.0f};
+  EXPECT_EQ(ArgMax(tie.data(), 3), 1);
+}
+
+TEST(EngineSampler, RepetitionPenaltyFollowsHfFormula) {
+  // HF: a seen token's logit is divided by the penalty when positive, multiplied when negative.
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 4.0f;
+  Sampler s(p, {1, 2});
+  auto l = Logits();
+  s.Sample(l.data(), l.size());
+  EXPECT_FLOAT_EQ(l[1], 0.5f);   // 2.0 / 4
+  EXPECT_FLOAT_EQ(l[2], -4.0f);  // -1.0 * 4
+  EXPECT_FLOAT_EQ(l[3], 1.5f);   // untouched
+}
+
+TEST(EngineSampler, PresenceAndFrequencyPenaltiesFollowOpenAiFormula) {
+  // OpenAI: logit -= count * frequency_penalty + (count > 0) * presence_penalty, output tokens only.
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p, {3});  // prompt tokens are not penalised
+  s.Observe(1);
+  s.Observe(1);
+  s.Observe(6);
+  auto l = Logits();
+  int32_t t = s.Sample(l.data(), l.size());
+  EXPECT_FLOAT_EQ(l[1], 2.0f - 0.5f - 2 * 0.25f);
+  EXPECT_FLOAT_EQ(l[6], 1.0f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(l[3], 1.5f);
+  EXPECT_EQ(t, 3);
+}
+
+TEST(EngineSampler, FiltersThatKeepOneTokenAreGreedy) {
+  for (int which = 0; which < 3; ++which) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 7;
+    if (which == 0) p.top_k = 1;
+    if (which == 1) p.top_p = 1e-6f;
+    if (which == 2) p.min_p = 1.0f;
+    Sampler s(p, {});
+    for (int i = 0; i < 20; ++i) {
+      auto l = Logits();
+      EXPECT_EQ(s.Sample(l.data(), l.size()), 1) << "filter " << which;
+    }
+  }
+}
+
+TEST(EngineSampler, TopKRestrictsTheDraws) {
+  SamplingParams p;
+  p.temperature = 5.0f;  // nearly flat
+  p.top_k = 3;
+  p.seed = 1;
+  Sampler s(p, {});
+  std::set<int32_t> seen;
+  for (int i = 0; i < 300; ++i) {
+    auto l = Logits();
+    seen.insert(s.Sample(l.data(), l.size()));
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 3, 6}));
+}
+
+TEST(EngineSampler, SeedReproducesAndDifferentSeedsDiffer) {
+  auto draw = [](uint64_t seed) {
+    SamplingParams p;
+    p.temperature = 3.0f;
+    p.seed = seed;
+    Sampler s(p, {});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) {
+      auto l = Logits();
+      out.push_back(s.Sample(l.data(), l.size()));
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(42), draw(42));
+  EXPECT_NE(draw(42), draw(43));
+}
+
+TEST(EngineSampler, GreedyConfidenceIsSoftmaxOfArgmax) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p, {});
+  auto l = Logits();
+  float conf = 0;
+  int32_t t = s.SampleWithConfidence(l.data(), l.size(), &conf);
+  double sum = 0;
+  for (float v : l) sum += std::exp(v);
+  EXPECT_EQ(t, 1);
+  EXPECT_NEAR(conf, std::exp(2.0) / sum, 1e-6);
+}
+
+TEST(EngineSampler, LogprobsAreLogSoftmax) {
+  auto l = Logits();
+  TokenLogprob lp = ComputeLogprobs(l.data(), l.size(), 3, 2);
+  double sum = 0;
+  for (float v : l) sum += std::exp(v);
+  EXPECT_NEAR(lp.logprob, 1.5 - std::log(sum), 1e-5);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 3);
+}
+
+TEST(EngineStopMatcher, HoldsBackPrefixesAndCutsAtTheStop) {
+  StopMatcher m({"STOP", "xyz"});
+  EXPECT_EQ(m.Feed("hello ST"), "hello ");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Feed("ART"), "START");
+  EXPECT_EQ(m.Feed(" and S"), " and ");
+  EXPECT_EQ(m.Feed("TOP tail"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "STOP");
+  EXPECT_EQ(m.Feed("more"), "");
+}
+
+TEST(EngineStopMatcher, EarliestStopWinsAndFlushReleasesHeldText) {
+  StopMatcher m({"bc", "abcd"});
+  EXPECT_EQ(m.Feed("xabcd"), "x");  // "abcd" starts before "bc"
+  StopMatcher n({"needle"});
+  EXPECT_EQ(n.Feed("a nee"), "a ");
+  EXPECT_EQ(n.Flush(), "nee");
+}
+
+TEST(EngineDiffusionSchedule, SplitsEvenlyWithRemainderFirst) {
+  EXPECT_EQ(StaticSchedule(8, 4), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(StaticSchedule(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
+  EXPECT_EQ(StaticSchedule(4, 8), (std::vector<int64_t>{1, 1, 1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(StaticSchedule(32, 32), std::vector<int64_t>(32, 1));
+}
+
+TEST(EngineDiffusionDecoder, FirstBlockHoldsThePromptTail) {
+  DiffusionParams p;
+  p.block_size = 4;
+  p.steps = 4;
+  p.mask_token_id = 99;
+  DiffusionDecoder d(p, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(d.block_start(), 4);
+  EXPECT_EQ(d.block(), (std::vector<int32_t>{5, 6, 99, 99}));
+  EXPECT_EQ(d.masks_left(), 2);
+  DiffusionDecoder aligned(p, {1, 2, 3, 4});
+  EXPECT_EQ(aligned.block_start(), 4);
+  EXPECT_EQ(aligned.masks_left(), 4);
+}
+
+TEST(EngineDiffusionDecoder, NeverPredictsTheMaskTokenSoEveryStepProgresses) {
+  // The model's favourite at every position is the mask token itself: x0 must be the best other
+  // token (else the block would never complete), with the model's probability as confidence.
+  DiffusionParams p;
+  p.block_size = 2;
+  p.steps = 2;
+  p.policy = DiffusionPolicy::kThreshold;
+  p.threshold = 0.5f;
+  p.mask_token_id = 3;
+  DiffusionDecoder d(p, {0, 1});
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp, {});
+  std::vector<float> logits = {0.f, 1.f, 0.f, 5.f, 0.f, 0.f, 2.f, 6.f};  // two rows of vocab 4
+  auto v = d.ApplyStep(logits.data(), 4, s);
+  ASSERT_EQ(v.unmasked.size(), 1u);  // nothing above 0.5: the single most confident one
+  EXPECT_EQ(v.unmasked[0], 3);       // row 1: p(2) = e^2 / (2 + e^2 + e^6) beats row 0's p(1)
+  EXPECT_EQ(v.block_tokens[1], 2);
+  EXPECT_NEAR(v.conf[0], std::exp(2.0) / (2 + std::exp(2.0) + std::exp(6.0)), 1e-6);
+  v = d.ApplyStep(logits.data(), 4, s);
+  EXPECT_TRUE(d.block_done());
+  EXPECT_EQ(v.block_tokens, (std::vector<int32_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace tessera
