@@ -2,6 +2,7 @@
 #include "test_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +21,10 @@ std::string NpmTokenizerDir(const std::string& package) {
 std::string TesseraBinary() { return std::string(TESSERA_BINARY_DIR) + "/tessera"; }
 
 std::string ScratchDir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(TESSERA_BINARY_DIR) / "test-scratch" / name;
+  // Per process: ctest runs the tests of one binary as parallel processes, and two tests may
+  // pick the same name.
+  std::filesystem::path p =
+      std::filesystem::path(TESSERA_BINARY_DIR) / "test-scratch" / std::to_string(getpid()) / name;
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
@@ -42,7 +46,7 @@ void WriteFile(const std::string& path, const std::string& content) {
 
 CommandResult RunCommand(const std::string& command_line) {
   static int counter = 0;
-  std::string dir = ScratchDir("cmd-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  std::string dir = ScratchDir("cmd-" + std::to_string(counter++));
   std::string out = dir + "/out", err = dir + "/err";
   int status = std::system((command_line + " >" + out + " 2>" + err + " </dev/null").c_str());
   CommandResult r;

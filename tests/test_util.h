@@ -12,7 +12,8 @@ std::string DataPath(const std::string& rel);
 std::string NpmTokenizerDir(const std::string& package);
 // Path of the built `tessera` binary.
 std::string TesseraBinary();
-// A fresh empty directory under the build tree (removed and re-created on each call).
+// A fresh empty directory under the build tree, private to this process (removed and re-created
+// on each call).
 std::string ScratchDir(const std::string& name);
 
 struct CommandResult {

@@ -146,6 +146,35 @@ TEST_P(CliDiffusion, CasesReproduceOutputAndTraceFile) {
 
 INSTANTIATE_TEST_SUITE_P(Families, CliDiffusion, ::testing::Values("qwen3_moe", "qwen3_5_moe"));
 
+// A checkpoint that declares itself a diffusion model (model_type sdar_moe on the qwen3_moe layout,
+// clover_moe on the qwen3_5_moe layout, mask token and block size in config.json) runs as one
+// without --diffusion / --mask-token-id / --block-size, and gives the fixtures' output.
+TEST(CliDiffusionModelTypes, DeclaredDiffusionCheckpointsNeedNoFlags) {
+  for (auto [fam, type] : {std::pair<std::string, std::string>{"qwen3_moe", "sdar_moe"}, {"qwen3_5_moe", "clover_moe"}}) {
+    json ref = ReadJson(DataPath("fixtures/diffusion/" + fam + "/reference.json"));
+    const json& c = ref["cases"][1];  // block 8, 4 steps, static
+    std::string dir = ScratchDir("cli-declared-" + type);
+    for (const char* f : {"generation_config.json", "model.safetensors"})
+      fs::copy_file(Model(fam) + "/" + f, dir + "/" + f);
+    json cfg = ReadJson(Model(fam) + "/config.json");
+    cfg["model_type"] = type;
+    cfg["mask_token_id"] = ref["mask_token_id"];
+    cfg["block_size"] = c["block"];
+    WriteFile(dir + "/config.json", cfg.dump(2));
+    auto r = RunCommand(Bin() + " generate --model " + dir + " --ids " + IdList(ref["prompt"]) + " --steps " +
+                        c["steps"].dump() + " --max-tokens " + c["max_new_tokens"].dump() +
+                        " --temperature 0 --output-ids");
+    ASSERT_EQ(r.exit_code, 0) << type << "\n" << r.err;
+    EXPECT_EQ(json::parse(r.out), c["output"]) << type;
+    // Without a mask token anywhere, a diffusion model refuses to start and says how to give one.
+    cfg.erase("mask_token_id");
+    WriteFile(dir + "/config.json", cfg.dump(2));
+    r = RunCommand(Bin() + " generate --model " + dir + " --ids 1,2,3 --steps 4");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("--mask-token-id"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliDiffusionErrors, BadParametersAreClearErrors) {
   const std::string base = Bin() + " generate --model " + Quote(Model("qwen3_moe")) + " --ids 1,2,3 --diffusion ";
   struct Case {

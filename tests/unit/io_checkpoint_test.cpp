@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -15,18 +16,7 @@ namespace {
 using testing::ScratchDir;
 using testing::WriteFile;
 
-template <typename F>
-void ExpectError(F&& f, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an Error";
-}
+using testing::ExpectError;
 
 // Writes shard `name` in `dir` holding f32 tensors of 2 elements each.
 void Shard(const std::string& dir, const std::string& name, const std::vector<std::string>& tensors) {

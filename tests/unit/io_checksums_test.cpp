@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/checksums.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -15,18 +16,7 @@ using testing::RunCommand;
 using testing::ScratchDir;
 using testing::WriteFile;
 
-template <typename F>
-void ExpectError(F&& f, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an Error";
-}
+using testing::ExpectError;
 
 // sha256sum's hash of a file, from coreutils.
 std::string CoreutilsSha(const std::string& path) {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -14,18 +15,7 @@ using testing::RunCommand;
 using testing::ScratchDir;
 using testing::WriteFile;
 
-template <typename F>
-void ExpectError(F&& f, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an Error";
-}
+using testing::ExpectError;
 
 TEST(IoHfConfig, FixtureAgreesWithPython) {
   const std::string dir = DataPath("fixtures/models/qwen3_moe");

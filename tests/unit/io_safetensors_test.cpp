@@ -10,6 +10,7 @@
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "expect_error.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -84,18 +85,7 @@ const char* Tag(DType t) {
 }
 
 // Runs f, expects an Error of `kind` whose message holds every one of `parts`.
-template <typename F>
-void ExpectError(F&& f, ErrorKind kind, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected an Error";
-}
+using testing::ExpectError;
 
 // A raw safetensors file: 8-byte little-endian length, header text, data bytes.
 std::string Raw(const std::string& header, const std::string& data, uint64_t len_override = UINT64_MAX) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "tokenizer/template/ast.h"
+#include "tokenizer/text_util.h"
 
 namespace tessera::jinja {
 namespace {
@@ -203,24 +204,6 @@ class Lexer {
     return i;
   }
 
-  static void AppendUtf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // String literals decode Python escapes (Jinja uses the unicode-escape codec); unknown escapes
   // keep their backslash.
   size_t LexString(size_t i) {
@@ -246,7 +229,7 @@ class Lexer {
           v = v * 16 + (std::isdigit(static_cast<unsigned char>(src_[i])) ? src_[i] - '0'
                                                                            : (std::tolower(src_[i]) - 'a' + 10));
         }
-        AppendUtf8(out, v);
+        tok::AppendUtf8(out, static_cast<char32_t>(v));
       };
       switch (e) {
         case 'n': out += '\n'; break;
@@ -268,7 +251,7 @@ class Lexer {
             uint32_t v = e - '0';
             for (int k = 0; k < 2 && i < src_.size() && src_[i] >= '0' && src_[i] <= '7'; ++k, ++i)
               v = v * 8 + (src_[i] - '0');
-            AppendUtf8(out, v);
+            tok::AppendUtf8(out, static_cast<char32_t>(v));
           } else {
             out += '\\';
             out += e;
