@@ -98,10 +98,19 @@ class Backend {
     return p;
   }
   virtual void Free(void* p) { std::free(p); }
-  virtual void Upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-  virtual void Download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-  virtual void CopyBuffer(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
-  virtual void Zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+  // Zero-byte copies may come with null pointers (e.g. a forward that wants no logits rows).
+  virtual void Upload(void* dst, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  virtual void Download(void* dst, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  virtual void CopyBuffer(void* dst, const void* src, size_t bytes) {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  virtual void Zero(void* dst, size_t bytes) {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
   // Waits for queued work (device backends run ops asynchronously).
   virtual void Synchronize() {}
   // Fills n elements (bf16 or f32) with uniform values in [-scale, scale] + offset, never exactly
