@@ -157,6 +157,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void DoRead();
   void OnRead(beast::error_code ec, size_t);
+  void BeginEntry();
   void Handle(http::request<http::string_body>& req);
   void Route(http::request<http::string_body>& req, const std::string& path);
   void Authenticate(const http::request<http::string_body>& req);
@@ -198,6 +199,17 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string drain_buf_;
 };
 
+// Starts the bookkeeping of one answered request: in-flight count, timing, access-log entry.
+void Session::BeginEntry() {
+  active_ = true;
+  recorded_ = false;
+  srv_->BeginRequest();
+  start_ = Clock::now();
+  entry_ = {};
+  entry_.request_id = fmt::format("req-{}", srv_->next_id++);
+  entry_.remote = remote_;
+}
+
 void Session::DoRead() {
   parser_.emplace();
   parser_->body_limit(static_cast<uint64_t>(srv_->cfg.server.max_body_bytes));
@@ -210,13 +222,7 @@ void Session::DoRead() {
 void Session::OnRead(beast::error_code ec, size_t) {
   if (ec == http::error::body_limit) {
     stream_.expires_never();
-    active_ = true;
-    recorded_ = false;
-    srv_->BeginRequest();
-    start_ = Clock::now();
-    entry_ = {};
-    entry_.request_id = fmt::format("req-{}", srv_->next_id++);
-    entry_.remote = remote_;
+    BeginEntry();
     entry_.method = std::string(parser_->get().method_string());
     entry_.path = std::string(parser_->get().target());
     keep_alive_ = false;
@@ -229,13 +235,7 @@ void Session::OnRead(beast::error_code ec, size_t) {
     if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
         ec != http::error::end_of_stream && ec != http::error::partial_message) {
       stream_.expires_never();
-      active_ = true;
-      recorded_ = false;
-      srv_->BeginRequest();
-      start_ = Clock::now();
-      entry_ = {};
-      entry_.request_id = fmt::format("req-{}", srv_->next_id++);
-      entry_.remote = remote_;
+      BeginEntry();
       SendError(InvalidRequest("malformed HTTP request: " + ec.message()), true);
       return;
     }
@@ -249,13 +249,7 @@ void Session::OnRead(beast::error_code ec, size_t) {
 }
 
 void Session::Handle(http::request<http::string_body>& req) {
-  active_ = true;
-  recorded_ = false;
-  srv_->BeginRequest();
-  start_ = Clock::now();
-  entry_ = {};
-  entry_.request_id = fmt::format("req-{}", srv_->next_id++);
-  entry_.remote = remote_;
+  BeginEntry();
   entry_.method = std::string(req.method_string());
   std::string target(req.target());
   std::string path = target.substr(0, target.find('?'));
