@@ -25,3 +25,16 @@ for spec in "${PACKAGES[@]}"; do
   rm -rf "$tmp"
   echo "fetch_test_data: $spec -> $dest"
 done
+
+# npm packages of the node tests (tests/node): the official OpenAI client, TypeScript (to check the
+# server's responses against the client's type declarations) and playwright-core (drives Debian's
+# chromium for the chat-page test). Pinned; installed once into build-data/node.
+NODE_PACKAGES=(openai@7.59.0 typescript@5.9.3 playwright-core@1.65.1)
+stamp=build-data/node/.installed
+if [ "$(cat "$stamp" 2>/dev/null)" != "${NODE_PACKAGES[*]}" ]; then
+  mkdir -p build-data/node
+  [ -f build-data/node/package.json ] || echo '{"name":"tessera-node-tests","private":true}' > build-data/node/package.json
+  (cd build-data/node && npm install --silent --no-audit --no-fund "${NODE_PACKAGES[@]}")
+  echo "${NODE_PACKAGES[*]}" > "$stamp"
+  echo "fetch_test_data: ${NODE_PACKAGES[*]} -> build-data/node"
+fi

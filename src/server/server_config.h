@@ -16,7 +16,7 @@ class App;
 
 namespace tessera {
 
-struct ModelConfig {
+struct ModelSection {
   std::string path;                  // checkpoint directory
   std::string name;                  // served name ("" = the directory's base name)
   std::string tokenizer;             // tokenizer directory ("" = path)
@@ -27,7 +27,7 @@ struct ModelConfig {
   std::string chat_template;         // file overriding the tokenizer's template ("" = none)
 };
 
-struct HttpConfig {
+struct HttpSection {
   std::string host = "127.0.0.1";
   int64_t port = 8000;  // 0 = ephemeral (tests)
   int64_t threads = 2;  // I/O threads
@@ -38,7 +38,7 @@ struct HttpConfig {
   int64_t max_body_bytes = 8 << 20;
 };
 
-struct EngineConfig {
+struct EngineSection {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
@@ -48,20 +48,20 @@ struct EngineConfig {
   bool share_prefix_cache_across_keys = false;
 };
 
-struct DiffusionConfig {  // defaults for diffusion models; 0 / "" = the model's own default
+struct DiffusionSection {  // defaults for diffusion models; 0 / "" = the model's own default
   int64_t block_size = 0;
   int64_t steps = 0;
   std::string policy;  // "" | static | threshold | editing
   double threshold = 0.9;
 };
 
-struct SecurityConfig {
+struct SecuritySection {
   std::vector<std::string> api_keys;
   std::string api_key_file;              // one key a line, '#' comments
   std::vector<std::string> allow_cidrs;  // empty = everyone
 };
 
-struct LimitsConfig {
+struct LimitsSection {
   int64_t max_concurrent_requests = 256;
   int64_t max_queue = 1024;        // requests waiting for a slot beyond that get 429
   double requests_per_minute = 0;  // per API key; 0 = unlimited
@@ -69,12 +69,12 @@ struct LimitsConfig {
 };
 
 struct ServerConfig {
-  ModelConfig model;
-  HttpConfig server;
-  EngineConfig engine;
-  DiffusionConfig diffusion;
-  SecurityConfig security;
-  LimitsConfig limits;
+  ModelSection model;
+  HttpSection server;
+  EngineSection engine;
+  DiffusionSection diffusion;
+  SecuritySection security;
+  LimitsSection limits;
 };
 
 // One settable key. `kind` says how a text value is parsed.
