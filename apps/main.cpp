@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   root.set_version_flag("--version", "tessera 0.1.0");
   std::vector<Subcommand> cmds = {AddGenerateCommand(root), AddLogitsCommand(root),  AddTokenizeCommand(root),
                                   AddDetokenizeCommand(root), AddRenderCommand(root), AddInspectCommand(root),
-                                  AddVerifyCommand(root)};
+                                  AddVerifyCommand(root),
+                                  AddBenchCommand(root)};
   try {
     root.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
