@@ -28,6 +28,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, 
     return;
   }
   size_t chunk = (n + chunks - 1) / chunks;
+  std::lock_guard<std::mutex> call(call_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

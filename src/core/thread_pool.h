@@ -1,6 +1,8 @@
 // tessera core: a fixed pool of worker threads for data-parallel loops in CPU kernels.
 // ParallelFor splits [0, n) into contiguous chunks, one per thread, and blocks until all finish;
 // the calling thread takes a chunk itself, so a pool of 1 runs inline with no synchronisation.
+// Calls from several threads at once (the ranks of a CPU-simulated tensor-parallel group) take
+// turns; a call from inside a running job is not allowed (it would wait for itself).
 #pragma once
 
 #include <condition_variable>
@@ -33,6 +35,7 @@ class ThreadPool {
 
   int num_threads_;
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one ParallelFor at a time
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   const std::function<void(size_t, size_t, int)>* job_ = nullptr;

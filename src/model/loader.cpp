@@ -94,8 +94,14 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
 }
 
 WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-                           std::function<void(const std::string&)> log, Backend* be, bool dummy)
-    : cfg_(cfg), dir_(dir), out_(out), log_(std::move(log)), be_(be), dummy_(dummy) {
+                           std::function<void(const std::string&)> log, const LoadTarget& target)
+    : cfg_(cfg), dir_(dir), out_(out), log_(std::move(log)), be_(target.be), dummy_(target.dummy),
+      progress_(target.progress) {
+  if (target.shard) {
+    shard_ = target.shard;
+  } else {
+    whole_ = PlanShards(cfg_, 1)[0];
+  }
   if (dummy_) {
     if (!be_) Fail(ErrorKind::kInvalidArgument, "dummy weights need a backend");
     prefix_ = "model.";
@@ -105,14 +111,17 @@ WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, Model
       for (int64_t d : t.shape) n *= d;
       total_bytes_ += static_cast<size_t>(n) * (t.shape.size() >= 2 && t.shape[1] != 1 ? 2 : 4);
     }
+    total_bytes_ /= shard_->size;  // about a rank's share
     return;
   }
-  out_->reader = std::make_unique<CheckpointReader>(dir);
-  if (OnDevice())
+  out_->reader = target.reader ? target.reader : std::make_shared<CheckpointReader>(dir);
+  if (OnDevice()) {
     for (const std::string& name : out_->reader->Names()) {
       const TensorView* v = out_->reader->Find(name);
       total_bytes_ += static_cast<size_t>(v->numel()) * 2;
     }
+    total_bytes_ /= shard_->size;
+  }
   // Nested Qwen3.5 checkpoints keep the text model under model.language_model.
   prefix_ = out_->reader->Find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
 }
@@ -129,12 +138,12 @@ bool WeightLoader::Has(const std::string& flat) const {
 
 void WeightLoader::Progress(size_t bytes) {
   done_bytes_ += bytes;
-  if (total_bytes_ == 0) return;
-  const int pct = static_cast<int>(std::min<size_t>(100, done_bytes_ * 100 / total_bytes_));
+  if (total_bytes_ == 0 || !progress_ || !be_) return;
+  const int pct = static_cast<int>(std::min<size_t>(99, done_bytes_ * 100 / total_bytes_));
   if (pct == last_percent_) return;
   last_percent_ = pct;
-  std::fprintf(stderr, "\rtessera: %s weights on %s: %.2f / %.2f GB (%d%%)%s", dummy_ ? "generating" : "loading",
-               be_->Name(), done_bytes_ / 1e9, total_bytes_ / 1e9, pct, pct == 100 ? "\n" : "");
+  std::fprintf(stderr, "\rtessera: %s weights on %s: %.2f / %.2f GB (%d%%)", dummy_ ? "generating" : "loading",
+               be_->Name(), done_bytes_ / 1e9, total_bytes_ / 1e9, pct);
   std::fflush(stderr);
 }
 
@@ -271,12 +280,12 @@ const float* WeightLoader::Vector(const std::string& flat, const std::vector<int
 
 Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int64_t>& shape,
                                   const std::vector<int64_t>& order) {
-  if (dummy_) return DummyMatrix(flat, shape);  // a permutation of random rows is random rows
+  if (dummy_) return DummyMatrix(flat, {static_cast<int64_t>(order.size()), shape[1]});  // random rows
   const TensorView& v = View(flat, shape);
-  const int64_t rows = shape[0], cols = shape[1];
-  TESSERA_CHECK(static_cast<int64_t>(order.size()) == rows);
+  const int64_t rows = static_cast<int64_t>(order.size()), cols = shape[1];
+  for (int64_t r : order) TESSERA_CHECK(r >= 0 && r < shape[0]);
   Tensor t;
-  t.shape = shape;
+  t.shape = {rows, cols};
   if (v.dtype == DType::kBF16) {
     auto& buf = out_->owned_bf16.emplace_back(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
@@ -284,11 +293,11 @@ Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int
     t.dtype = DType::kBF16;
     t.data = buf.data();
   } else {
-    std::vector<float> all(static_cast<size_t>(rows * cols));
-    ConvertToF32(v.dtype, v.data, all.data(), all.size());
-    auto& buf = out_->owned_f32.emplace_back(all.size());
+    auto& buf = out_->owned_f32.emplace_back(static_cast<size_t>(rows * cols));
+    const size_t es = DTypeSize(v.dtype);
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(buf.data() + r * cols, all.data() + order[r] * cols, cols * sizeof(float));
+      ConvertToF32(v.dtype, v.data + static_cast<size_t>(order[r] * cols) * es, buf.data() + r * cols,
+                   static_cast<size_t>(cols));
     t.dtype = DType::kF32;
     t.data = buf.data();
   }
@@ -303,7 +312,140 @@ Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int
   return t;
 }
 
+Tensor WeightLoader::GatherCopy(const TensorView& v, int64_t full_cols, const std::vector<IndexRange>& rows,
+                                IndexRange cols, int64_t zero_rows) {
+  int64_t n_rows = zero_rows;
+  for (const IndexRange& r : rows) n_rows += r.count;
+  Tensor t;
+  t.shape = {n_rows, cols.count};
+  const size_t es = DTypeSize(v.dtype);
+  const size_t n = static_cast<size_t>(n_rows * cols.count);
+  int64_t out_row = 0;
+  if (v.dtype == DType::kBF16) {
+    auto& buf = out_->owned_bf16.emplace_back(n, uint16_t{0});
+    for (const IndexRange& r : rows)
+      for (int64_t i = r.begin; i < r.end(); ++i, ++out_row)
+        std::memcpy(buf.data() + out_row * cols.count, v.data + static_cast<size_t>(i * full_cols + cols.begin) * es,
+                    static_cast<size_t>(cols.count) * es);
+    t.dtype = DType::kBF16;
+    t.data = buf.data();
+  } else {
+    auto& buf = out_->owned_f32.emplace_back(n, 0.0f);
+    for (const IndexRange& r : rows)
+      for (int64_t i = r.begin; i < r.end(); ++i, ++out_row)
+        ConvertToF32(v.dtype, v.data + static_cast<size_t>(i * full_cols + cols.begin) * es,
+                     buf.data() + out_row * cols.count, static_cast<size_t>(cols.count));
+    t.dtype = DType::kF32;
+    t.data = buf.data();
+  }
+  if (OnDevice()) {  // the host copy only stages the slice
+    Tensor d = ToDevice(t);
+    if (t.dtype == DType::kBF16)
+      out_->owned_bf16.pop_back();
+    else
+      out_->owned_f32.pop_back();
+    return d;
+  }
+  return t;
+}
+
+Tensor WeightLoader::MatrixSlice(const std::string& flat, const std::vector<int64_t>& shape,
+                                 const std::vector<IndexRange>& rows, IndexRange cols) {
+  std::vector<IndexRange> merged;  // adjacent row blocks joined
+  for (const IndexRange& r : rows) {
+    if (r.count == 0) continue;
+    if (!merged.empty() && merged.back().end() == r.begin)
+      merged.back().count += r.count;
+    else
+      merged.push_back(r);
+  }
+  int64_t n_rows = 0;
+  for (const IndexRange& r : merged) n_rows += r.count;
+  if (dummy_) return DummyMatrix(flat, {n_rows, cols.count});
+  const TensorView& v = View(flat, shape);
+  const int64_t full_cols = v.numel() / shape[0];
+  TESSERA_CHECK(cols.begin >= 0 && cols.end() <= full_cols);
+  for (const IndexRange& r : merged) TESSERA_CHECK(r.begin >= 0 && r.end() <= shape[0]);
+  if (merged.size() == 1 && cols.begin == 0 && cols.count == full_cols)
+    return MatrixRows(v, merged[0].begin, merged[0].count, full_cols);
+  return GatherCopy(v, full_cols, merged, cols, 0);
+}
+
+const float* WeightLoader::VectorRows(const std::string& flat, const std::vector<int64_t>& shape,
+                                      const std::vector<IndexRange>& rows) {
+  int64_t row_len = 1, n_rows = 0;
+  for (size_t i = 1; i < shape.size(); ++i) row_len *= shape[i];
+  for (const IndexRange& r : rows) n_rows += r.count;
+  if (dummy_) return DummyVector(flat, {n_rows, row_len});
+  const TensorView& v = View(flat, shape);
+  auto& buf = out_->owned_f32.emplace_back(static_cast<size_t>(n_rows * row_len));
+  const size_t es = DTypeSize(v.dtype);
+  int64_t out_row = 0;
+  for (const IndexRange& r : rows) {
+    TESSERA_CHECK(r.begin >= 0 && r.end() <= shape[0]);
+    ConvertToF32(v.dtype, v.data + static_cast<size_t>(r.begin * row_len) * es, buf.data() + out_row * row_len,
+                 static_cast<size_t>(r.count * row_len));
+    out_row += r.count;
+  }
+  if (OnDevice()) {
+    const float* d = ToDeviceF32(buf.data(), static_cast<int64_t>(buf.size()));
+    out_->owned_f32.pop_back();
+    return d;
+  }
+  return buf.data();
+}
+
+Tensor WeightLoader::EmbeddingShard(const std::string& flat, const std::vector<int64_t>& shape, IndexRange rows) {
+  const int64_t H = shape[1];
+  if (dummy_) {
+    if (!expected_.count(flat))
+      Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", flat);
+    Tensor t;
+    t.shape = {rows.count + 1, H};
+    t.dtype = DType::kBF16;
+    const int64_t n = rows.count * H;
+    void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n + H) * 2);
+    be_->FillRandom(dst, DType::kBF16, n, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f,
+                    std::hash<std::string>{}(flat) + static_cast<uint64_t>(rows.begin));
+    be_->Zero(static_cast<char*>(dst) + n * 2, static_cast<size_t>(H) * 2);
+    t.data = dst;
+    Progress(static_cast<size_t>(n) * 2);
+    return t;
+  }
+  const TensorView& v = View(flat, shape);
+  return GatherCopy(v, H, {rows}, {0, H}, 1);
+}
+
+void WeightLoader::Validate(const std::string& flat, const std::vector<int64_t>& shape) {
+  if (!dummy_) View(flat, shape);
+}
+
+ExpertWeights WeightLoader::ZeroExpert(int64_t inter, int64_t hidden) {
+  if (have_zero_expert_) return zero_expert_;
+  const size_t n = static_cast<size_t>(inter * hidden);
+  Tensor z;
+  z.dtype = DType::kBF16;
+  z.shape = {inter, hidden};
+  if (be_ && be_->IsDevice()) {
+    void* p = out_->device.Alloc(*be_, n * 2);
+    be_->Zero(p, n * 2);
+    z.data = p;
+  } else {
+    z.data = out_->owned_bf16.emplace_back(n, uint16_t{0}).data();
+  }
+  // gate, up and down all read the same zeros (down as [hidden, inter]).
+  zero_expert_ = {z, z, z};
+  zero_expert_.down.shape = {hidden, inter};
+  have_zero_expert_ = true;
+  return zero_expert_;
+}
+
 void WeightLoader::Finish() {
+  if (last_percent_ >= 0) {  // the progress line ends at 100% with the bytes this rank holds
+    std::fprintf(stderr, "\rtessera: %s weights on %s: %.2f / %.2f GB (100%%)\n", dummy_ ? "generating" : "loading",
+                 be_->Name(), done_bytes_ / 1e9, done_bytes_ / 1e9);
+    std::fflush(stderr);
+  }
   if (dummy_) return;
   std::vector<std::string> skipped;
   for (const std::string& name : out_->reader->Names()) {
@@ -325,16 +467,20 @@ void WeightLoader::Finish() {
 
 namespace {
 
-MlpWeights LoadMlp(WeightLoader& L, const std::string& p, int64_t inter, int64_t hidden) {
+// A SwiGLU block split column- then row-parallel: gate / up rows and down columns `part` of `inter`.
+MlpWeights LoadMlp(WeightLoader& L, const std::string& p, int64_t inter, int64_t hidden, IndexRange part) {
   MlpWeights m;
-  m.gate = L.Matrix(p + "gate_proj.weight", {inter, hidden});
-  m.up = L.Matrix(p + "up_proj.weight", {inter, hidden});
-  m.down = L.Matrix(p + "down_proj.weight", {hidden, inter});
+  m.gate = L.MatrixSlice(p + "gate_proj.weight", {inter, hidden}, {part}, {0, hidden});
+  m.up = L.MatrixSlice(p + "up_proj.weight", {inter, hidden}, {part}, {0, hidden});
+  m.down = L.MatrixSlice(p + "down_proj.weight", {hidden, inter}, {{0, hidden}}, part);
   return m;
 }
 
+// Routed experts, expert-parallel: this rank's experts whole, the others checked and replaced by a
+// zero expert (RankShard::OwnsExpert).
 void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, MoeWeights* moe) {
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  const RankShard& s = L.shard();
   moe->experts.resize(E);
   // transformers 5 keeps experts fused in memory ([E, 2I, H] gate then up, and [E, H, I]); hub
   // checkpoints store them per expert. Accept both.
@@ -342,6 +488,10 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
     const TensorView& gu = L.View(p + "experts.gate_up_proj", {E, 2 * I, H});
     const TensorView& dn = L.View(p + "experts.down_proj", {E, H, I});
     for (int64_t e = 0; e < E; ++e) {
+      if (!s.OwnsExpert(e)) {
+        moe->experts[e] = L.ZeroExpert(I, H);
+        continue;
+      }
       moe->experts[e].gate = L.MatrixRows(gu, e * 2 * I, I, H);
       moe->experts[e].up = L.MatrixRows(gu, e * 2 * I + I, I, H);
       moe->experts[e].down = L.MatrixRows(dn, e * H, H, I);
@@ -350,19 +500,37 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
   }
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = p + "experts." + std::to_string(e) + ".";
+    if (!s.OwnsExpert(e)) {
+      L.Validate(x + "gate_proj.weight", {I, H});
+      L.Validate(x + "up_proj.weight", {I, H});
+      L.Validate(x + "down_proj.weight", {H, I});
+      moe->experts[e] = L.ZeroExpert(I, H);
+      continue;
+    }
     moe->experts[e].gate = L.Matrix(x + "gate_proj.weight", {I, H});
     moe->experts[e].up = L.Matrix(x + "up_proj.weight", {I, H});
     moe->experts[e].down = L.Matrix(x + "down_proj.weight", {H, I});
   }
 }
 
+// The conv channels of a rank's GDN heads: its q, k (key heads) and v (value heads) channels.
+std::vector<IndexRange> GdnConvChannels(const ModelConfig& c, const RankShard& s) {
+  const int64_t kd = c.linear_num_key_heads * c.linear_key_head_dim;
+  return {HeadRows(s.key_heads, c.linear_key_head_dim), HeadRows(s.key_heads, c.linear_key_head_dim, kd),
+          HeadRows(s.value_heads, c.linear_value_head_dim, 2 * kd)};
+}
+
 }  // namespace
 
 void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights* out,
-                      std::function<void(const std::string&)> log, Backend* be, bool dummy) {
-  WeightLoader L(c, dir, out, std::move(log), be, dummy);
+                      std::function<void(const std::string&)> log, const LoadTarget& target) {
+  WeightLoader L(c, dir, out, std::move(log), target);
+  const RankShard& s = L.shard();
   const int64_t H = c.hidden_size;
-  out->embed = L.Matrix("model.embed_tokens.weight", {c.vocab_size, H});
+  if (s.sharded())
+    out->embed = L.EmbeddingShard("model.embed_tokens.weight", {c.vocab_size, H}, s.vocab);
+  else
+    out->embed = L.Matrix("model.embed_tokens.weight", {c.vocab_size, H});
   int64_t n_attn = 0, n_gdn = 0;
   out->layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -374,23 +542,25 @@ void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights
     if (lw.kind == LayerKind::kFullAttention) {
       lw.cache_index = n_attn++;
       const std::string a = p + "self_attn.";
-      const int64_t q_rows = c.num_heads * c.head_dim * (c.attn_output_gate ? 2 : 1);
-      lw.attn.q_proj = L.Matrix(a + "q_proj.weight", {q_rows, H});
-      lw.attn.k_proj = L.Matrix(a + "k_proj.weight", {c.num_kv_heads * c.head_dim, H});
-      lw.attn.v_proj = L.Matrix(a + "v_proj.weight", {c.num_kv_heads * c.head_dim, H});
-      lw.attn.o_proj = L.Matrix(a + "o_proj.weight", {H, c.num_heads * c.head_dim});
-      lw.attn.q_norm = L.Vector(a + "q_norm.weight", {c.head_dim});
-      lw.attn.k_norm = L.Vector(a + "k_norm.weight", {c.head_dim});
+      const int64_t hd = c.head_dim, q_block = hd * (c.attn_output_gate ? 2 : 1);  // q_proj rows per head
+      const int64_t q_rows = c.num_heads * q_block, kv_rows = c.num_kv_heads * hd;
+      lw.attn.q_proj = L.MatrixSlice(a + "q_proj.weight", {q_rows, H}, {HeadRows(s.q_heads, q_block)}, {0, H});
+      lw.attn.k_proj = L.MatrixSlice(a + "k_proj.weight", {kv_rows, H}, {HeadRows(s.kv_heads, hd)}, {0, H});
+      lw.attn.v_proj = L.MatrixSlice(a + "v_proj.weight", {kv_rows, H}, {HeadRows(s.kv_heads, hd)}, {0, H});
+      lw.attn.o_proj = L.MatrixSlice(a + "o_proj.weight", {H, c.num_heads * hd}, {{0, H}}, HeadRows(s.q_heads, hd));
+      lw.attn.q_norm = L.Vector(a + "q_norm.weight", {hd});
+      lw.attn.k_norm = L.Vector(a + "k_norm.weight", {hd});
     } else {
       lw.cache_index = n_gdn++;
       const std::string g = p + "linear_attn.";
       ArchFor(c.family).load_gdn_projections(c, g, L, &lw.gdn);
-      const int64_t vh = c.linear_num_value_heads;
-      lw.gdn.conv = L.Vector(g + "conv1d.weight", {c.LinearConvDim(), 1, c.linear_conv_kernel});
-      lw.gdn.a_log = L.Vector(g + "A_log", {vh});
-      lw.gdn.dt_bias = L.Vector(g + "dt_bias", {vh});
-      lw.gdn.norm = L.Vector(g + "norm.weight", {c.linear_value_head_dim});
-      lw.gdn.out_proj = L.Matrix(g + "out_proj.weight", {H, vh * c.linear_value_head_dim});
+      const int64_t vh = c.linear_num_value_heads, dv = c.linear_value_head_dim;
+      lw.gdn.conv = L.VectorRows(g + "conv1d.weight", {c.LinearConvDim(), 1, c.linear_conv_kernel},
+                                 GdnConvChannels(c, s));
+      lw.gdn.a_log = L.VectorRows(g + "A_log", {vh}, {s.value_heads});
+      lw.gdn.dt_bias = L.VectorRows(g + "dt_bias", {vh}, {s.value_heads});
+      lw.gdn.norm = L.Vector(g + "norm.weight", {dv});
+      lw.gdn.out_proj = L.MatrixSlice(g + "out_proj.weight", {H, vh * dv}, {{0, H}}, HeadRows(s.value_heads, dv));
     }
     lw.is_moe = c.IsMoeLayer(i);
     if (lw.is_moe) {
@@ -398,18 +568,20 @@ void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights
       LoadExperts(c, L, p + "mlp.", &lw.moe);
       if (const int64_t S = c.shared_expert_intermediate_size; S > 0) {
         lw.moe.has_shared = true;
-        lw.moe.shared = LoadMlp(L, p + "mlp.shared_expert.", S, H);
+        lw.moe.shared = LoadMlp(L, p + "mlp.shared_expert.", S, H, s.shared_inter);
         lw.moe.shared_gate = L.Matrix(p + "mlp.shared_expert_gate.weight", {1, H});
       }
     } else {
-      lw.mlp = LoadMlp(L, p + "mlp.", c.intermediate_size, H);
+      lw.mlp = LoadMlp(L, p + "mlp.", c.intermediate_size, H, s.dense_inter);
     }
   }
   out->final_norm = L.Vector("model.norm.weight", {H});
-  if (c.tie_word_embeddings) {
-    out->lm_head = L.Has("lm_head.weight") ? L.Matrix("lm_head.weight", {c.vocab_size, H}) : out->embed;
+  const bool own_head = !c.tie_word_embeddings || L.Has("lm_head.weight");
+  if (own_head) {
+    out->lm_head = L.MatrixSlice("lm_head.weight", {c.vocab_size, H}, {s.vocab}, {0, H});
   } else {
-    out->lm_head = L.Matrix("lm_head.weight", {c.vocab_size, H});
+    out->lm_head = out->embed;  // a sharded embedding's extra zero row is not part of the head
+    out->lm_head.shape = {s.vocab.count, H};
   }
   L.Finish();
 }

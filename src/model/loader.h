@@ -6,23 +6,38 @@
 // vectors as f32) through the backend's pinned staging, with a progress line on stderr. Dummy
 // weights (LoadOptions::load_format "dummy") are random tensors of the expected shapes made on the
 // backend itself; no checkpoint is read.
+// A rank of a tensor-parallel group (RankShard, model/shard.h) loads only its slices: contiguous
+// row blocks stay in-place views of the mapping (or are copied straight to the device); column
+// blocks and multi-block row sets are gathered into a copy of just the slice. Every rank still
+// checks the shape and dtype of every tensor, so the accounting is the same as for one rank.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace tessera {
 
+struct LoadTarget {
+  Backend* be = nullptr;  // where the weights go (nullptr or a host backend: used in place)
+  bool dummy = false;     // random weights of the expected shapes
+  const RankShard* shard = nullptr;           // nullptr: the whole model
+  std::shared_ptr<CheckpointReader> reader;   // shared by the ranks of a group (opened when null)
+  bool progress = true;                       // the stderr progress line (rank 0 only)
+};
+
 class WeightLoader {
  public:
-  // be: where the weights go (nullptr or a host backend: used in place); dummy: random weights.
   WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-               std::function<void(const std::string&)> log, Backend* be = nullptr, bool dummy = false);
+               std::function<void(const std::string&)> log, const LoadTarget& target = {});
+
+  const RankShard& shard() const { return *shard_; }
 
   // `flat` names are as in a flat checkpoint ("model.layers.0...."); nested Qwen3.5 checkpoints
   // are mapped to "model.language_model.*".
@@ -35,9 +50,22 @@ class WeightLoader {
   Tensor MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols);
   // A small tensor as an owned f32 array.
   const float* Vector(const std::string& flat, const std::vector<int64_t>& shape);
-  // A Linear weight whose rows are re-ordered: new row i = old row order[i].
+  // A Linear weight whose rows are re-ordered (and maybe a subset): new row i = old row order[i].
   Tensor PermutedRows(const std::string& flat, const std::vector<int64_t>& shape,
                       const std::vector<int64_t>& order);
+  // The rows `rows` (in order) and columns `cols` of a 2-D weight of full shape `shape`.
+  Tensor MatrixSlice(const std::string& flat, const std::vector<int64_t>& shape,
+                     const std::vector<IndexRange>& rows, IndexRange cols);
+  // The rows `rows` of a small tensor (first dimension) as an f32 array.
+  const float* VectorRows(const std::string& flat, const std::vector<int64_t>& shape,
+                          const std::vector<IndexRange>& rows);
+  // Embedding rows `rows` plus one zero row at the end (where ids of other ranks' rows point).
+  Tensor EmbeddingShard(const std::string& flat, const std::vector<int64_t>& shape, IndexRange rows);
+  // Checks a tensor this rank does not hold (another rank's expert) and marks it consumed.
+  void Validate(const std::string& flat, const std::vector<int64_t>& shape);
+  // An all-zero expert [inter, hidden] / [hidden, inter]: stands for experts of other ranks (its
+  // output is zero, so their routing slots add nothing here).
+  ExpertWeights ZeroExpert(int64_t inter, int64_t hidden);
   // Fails on a tensor nobody consumed (and logs the skipped known-unused ones).
   void Finish();
 
@@ -49,6 +77,9 @@ class WeightLoader {
   const float* ToDeviceF32(const float* host, int64_t n);
   Tensor DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape);
   const float* DummyVector(const std::string& flat, const std::vector<int64_t>& shape);
+  // A copy of rows x cols of v (full_cols per row) plus zero_rows zero rows, on the target.
+  Tensor GatherCopy(const TensorView& v, int64_t full_cols, const std::vector<IndexRange>& rows, IndexRange cols,
+                    int64_t zero_rows);
   void Progress(size_t bytes);
   const ModelConfig& cfg_;
   std::string dir_;
@@ -58,12 +89,17 @@ class WeightLoader {
   std::set<std::string> consumed_;
   Backend* be_ = nullptr;
   bool dummy_ = false;
+  bool progress_ = true;
+  RankShard whole_;
+  const RankShard* shard_ = &whole_;
+  bool have_zero_expert_ = false;
+  ExpertWeights zero_expert_;
   std::set<std::string> expected_;  // dummy: the flat names of the expected tensors
   size_t total_bytes_ = 0, done_bytes_ = 0;
   int last_percent_ = -1;
 };
 
 void LoadModelWeights(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
-                      std::function<void(const std::string&)> log, Backend* be = nullptr, bool dummy = false);
+                      std::function<void(const std::string&)> log, const LoadTarget& target = {});
 
 }  // namespace tessera

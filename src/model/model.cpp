@@ -1,6 +1,9 @@
 // tessera model: loading, cache storage and the forward pass over a ragged batch (see model.h).
 // Row-wise work (projections, norms, MLP / MoE) runs over all rows of the batch at once; attention
-// and Gated DeltaNet run per segment inside their layers.
+// and Gated DeltaNet run per segment inside their layers. A split model runs the same forward on
+// every rank with its local config (model/shard.h): the attention / GDN output projections and the
+// FFN down projections yield partial sums that are all-reduced, the vocab-parallel embedding is
+// all-reduced (each token's row is non-zero on one rank only) and the logits all-gathered.
 #include "model/model.h"
 
 #include <spdlog/spdlog.h>
@@ -8,21 +11,64 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/communicator.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
+#include "io/safetensors.h"
 #include "model/arch/arch.h"
 #include "model/caches.h"
 #include "model/layers/attention.h"
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/moe.h"
 #include "model/loader.h"
+#include "model/rank_workers.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace tessera {
 
+// One rank: declared so that the weights and caches go before the communicator and the backend.
+struct Model::Rank {
+  RankShard shard;
+  ModelConfig cfg;  // local head counts and widths
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;  // null when the model is not split
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<ModelCaches> caches;
+};
+
+// A validated batch, shared read-only by the ranks.
+struct Model::Prepared {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> positions, logit_rows;
+  std::vector<SegmentRows> segments;
+};
+
 Model::Model() = default;
-Model::~Model() = default;
+
+Model::~Model() {
+  if (!workers_) return;
+  // Device memory goes back on the thread bound to its device.
+  try {
+    workers_->Run([&](int r) { ranks_[r].reset(); });
+  } catch (...) {
+  }
+  workers_.reset();
+}
+
+Backend& Model::backend() { return *ranks_.at(0)->backend; }
+
+void Model::OnRanks(const std::function<void(Rank&)>& fn) {
+  if (!broken_.empty()) Fail(ErrorKind::kInternal, "tensor-parallel model is unusable: {}", broken_);
+  if (!workers_) return fn(*ranks_[0]);
+  try {
+    workers_->Run([&](int r) { fn(*ranks_[r]); });
+  } catch (const std::exception& e) {
+    broken_ = fmt::format("a rank failed: {}", e.what());
+    throw;
+  }
+}
 
 std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& opts) {
   if (opts.threads > 0) ThreadPool::SetGlobalThreads(opts.threads);
@@ -33,16 +79,50 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
     Fail(ErrorKind::kInvalidArgument, "load format \"{}\" is not supported (expected auto or dummy)",
          opts.load_format);
   const bool dummy = opts.load_format == "dummy";
-  m->backend_ = MakeBackend(opts.device);
-  m->weights_ = std::make_unique<ModelWeights>();
-  LoadModelWeights(m->cfg_, dir, m->weights_.get(), opts.log, m->backend_.get(), dummy);
-  m->backend_->Synchronize();
-  m->caches_ = std::make_unique<ModelCaches>();
+  const int n = opts.tensor_parallel_size;
+  const std::vector<RankShard> shards = PlanShards(m->cfg_, n);  // fails for an impossible split
+  RankGroup group;
+  if (n == 1) {
+    group.backends.push_back(MakeBackend(opts.device));
+  } else {
+    group = MakeRankGroup(opts.device, n);
+  }
+  for (int r = 0; r < n; ++r) {
+    auto rank = std::make_unique<Rank>();
+    rank->shard = shards[r];
+    rank->cfg = LocalConfig(m->cfg_, shards[r]);
+    rank->backend = std::move(group.backends[r]);
+    if (n > 1) rank->comm = std::move(group.comms[r]);
+    rank->weights = std::make_unique<ModelWeights>();
+    rank->caches = std::make_unique<ModelCaches>();
+    m->ranks_.push_back(std::move(rank));
+  }
+  if (n > 1) {
+    std::vector<Communicator*> comms;
+    for (auto& r : m->ranks_) comms.push_back(r->comm.get());
+    m->workers_ = std::make_unique<RankWorkers>(n, group.bind_thread, [comms] {
+      for (Communicator* c : comms) c->Abort();
+    });
+  }
+  // One mapping of the checkpoint; every rank takes its slices of it.
+  std::shared_ptr<CheckpointReader> reader = dummy ? nullptr : std::make_shared<CheckpointReader>(dir);
+  m->OnRanks([&](Rank& rk) {
+    LoadTarget t;
+    t.be = rk.backend.get();
+    t.dummy = dummy;
+    t.shard = &rk.shard;
+    t.reader = reader;
+    t.progress = rk.shard.rank == 0;
+    LoadModelWeights(m->cfg_, dir, rk.weights.get(), rk.shard.rank == 0 ? opts.log : nullptr, t);
+    rk.backend->Synchronize();
+  });
+  const Rank& r0 = *m->ranks_[0];
+  const std::string split = n > 1 ? fmt::format(", tensor parallel {}", n) : "";
   const std::string msg =
-      dummy ? fmt::format("made {} ({} layers) with dummy weights on {} ({:.2f} GB)", FamilyName(m->cfg_.family),
-                          m->cfg_.num_layers, m->backend_->Name(), m->weights_->device.total_bytes() / 1e9)
-            : fmt::format("loaded {} ({} layers, {} tensors) from {} on {}", FamilyName(m->cfg_.family),
-                          m->cfg_.num_layers, m->weights_->reader->size(), dir, m->backend_->Name());
+      dummy ? fmt::format("made {} ({} layers) with dummy weights on {} ({:.2f} GB per rank{})", FamilyName(m->cfg_.family),
+                          m->cfg_.num_layers, r0.backend->Name(), r0.weights->device.total_bytes() / 1e9, split)
+            : fmt::format("loaded {} ({} layers, {} tensors) from {} on {}{}", FamilyName(m->cfg_.family),
+                          m->cfg_.num_layers, reader->size(), dir, r0.backend->Name(), split);
   spdlog::info("{}", msg);
   if (opts.log) opts.log(msg);
   return m;
@@ -58,76 +138,82 @@ int64_t Model::StateBytesPerSequence(const ModelConfig& c) {
   return c.NumLayersOf(LayerKind::kLinearAttention) * per_layer * 4;
 }
 
+int64_t Model::KvBytesPerTokenPerRank() const { return KvBytesPerToken(ranks_[0]->cfg); }
+int64_t Model::StateBytesPerSequencePerRank() const { return StateBytesPerSequence(ranks_[0]->cfg); }
+
 void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_state_slots) {
   if (num_pages < 0 || page_size <= 0 || num_state_slots < 0)
     Fail(ErrorKind::kInvalidArgument, "AllocateCaches: bad sizes (pages {}, page_size {}, slots {})", num_pages,
          page_size, num_state_slots);
-  ModelCaches& k = *caches_;
-  k = ModelCaches{};
-  Backend& be = *backend_;
-  auto zeroed = [&](size_t floats) {
-    DeviceBuffer b = DeviceBuffer::Floats(be, static_cast<int64_t>(floats));
-    be.Zero(b.data(), b.bytes());
-    return b;
-  };
-  k.num_pages = num_pages;
-  k.page_size = page_size;
-  k.num_slots = num_state_slots;
-  const size_t kv = static_cast<size_t>(num_pages * page_size * cfg_.num_kv_heads * cfg_.head_dim);
-  for (int64_t i = 0; i < cfg_.NumLayersOf(LayerKind::kFullAttention); ++i) {
-    k.k.push_back(zeroed(kv));
-    k.v.push_back(zeroed(kv));
-  }
-  k.conv_per_slot = cfg_.LinearConvDim() * std::max<int64_t>(cfg_.linear_conv_kernel - 1, 0);
-  k.recurrent_per_slot = cfg_.linear_num_value_heads * cfg_.linear_key_head_dim * cfg_.linear_value_head_dim;
-  for (int64_t i = 0; i < cfg_.NumLayersOf(LayerKind::kLinearAttention); ++i) {
-    k.conv.push_back(zeroed(static_cast<size_t>(k.conv_per_slot * num_state_slots)));
-    k.recurrent.push_back(zeroed(static_cast<size_t>(k.recurrent_per_slot * num_state_slots)));
-  }
+  OnRanks([&](Rank& rk) {
+    const ModelConfig& c = rk.cfg;  // this rank's heads
+    ModelCaches& k = *rk.caches;
+    k = ModelCaches{};
+    Backend& be = *rk.backend;
+    auto zeroed = [&](size_t floats) {
+      DeviceBuffer b = DeviceBuffer::Floats(be, static_cast<int64_t>(floats));
+      be.Zero(b.data(), b.bytes());
+      return b;
+    };
+    k.num_pages = num_pages;
+    k.page_size = page_size;
+    k.num_slots = num_state_slots;
+    const size_t kv = static_cast<size_t>(num_pages * page_size * c.num_kv_heads * c.head_dim);
+    for (int64_t i = 0; i < c.NumLayersOf(LayerKind::kFullAttention); ++i) {
+      k.k.push_back(zeroed(kv));
+      k.v.push_back(zeroed(kv));
+    }
+    k.conv_per_slot = c.LinearConvDim() * std::max<int64_t>(c.linear_conv_kernel - 1, 0);
+    k.recurrent_per_slot = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+    for (int64_t i = 0; i < c.NumLayersOf(LayerKind::kLinearAttention); ++i) {
+      k.conv.push_back(zeroed(static_cast<size_t>(k.conv_per_slot * num_state_slots)));
+      k.recurrent.push_back(zeroed(static_cast<size_t>(k.recurrent_per_slot * num_state_slots)));
+    }
+  });
 }
 
-int64_t Model::page_size() const { return caches_->page_size; }
-int64_t Model::num_pages() const { return caches_->num_pages; }
-int64_t Model::num_state_slots() const { return caches_->num_slots; }
+int64_t Model::page_size() const { return ranks_[0]->caches->page_size; }
+int64_t Model::num_pages() const { return ranks_[0]->caches->num_pages; }
+int64_t Model::num_state_slots() const { return ranks_[0]->caches->num_slots; }
 
 void Model::CopyStateSlot(int32_t from, int32_t to) {
-  ModelCaches& k = *caches_;
-  if (from < 0 || to < 0 || from >= k.num_slots || to >= k.num_slots)
+  const ModelCaches& k0 = *ranks_[0]->caches;
+  if (from < 0 || to < 0 || from >= k0.num_slots || to >= k0.num_slots)
     Fail(ErrorKind::kInvalidArgument, "CopyStateSlot({}, {}): slot out of range (allocated {})", from, to,
-         k.num_slots);
+         k0.num_slots);
   if (from == to) return;
-  for (size_t l = 0; l < k.conv.size(); ++l) {
-    backend_->CopyBuffer(k.conv[l].f32() + to * k.conv_per_slot, k.conv[l].f32() + from * k.conv_per_slot,
-                         k.conv_per_slot * sizeof(float));
-    backend_->CopyBuffer(k.recurrent[l].f32() + to * k.recurrent_per_slot,
-                         k.recurrent[l].f32() + from * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
-  }
+  OnRanks([&](Rank& rk) {
+    ModelCaches& k = *rk.caches;
+    for (size_t l = 0; l < k.conv.size(); ++l) {
+      rk.backend->CopyBuffer(k.conv[l].f32() + to * k.conv_per_slot, k.conv[l].f32() + from * k.conv_per_slot,
+                             k.conv_per_slot * sizeof(float));
+      rk.backend->CopyBuffer(k.recurrent[l].f32() + to * k.recurrent_per_slot,
+                             k.recurrent[l].f32() + from * k.recurrent_per_slot,
+                             k.recurrent_per_slot * sizeof(float));
+    }
+  });
 }
 
 void Model::ResetStateSlot(int32_t slot) {
-  ModelCaches& k = *caches_;
-  if (slot < 0 || slot >= k.num_slots)
-    Fail(ErrorKind::kInvalidArgument, "ResetStateSlot({}): slot out of range (allocated {})", slot, k.num_slots);
-  for (size_t l = 0; l < k.conv.size(); ++l) {
-    backend_->Zero(k.conv[l].f32() + slot * k.conv_per_slot, k.conv_per_slot * sizeof(float));
-    backend_->Zero(k.recurrent[l].f32() + slot * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
-  }
+  const ModelCaches& k0 = *ranks_[0]->caches;
+  if (slot < 0 || slot >= k0.num_slots)
+    Fail(ErrorKind::kInvalidArgument, "ResetStateSlot({}): slot out of range (allocated {})", slot, k0.num_slots);
+  OnRanks([&](Rank& rk) {
+    ModelCaches& k = *rk.caches;
+    for (size_t l = 0; l < k.conv.size(); ++l) {
+      rk.backend->Zero(k.conv[l].f32() + slot * k.conv_per_slot, k.conv_per_slot * sizeof(float));
+      rk.backend->Zero(k.recurrent[l].f32() + slot * k.recurrent_per_slot, k.recurrent_per_slot * sizeof(float));
+    }
+  });
 }
 
 ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
   const ModelConfig& c = cfg_;
-  const ModelWeights& w = *weights_;
-  Backend& be = *backend_;
-  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const ModelCaches& caches = *ranks_[0]->caches;
+  const int64_t V = c.vocab_size;
   const bool hybrid = c.NumLayersOf(LayerKind::kLinearAttention) > 0;
-
-  LayerContext ctx;
-  ctx.be = &be;
-  ctx.cfg = &c;
-  ctx.caches = caches_.get();
-  ctx.gdn_mode = opts.gdn_mode;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> positions, logit_rows;
+  // Every check happens here, before any rank starts: ranks must never fail one by one.
+  Prepared p;
   for (size_t si = 0; si < batch.segments.size(); ++si) {
     const Segment& s = batch.segments[si];
     const int64_t T = static_cast<int64_t>(s.tokens.size());
@@ -140,46 +226,83 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
     if (s.cache && c.NumLayersOf(LayerKind::kFullAttention) > 0) {
       // Committed rows are written to the pages; the cached prefix is read from them.
       const int64_t need = s.first_pos + s.commit_len;
-      const int64_t have = static_cast<int64_t>(s.cache->pages.size()) * caches_->page_size;
+      const int64_t have = static_cast<int64_t>(s.cache->pages.size()) * caches.page_size;
       if (need > have)
         Fail(ErrorKind::kInvalidArgument, "segment {}: pages cover {} positions, {} needed", si, have, need);
-      for (int32_t p : s.cache->pages)
-        if (p < 0 || p >= caches_->num_pages)
-          Fail(ErrorKind::kInvalidArgument, "segment {}: page id {} out of range (allocated {})", si, p,
-               caches_->num_pages);
+      for (int32_t pg : s.cache->pages)
+        if (pg < 0 || pg >= caches.num_pages)
+          Fail(ErrorKind::kInvalidArgument, "segment {}: page id {} out of range (allocated {})", si, pg,
+               caches.num_pages);
     }
     if (s.cache && hybrid && s.cache->state_slot < 0 && s.first_pos > 0)
       Fail(ErrorKind::kInvalidArgument, "segment {}: hybrid model needs a state slot", si);
+    if (s.cache && hybrid && s.cache->state_slot >= caches.num_slots)
+      Fail(ErrorKind::kInvalidArgument, "state slot {} is out of range (allocated {})", s.cache->state_slot,
+           caches.num_slots);
     SegmentRows r;
-    r.row0 = static_cast<int64_t>(tokens.size());
+    r.row0 = static_cast<int64_t>(p.tokens.size());
     r.T = T;
     r.first_pos = s.first_pos;
     r.commit_len = s.commit_len;
     r.block_size = s.block_size;
     r.cache = s.cache;
-    ctx.segments.push_back(r);
+    p.segments.push_back(r);
     for (int64_t t = 0; t < T; ++t) {
       if (s.tokens[t] < 0 || s.tokens[t] >= V)
         Fail(ErrorKind::kInvalidArgument, "segment {}: token id {} out of range [0, {})", si, s.tokens[t], V);
-      tokens.push_back(s.tokens[t]);
-      positions.push_back(s.first_pos + t);
+      p.tokens.push_back(s.tokens[t]);
+      p.positions.push_back(s.first_pos + t);
     }
     for (int32_t lr : s.logits_rows) {
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
-      logit_rows.push_back(r.row0 + lr);
+      p.logit_rows.push_back(r.row0 + lr);
     }
   }
-  const int64_t R = static_cast<int64_t>(tokens.size());
-  ctx.rows = R;
-  ctx.positions = positions.data();
-
   ForwardResult res;
-  res.rows_processed = R;
+  OnRanks([&](Rank& rk) { ForwardRank(rk, p, opts, rk.shard.rank == 0 ? &res : nullptr); });
+  return res;
+}
+
+// One rank's forward; `res` (rank 0 only) receives the logits, hidden states and expert statistics.
+void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts, ForwardResult* res) {
+  const ModelConfig& c = cfg_;
+  const ModelWeights& w = *rk.weights;
+  Backend& be = *rk.backend;
+  Communicator* comm = rk.comm.get();
+  const RankShard& sh = rk.shard;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  auto all_reduce = [&](DeviceBuffer& b, int64_t n) {
+    if (comm) comm->AllReduceSum(b.f32(), n);
+  };
+
+  LayerContext ctx;
+  ctx.be = &be;
+  ctx.cfg = &rk.cfg;
+  ctx.caches = rk.caches.get();
+  ctx.gdn_mode = opts.gdn_mode;
+  ctx.segments = p.segments;
+  const int64_t R = static_cast<int64_t>(p.tokens.size());
+  ctx.rows = R;
+  ctx.positions = p.positions.data();
+  if (res) res->rows_processed = R;
+
   // Activations live in the backend's memory; token ids and positions stay on the host.
   DeviceBuffer h = DeviceBuffer::Floats(be, R * H), x = DeviceBuffer::Floats(be, R * H),
                o = DeviceBuffer::Floats(be, R * H);
-  be.Embedding(w.embed, tokens.data(), R, h.f32());
-  if (opts.capture_hidden) res.hidden.push_back(h.ToHost());
+  if (sh.sharded()) {
+    // Vocab-parallel: ids of other ranks' rows read the shard's trailing zero row.
+    std::vector<int32_t> local(p.tokens.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      const int64_t id = p.tokens[i];
+      local[i] = static_cast<int32_t>(id >= sh.vocab.begin && id < sh.vocab.end() ? id - sh.vocab.begin
+                                                                                  : sh.vocab.count);
+    }
+    be.Embedding(w.embed, local.data(), R, h.f32());
+    all_reduce(h, R * H);
+  } else {
+    be.Embedding(w.embed, p.tokens.data(), R, h.f32());
+  }
+  if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -189,39 +312,61 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
       AttentionForward(ctx, lw.attn, lw.cache_index, x.f32(), o.f32());
     else
       GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.f32(), o.f32());
+    all_reduce(o, R * H);  // row-parallel o_proj / out_proj
     be.Add(o.f32(), R * H, h.f32());
     be.RmsNorm(h.f32(), R, H, H, lw.post_norm, eps, one_plus, x.f32(), H);
+    const bool stats_wanted = res && opts.collect_expert_stats;
     if (lw.is_moe) {
       MoeStats stats;
-      MoeForward(ctx, lw.moe, x.f32(), o.f32(), opts.collect_expert_stats ? &stats : nullptr);
-      if (opts.collect_expert_stats) {
-        res.distinct_experts_per_layer.push_back(static_cast<int32_t>(
+      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? &stats : nullptr);
+      if (stats_wanted) {  // routing is global and the same on every rank
+        res->distinct_experts_per_layer.push_back(static_cast<int32_t>(
             std::count_if(stats.token_counts.begin(), stats.token_counts.end(), [](int64_t n) { return n > 0; })));
-        res.expert_token_counts.push_back(std::move(stats.token_counts));
+        res->expert_token_counts.push_back(std::move(stats.token_counts));
       }
     } else {
       DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
-      if (opts.collect_expert_stats) {
-        res.distinct_experts_per_layer.push_back(-1);
-        res.expert_token_counts.emplace_back();
+      if (stats_wanted) {
+        res->distinct_experts_per_layer.push_back(-1);
+        res->expert_token_counts.emplace_back();
       }
     }
+    all_reduce(o, R * H);  // this rank's experts / FFN columns
     be.Add(o.f32(), R * H, h.f32());
-    if (opts.capture_hidden) res.hidden.push_back(h.ToHost());
+    if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   }
-  if (opts.capture_hidden) {
+  if (res && opts.capture_hidden) {
     // transformers reports the final norm's output in place of the last layer's.
     be.RmsNorm(h.f32(), R, H, H, w.final_norm, eps, one_plus, x.f32(), H);
-    be.Download(res.hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
+    be.Download(res->hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
   }
-  const int64_t L = static_cast<int64_t>(logit_rows.size());
-  DeviceBuffer sel = DeviceBuffer::Floats(be, L * H), logits = DeviceBuffer::Floats(be, L * V);
-  for (int64_t i = 0; i < L; ++i) be.Copy2D(h.f32() + logit_rows[i] * H, 1, H, H, sel.f32() + i * H, H);
+  const int64_t L = static_cast<int64_t>(p.logit_rows.size());
+  DeviceBuffer sel = DeviceBuffer::Floats(be, L * H);
+  for (int64_t i = 0; i < L; ++i) be.Copy2D(h.f32() + p.logit_rows[i] * H, 1, H, H, sel.f32() + i * H, H);
   be.RmsNorm(sel.f32(), L, H, H, w.final_norm, eps, one_plus, sel.f32(), H);
-  be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
-  res.logits.resize(L * V);
-  be.Download(res.logits.data(), logits.f32(), res.logits.size() * sizeof(float));
-  return res;
+  if (!sh.sharded()) {
+    DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
+    be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
+    res->logits.resize(L * V);
+    be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
+    return;
+  }
+  // Vocab-parallel lm_head: each rank's [L, its vocab share] padded to a block of L * vocab_stride,
+  // all-gathered, then rank 0 puts the columns in vocabulary order.
+  const int64_t block = L * sh.vocab_stride;
+  DeviceBuffer part = DeviceBuffer::Floats(be, block), all = DeviceBuffer::Floats(be, block * sh.size);
+  be.MatMul(sel.f32(), L, w.lm_head, part.f32());
+  comm->AllGather(part.f32(), block, all.f32());
+  if (!res) return;
+  std::vector<float> host = all.ToHost();
+  res->logits.resize(L * V);
+  const std::vector<RankShard> plan = PlanShards(c, sh.size);
+  for (int r = 0; r < sh.size; ++r) {
+    const IndexRange vr = plan[r].vocab;
+    for (int64_t i = 0; i < L; ++i)
+      std::memcpy(res->logits.data() + i * V + vr.begin, host.data() + r * block + i * vr.count,
+                  static_cast<size_t>(vr.count) * sizeof(float));
+  }
 }
 
 }  // namespace tessera

@@ -1,6 +1,9 @@
 // tessera model: a loaded checkpoint of one supported architecture and its caches (paged KV for
 // the attention layers, recurrent-state slots for the Gated DeltaNet layers), and the forward
-// pass over a ragged Batch.
+// pass over a ragged Batch. With tensor_parallel_size N > 1 the model is N rank-models (model/shard.h
+// says what each holds), one backend and one thread each, driving the same forward and meeting in
+// all-reduces / all-gathers (backend/communicator.h); from the outside it is one model, and
+// Forward returns the whole logits.
 #pragma once
 
 #include <functional>
@@ -21,6 +24,11 @@ struct LoadOptions {
   // made on the backend (for benchmarks; only config.json is read).
   std::string load_format = "auto";
   std::function<void(const std::string&)> log;  // extra sink for load messages (spdlog always gets them)
+  // Ranks the model is split over: on "cuda" GPUs 0..N-1 with NCCL, on "cpu" N simulated ranks
+  // (CPU backends + an in-process communicator; for tests). Heads must divide by N (KV / GDN key
+  // heads may also be fewer than N when N is a multiple of them); experts, FFN widths and the
+  // vocabulary need not.
+  int tensor_parallel_size = 1;
 };
 
 // A tensor an architecture expects, under its flat (non-nested) checkpoint name.
@@ -33,6 +41,7 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& cfg);
 
 struct ModelWeights;  // model/weights.h
 struct ModelCaches;   // model/caches.h
+class RankWorkers;    // model/rank_workers.h
 
 class Model {
  public:
@@ -53,17 +62,30 @@ class Model {
   void ResetStateSlot(int32_t slot);             // zero state for a new sequence
 
   // Forward() returns logits on the host; callers of backend() ops use backend memory (backend.h).
+  // The unsplit model's cache sizes (the sum over ranks when no KV / key head is replicated).
   static int64_t KvBytesPerToken(const ModelConfig& cfg);         // f32 K and V, all attention layers
   static int64_t StateBytesPerSequence(const ModelConfig& cfg);   // f32 conv + recurrent state
+  // What ONE rank (one GPU) holds per token / per state slot: the numbers a per-GPU memory budget
+  // divides by. Equal to the static ones when tensor_parallel_size is 1.
+  int64_t KvBytesPerTokenPerRank() const;
+  int64_t StateBytesPerSequencePerRank() const;
+  int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
 
-  Backend& backend() { return *backend_; }
+  // Rank 0's backend (the only one when tensor_parallel_size is 1).
+  Backend& backend();
 
  private:
+  struct Rank;
+  struct Prepared;
   Model();
+  void ForwardRank(Rank& rank, const Prepared& p, const ForwardOptions& opts, ForwardResult* res);
+  // Runs fn(rank) on every rank (on the rank threads when split) and marks the model unusable
+  // when a rank fails (the group's collectives were aborted).
+  void OnRanks(const std::function<void(Rank&)>& fn);
   ModelConfig cfg_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<ModelWeights> weights_;
-  std::unique_ptr<ModelCaches> caches_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::unique_ptr<RankWorkers> workers_;
+  std::string broken_;  // why the split model is unusable ("" while it is fine)
 };
 
 }  // namespace tessera

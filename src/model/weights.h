@@ -84,7 +84,7 @@ class WeightArena {
 struct ModelWeights {
   // Declared first so it is destroyed last: the device copies of every tensor (device backends).
   WeightArena device;
-  std::unique_ptr<CheckpointReader> reader;      // keeps the mapping alive (null for dummy weights)
+  std::shared_ptr<CheckpointReader> reader;      // keeps the mapping alive (null for dummy weights)
   std::deque<std::vector<float>> owned_f32;      // converted tensors
   std::deque<std::vector<uint16_t>> owned_bf16;  // re-ordered tensors (qwen3_next fused projections)
   Tensor embed, lm_head;

@@ -17,13 +17,25 @@ void Tensors(const ModelConfig& cfg, const std::string& prefix, std::vector<Expe
   out->push_back({prefix + "in_proj_a.weight", {vh, cfg.hidden_size}});
 }
 
+// A tensor-parallel rank takes the rows of its key heads (q, k) and value heads (v, z, b, a).
 void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loader, GdnWeights* out) {
+  const RankShard& s = loader.shard();
   const int64_t vh = cfg.linear_num_value_heads, vd = vh * cfg.linear_value_head_dim;
+  const int64_t dk = cfg.linear_key_head_dim, dv = cfg.linear_value_head_dim, kd = cfg.linear_num_key_heads * dk;
   const int64_t conv = cfg.LinearConvDim(), h = cfg.hidden_size;
-  out->projections.push_back({loader.Matrix(prefix + "in_proj_qkv.weight", {conv, h}), 0});
-  out->projections.push_back({loader.Matrix(prefix + "in_proj_z.weight", {vd, h}), conv});
-  out->projections.push_back({loader.Matrix(prefix + "in_proj_b.weight", {vh, h}), conv + vd});
-  out->projections.push_back({loader.Matrix(prefix + "in_proj_a.weight", {vh, h}), conv + vd + vh});
+  const int64_t lconv = 2 * s.key_heads.count * dk + s.value_heads.count * dv, lvd = s.value_heads.count * dv;
+  const IndexRange all{0, h};
+  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_qkv.weight", {conv, h},
+                                                 {HeadRows(s.key_heads, dk), HeadRows(s.key_heads, dk, kd),
+                                                  HeadRows(s.value_heads, dv, 2 * kd)},
+                                                 all),
+                              0});
+  out->projections.push_back(
+      {loader.MatrixSlice(prefix + "in_proj_z.weight", {vd, h}, {HeadRows(s.value_heads, dv)}, all), lconv});
+  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_b.weight", {vh, h}, {s.value_heads}, all),
+                              lconv + lvd});
+  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_a.weight", {vh, h}, {s.value_heads}, all),
+                              lconv + lvd + s.value_heads.count});
 }
 
 }  // namespace

@@ -28,24 +28,29 @@ void Tensors(const ModelConfig& cfg, const std::string& prefix, std::vector<Expe
   out->push_back({prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}});
 }
 
+// A tensor-parallel rank keeps the rows of its key heads (q, k) and value heads (v, z, b, a), in
+// the same flat order.
 void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loader, GdnWeights* out) {
   const Dims d = DimsOf(cfg);
+  const RankShard& s = loader.shard();
   const int64_t group = 2 * d.dk + 2 * d.r * d.dv;  // rows per key head in in_proj_qkvz
   std::vector<int64_t> qkvz;
-  for (int part = 0; part < 4; ++part) {  // q, k, v, z
-    const int64_t offset = part == 0 ? 0 : part == 1 ? d.dk : part == 2 ? 2 * d.dk : 2 * d.dk + d.r * d.dv;
-    const int64_t len = part < 2 ? d.dk : d.r * d.dv;
-    for (int64_t g = 0; g < d.kh; ++g)
-      for (int64_t i = 0; i < len; ++i) qkvz.push_back(g * group + offset + i);
-  }
+  for (int part = 0; part < 2; ++part)  // q, k
+    for (int64_t g = s.key_heads.begin; g < s.key_heads.end(); ++g)
+      for (int64_t i = 0; i < d.dk; ++i) qkvz.push_back(g * group + part * d.dk + i);
+  for (int part = 0; part < 2; ++part)  // v, z: value head h is head h % r of key head h / r's group
+    for (int64_t h = s.value_heads.begin; h < s.value_heads.end(); ++h)
+      for (int64_t i = 0; i < d.dv; ++i)
+        qkvz.push_back((h / d.r) * group + 2 * d.dk + part * d.r * d.dv + (h % d.r) * d.dv + i);
   std::vector<int64_t> ba;
   for (int part = 0; part < 2; ++part)  // b, a
-    for (int64_t g = 0; g < d.kh; ++g)
-      for (int64_t i = 0; i < d.r; ++i) ba.push_back(g * 2 * d.r + part * d.r + i);
+    for (int64_t h = s.value_heads.begin; h < s.value_heads.end(); ++h)
+      ba.push_back((h / d.r) * 2 * d.r + part * d.r + h % d.r);
+  const int64_t lconv = 2 * s.key_heads.count * d.dk + s.value_heads.count * d.dv;
   out->projections.push_back(
       {loader.PermutedRows(prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz), 0});
-  out->projections.push_back(
-      {loader.PermutedRows(prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba), d.conv_dim + d.vd});
+  out->projections.push_back({loader.PermutedRows(prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba),
+                              lconv + s.value_heads.count * d.dv});
 }
 
 }  // namespace
