@@ -48,10 +48,21 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
     pages = config_.kv_cache_bytes / per_page;
   }
   pages = std::max<int64_t>(pages, 1);
-  const bool hybrid = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
-  int64_t slots = hybrid ? config_.max_num_seqs : 0;
-  model_->AllocateCaches(pages, config_.page_size, slots);
+  hybrid_ = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
+  // Hybrid models: one state slot per running sequence, then the prefix cache's snapshot slots.
+  if (config_.num_state_snapshots < 0) Fail(ErrorKind::kInvalidArgument, "num_state_snapshots must be >= 0");
+  const int64_t snapshots = !hybrid_ || !config_.enable_prefix_caching ? 0
+                            : config_.num_state_snapshots > 0         ? config_.num_state_snapshots
+                                                                      : config_.max_num_seqs;
+  const int64_t slots = hybrid_ ? config_.max_num_seqs : 0;
+  model_->AllocateCaches(pages, config_.page_size, slots + snapshots);
   pool_ = std::make_unique<PagePool>(pages, config_.page_size, slots);
+  if (config_.enable_prefix_caching) {
+    std::vector<int32_t> snapshot_slots;
+    for (int64_t i = snapshots - 1; i >= 0; --i) snapshot_slots.push_back(static_cast<int32_t>(slots + i));
+    prefix_cache_ = std::make_unique<PrefixCache>(pool_.get(), std::move(snapshot_slots));
+  }
+  if (config_.collect_expert_stats && mc.num_experts > 0) expert_routed_.assign(mc.num_layers * mc.num_experts, 0);
 
   eos_ids_.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
   info_.name = config_.served_model_name;
@@ -62,6 +73,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   info_.num_layers = mc.num_layers;
   info_.num_experts = mc.num_experts;
   snapshot_.kv_pages_total = pages;
+  snapshot_.expert_routed_tokens = expert_routed_;
 }
 
 Engine::~Engine() { Stop(); }
@@ -199,11 +211,15 @@ void Engine::Intake() {
 }
 
 void Engine::ReleaseResources(Sequence& seq) {
-  for (int32_t p : seq.cache.pages) pool_->Release(p);
+  // Last pages first: cached ones then enter the LRU tail-first, so a prefix's later pages are
+  // evicted before its earlier ones (which more requests share).
+  for (auto it = seq.cache.pages.rbegin(); it != seq.cache.pages.rend(); ++it) pool_->Release(*it);
   seq.cache.pages.clear();
   if (seq.cache.state_slot >= 0) pool_->ReleaseStateSlot(seq.cache.state_slot);
   seq.cache.state_slot = -1;
   seq.num_cached = 0;
+  seq.pages_registered = 0;
+  seq.snapshot_at = -1;
 }
 
 void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error) {
@@ -273,6 +289,24 @@ void Engine::Preempt(Sequence& victim) {
   ReleaseResources(victim);
 }
 
+Sequence* Engine::PickVictim(const Sequence& needy) {
+  // The running sequence the policy would admit last, `needy` included (it then waits):
+  // kPriority the lowest priority (largest value), else and among equals the latest arrival.
+  // Null when `needy` runs alone (then nothing can make room for it).
+  const bool by_priority = config_.policy == SchedulingPolicy::kPriority;
+  Sequence* victim = nullptr;
+  bool others = false;
+  for (auto& r : running_) {
+    Sequence* c = r.get();
+    if (c->finished) continue;
+    others = others || c != &needy;
+    if (!victim || (by_priority && c->req.priority != victim->req.priority ? c->req.priority > victim->req.priority
+                                                                            : c->arrival > victim->arrival))
+      victim = c;
+  }
+  return others ? victim : nullptr;
+}
+
 void Engine::Admit() {
   auto order = [this](const std::unique_ptr<Sequence>& a, const std::unique_ptr<Sequence>& b) {
     switch (config_.policy) {
@@ -287,7 +321,6 @@ void Engine::Admit() {
     return a->arrival < b->arrival;
   };
   waiting_.sort(order);
-  const bool hybrid = pool_->num_state_slots() > 0;
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& s = *waiting_.front();
     if (s.req.cancelled->load()) {
@@ -295,13 +328,31 @@ void Engine::Admit() {
       waiting_.pop_front();
       continue;
     }
-    // Admit only when the first chunk's pages are free, so admission never forces a preemption.
-    int64_t first = std::min<int64_t>(s.tokens.size(), config_.max_num_batched_tokens) + 1;
-    if (pool_->free_pages() < pool_->PagesFor(first)) break;
-    if (hybrid) {
+    // The cached prefix first (its pages may leave the evictable LRU), then admit only when the
+    // first chunk's new pages are free, so admission never forces a preemption.
+    PrefixCache::Match hit;
+    if (prefix_cache_) hit = AttachCachedPrefix(s);
+    const int64_t todo = static_cast<int64_t>(s.tokens.size()) - s.num_cached;
+    const int64_t first = s.num_cached + std::min<int64_t>(todo, config_.max_num_batched_tokens) + 1;
+    const int64_t new_pages = pool_->PagesFor(first) - static_cast<int64_t>(s.cache.pages.size());
+    if (pool_->free_pages() < new_pages) {
+      RollbackPrefix(s);
+      break;
+    }
+    if (hybrid_) {
       s.cache.state_slot = pool_->AllocateStateSlot();
-      if (s.cache.state_slot < 0) break;
-      model_->ResetStateSlot(s.cache.state_slot);
+      if (s.cache.state_slot < 0) {
+        RollbackPrefix(s);
+        break;
+      }
+      if (hit.snapshot_slot >= 0) model_->CopyStateSlot(hit.snapshot_slot, s.cache.state_slot);
+      else model_->ResetStateSlot(s.cache.state_slot);
+    }
+    if (prefix_cache_) {
+      prefix_queries_ += static_cast<int64_t>(s.tokens.size());
+      prefix_hits_ += hit.tokens;
+      if (!s.started) s.stats.cached_tokens = hit.tokens;
+      PlanSnapshot(s);
     }
     if (!s.started) {
       s.started = true;
@@ -326,10 +377,7 @@ bool Engine::Step() {
   }
   Admit();
   if (running_.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    snapshot_.requests_running = 0;
-    snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
-    snapshot_.kv_pages_used = pool_->used_pages();
+    PublishSnapshot();
     return false;
   }
 
@@ -361,6 +409,8 @@ bool Engine::Step() {
         if (!plan.empty()) continue;
         n = remaining;
       }
+      // Hybrid models with prefix caching: the chunk ends on the boundary whose state is saved.
+      if (s->snapshot_at > s->num_cached) n = std::min(n, s->snapshot_at - s->num_cached);
       if (n <= 0) continue;
       seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + s->num_cached + n);
       seg.commit_len = n;
@@ -374,7 +424,9 @@ bool Engine::Step() {
       const int64_t commit_end = s->diffusion->block_start();
       const int64_t to_commit = commit_end - s->num_cached;
       seg.block_size = b;
-      if (to_commit + b <= budget || (to_commit == 0 && plan.empty())) {
+      // A snapshot boundary inside the committed part ends a prefill chunk there first.
+      const bool cut = s->snapshot_at > s->num_cached && s->snapshot_at < commit_end;
+      if (!cut && (to_commit + b <= budget || (to_commit == 0 && plan.empty()))) {
         seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + commit_end);
         seg.commit_len = to_commit;
         const auto& block = s->diffusion->block();
@@ -384,7 +436,9 @@ bool Engine::Step() {
         // Too long for one forward: prefill whole blocks first (chunks end on block boundaries,
         // since a block-causal query sees its whole block).
         int64_t n = std::min(to_commit, std::max(b, (budget / b) * b));
-        if (n > budget && !plan.empty()) continue;
+        if (cut) n = std::min(n, s->snapshot_at - s->num_cached);
+        // Nothing to commit and no room for the block this step: it waits for the next one.
+        if (n <= 0 || (n > budget && !plan.empty())) continue;
         seg.tokens.assign(s->tokens.begin() + s->num_cached, s->tokens.begin() + s->num_cached + n);
         seg.commit_len = n;
         prompt_chunk = true;
@@ -401,9 +455,7 @@ bool Engine::Step() {
     Sequence* s = plan[i].seq;
     int64_t positions = plan[i].segment.first_pos + static_cast<int64_t>(plan[i].segment.tokens.size());
     while (!EnsurePages(*s, positions)) {
-      Sequence* victim = nullptr;
-      for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-        if (it->get() != s) { victim = it->get(); break; }
+      Sequence* victim = PickVictim(*s);
       if (!victim) {
         Finish(*s, FinishReason::kError, "out of KV cache pages for this request");
         break;
@@ -435,6 +487,12 @@ bool Engine::Step() {
     int64_t distinct_sum = 0, moe_layers = 0;
     for (int32_t d : result.distinct_experts_per_layer)
       if (d >= 0) distinct_sum += d, ++moe_layers;
+    if (!expert_routed_.empty()) {
+      const size_t E = static_cast<size_t>(model_->config().num_experts);
+      for (size_t l = 0; l < result.expert_token_counts.size(); ++l)
+        for (size_t e = 0; e < result.expert_token_counts[l].size() && e < E; ++e)
+          if ((l + 1) * E <= expert_routed_.size()) expert_routed_[l * E + e] += result.expert_token_counts[l][e];
+    }
 
     const int64_t vocab = model_->config().vocab_size;
     size_t row = 0;
@@ -444,6 +502,7 @@ bool Engine::Step() {
       float* logits = result.logits.data() + row * vocab;
       row += seg.logits_rows.size();
       s.num_cached += seg.commit_len;
+      if (prefix_cache_ && seg.commit_len > 0) OnCommitted(s);
       s.stats.forwards++;
       s.stats.expert_distinct_sum += distinct_sum;
       s.stats.expert_layer_steps += moe_layers;
@@ -509,13 +568,19 @@ bool Engine::Step() {
     }
   }
   running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->finished; });
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    snapshot_.requests_running = static_cast<int64_t>(running_.size());
-    snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
-    snapshot_.kv_pages_used = pool_->used_pages();
-  }
+  PublishSnapshot();
   return true;
+}
+
+void Engine::PublishSnapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_.requests_running = static_cast<int64_t>(running_.size());
+  snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
+  snapshot_.kv_pages_used = pool_->used_pages();
+  snapshot_.kv_pages_cached = pool_->cached_free_pages();
+  snapshot_.prefix_cache_queries = prefix_queries_;
+  snapshot_.prefix_cache_hits = prefix_hits_;
+  if (!expert_routed_.empty()) snapshot_.expert_routed_tokens = expert_routed_;
 }
 
 }  // namespace tessera

@@ -16,6 +16,7 @@
 
 #include "engine/engine_api.h"
 #include "engine/page_pool.h"
+#include "engine/prefix_cache.h"
 
 namespace tessera {
 
@@ -33,11 +34,19 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t max_model_len = 0;          // 0: the model's max_position_embeddings
   bool enable_chunked_prefill = true;
+  // Reuse the KV pages (and, for hybrid models, recurrent-state snapshots) of earlier requests
+  // with the same prompt prefix and cache_namespace (prefix_cache.h).
+  bool enable_prefix_caching = true;
+  // Hybrid models with prefix caching: state slots kept for snapshots at page boundaries
+  // (each as large as one sequence's recurrent state); 0: max_num_seqs.
+  int64_t num_state_snapshots = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   std::string served_model_name = "tessera";
   DiffusionParams default_diffusion;  // the model's resolved defaults (ResolveDiffusionParams)
   bool force_diffusion = false;       // run a plain backbone (qwen3_moe / qwen3_5_moe) as a diffusion model
-  bool collect_expert_stats = false;  // per-step distinct experts (costs a little per forward)
+  // Per-step distinct experts and cumulative routed tokens per (layer, expert) in the snapshot
+  // (costs a little per forward).
+  bool collect_expert_stats = false;
 };
 
 class Engine : public EngineApi {
@@ -74,12 +83,29 @@ class Engine : public EngineApi {
   bool EnsurePages(Sequence& seq, int64_t positions);
   void Preempt(Sequence& victim);
   void EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs);
+  Sequence* PickVictim(const Sequence& needy);
+  void PublishSnapshot();
+
+  // Prefix caching (engine_prefix_cache.cpp).
+  // Shares the longest usable cached prefix with a sequence being admitted: retains the pages,
+  // sets its pages and num_cached, counts the query. RollbackPrefix undoes it when admission
+  // fails after all. The caller restores the returned snapshot into the sequence's state slot.
+  PrefixCache::Match AttachCachedPrefix(Sequence& seq);
+  void RollbackPrefix(Sequence& seq);
+  // Hybrid models: the page boundary where the sequence's state is to be snapshotted.
+  void PlanSnapshot(Sequence& seq);
+  // After a forward committed more of `seq`: offers its new full pages to the cache and takes
+  // the state snapshot when the planned boundary is reached.
+  void OnCommitted(Sequence& seq);
+  void ExtendPageKeys(Sequence& seq, int64_t pages);
 
   Model* model_;
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   EngineModelInfo info_;
   std::unique_ptr<PagePool> pool_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when prefix caching is off
+  bool hybrid_ = false;                        // the model has recurrent-state layers
   std::vector<int32_t> eos_ids_;
 
   mutable std::mutex mu_;
@@ -95,6 +121,8 @@ class Engine : public EngineApi {
 
   // Snapshot counters, written by the engine thread and read under mu_.
   EngineSnapshot snapshot_;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;  // engine-thread copies, published each step
+  std::vector<int64_t> expert_routed_;            // [layer * num_experts + expert]
   int64_t total_forwards_ = 0, total_rows_ = 0;
 };
 

@@ -13,7 +13,13 @@ namespace tessera {
 struct EngineSnapshot {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
-  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // in tokens
+  int64_t kv_pages_cached = 0;  // free pages still holding prefix-cache content (evictable; not in used)
+  // Prefix cache, cumulative, in tokens: tokens looked up at admission (the prompt, or the whole
+  // sequence when a preempted request comes back) and tokens found cached.
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  // Cumulative routed tokens per (layer, expert) at [layer * num_experts + expert] (dense layers
+  // stay 0); empty unless EngineConfig::collect_expert_stats.
+  std::vector<int64_t> expert_routed_tokens;
   bool ready = false;                                        // loaded and warmed up
 };
 

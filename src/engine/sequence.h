@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/diffusion_decoder.h"
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -32,6 +33,14 @@ struct Sequence {
   int64_t prompt_len = 0;
   int64_t num_cached = 0;     // positions [0, num_cached) are committed in the cache
   SequenceCache cache;
+
+  // Prefix caching: the chain root (namespace + attention layout), keys of the full pages of
+  // `tokens` computed so far, how many of the cached pages were offered to the cache, and the
+  // page boundary where the recurrent state is to be snapshotted (hybrid models; -1: none).
+  PageKey cache_root;
+  std::vector<PageKey> page_keys;
+  int64_t pages_registered = 0;
+  int64_t snapshot_at = -1;
 
   std::unique_ptr<Sampler> sampler;
   std::optional<DiffusionDecoder> diffusion;
