@@ -52,8 +52,9 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   // Hybrid models: one state slot per running sequence, then the prefix cache's snapshot slots.
   if (config_.num_state_snapshots < 0) Fail(ErrorKind::kInvalidArgument, "num_state_snapshots must be >= 0");
   const int64_t snapshots = !hybrid_ || !config_.enable_prefix_caching ? 0
-                            : config_.num_state_snapshots > 0         ? config_.num_state_snapshots
-                                                                      : config_.max_num_seqs;
+                            : config_.num_state_snapshots > 0
+                                ? config_.num_state_snapshots
+                                : std::max<int64_t>(1, (config_.max_num_seqs + 3) / 4);
   const int64_t slots = hybrid_ ? config_.max_num_seqs : 0;
   model_->AllocateCaches(pages, config_.page_size, slots + snapshots);
   pool_ = std::make_unique<PagePool>(pages, config_.page_size, slots);

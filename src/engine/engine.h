@@ -37,8 +37,8 @@ struct EngineConfig {
   // Reuse the KV pages (and, for hybrid models, recurrent-state snapshots) of earlier requests
   // with the same prompt prefix and cache_namespace (prefix_cache.h).
   bool enable_prefix_caching = true;
-  // Hybrid models with prefix caching: state slots kept for snapshots at page boundaries
-  // (each as large as one sequence's recurrent state); 0: max_num_seqs.
+  // Hybrid models with prefix caching: state slots kept for snapshots at page boundaries (each
+  // as large as one sequence's recurrent state, outside kv_cache_bytes); 0: max_num_seqs / 4.
   int64_t num_state_snapshots = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   std::string served_model_name = "tessera";

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+// The state type's layout is public with this macro (a stack state, no allocation per key).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -27,8 +29,9 @@ PrefixCache::PrefixCache(PagePool* pool, std::vector<int32_t> snapshot_slots)
 PageKey PrefixCache::RootKey(const std::string& cache_namespace, int64_t block_size) {
   // A tag keeps roots apart from page keys; the namespace length keeps ("ab", 1) and ("a", ...)
   // from running together.
-  XXH3_state_t* st = XXH3_createState();
-  TESSERA_CHECK(st != nullptr);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* st = &state;
   XXH3_128bits_reset(st);
   const char tag[] = "tessera-prefix-root-v1";
   const uint64_t len = cache_namespace.size();
@@ -36,21 +39,18 @@ PageKey PrefixCache::RootKey(const std::string& cache_namespace, int64_t block_s
   XXH3_128bits_update(st, &len, sizeof(len));
   XXH3_128bits_update(st, cache_namespace.data(), cache_namespace.size());
   XXH3_128bits_update(st, &block_size, sizeof(block_size));
-  PageKey k = FromXxh(XXH3_128bits_digest(st));
-  XXH3_freeState(st);
-  return k;
+  return FromXxh(XXH3_128bits_digest(st));
 }
 
 PageKey PrefixCache::ChainKey(const PageKey& parent, const int32_t* tokens, int64_t n) {
-  XXH3_state_t* st = XXH3_createState();
-  TESSERA_CHECK(st != nullptr);
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_state_t* st = &state;
   XXH3_128bits_reset(st);
   XXH3_128bits_update(st, &parent.lo, sizeof(parent.lo));
   XXH3_128bits_update(st, &parent.hi, sizeof(parent.hi));
   XXH3_128bits_update(st, tokens, static_cast<size_t>(n) * sizeof(int32_t));
-  PageKey k = FromXxh(XXH3_128bits_digest(st));
-  XXH3_freeState(st);
-  return k;
+  return FromXxh(XXH3_128bits_digest(st));
 }
 
 PrefixCache::Match PrefixCache::Lookup(const PageKey& root, const std::vector<PageKey>& keys,
