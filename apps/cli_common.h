@@ -44,6 +44,7 @@ Subcommand AddDetokenizeCommand(CLI::App& root);
 Subcommand AddRenderCommand(CLI::App& root);
 Subcommand AddInspectCommand(CLI::App& root);
 Subcommand AddVerifyCommand(CLI::App& root);
+Subcommand AddServeCommand(CLI::App& root);
 Subcommand AddBenchCommand(CLI::App& root);
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
 // tessera CLI entry point: dispatches to the subcommands (generate, logits, tokenize, detokenize,
-// render, inspect, verify). Usage errors print one line and exit 2; failures print one line and
+// render, inspect, verify, serve). Usage errors print one line and exit 2; failures print one line and
 // exit 1; --help prints the command's help and exits 0.
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   root.set_version_flag("--version", "tessera 0.1.0");
   std::vector<Subcommand> cmds = {AddGenerateCommand(root), AddLogitsCommand(root),  AddTokenizeCommand(root),
                                   AddDetokenizeCommand(root), AddRenderCommand(root), AddInspectCommand(root),
-                                  AddVerifyCommand(root),
+                                  AddVerifyCommand(root),   AddServeCommand(root),
                                   AddBenchCommand(root)};
   try {
     root.parse(argc, argv);

@@ -315,6 +315,14 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
 
 }  // namespace
 
+std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) {
+  if (!req.ParseTools()) return "";
+  if (req.tool_choice == ToolChoice::kRequired) return "<tool_call>\n";
+  if (req.tool_choice != ToolChoice::kNamed) return "";
+  if (xml_tool_calls) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";
+  return "<tool_call>\n{\"name\": " + ojson(req.tool_choice_name).dump() + ", \"arguments\": ";
+}
+
 ApiError InvalidRequest(const std::string& message, const std::string& param, const std::string& code) {
   return ApiError(400, "invalid_request_error", message, param, code);
 }
@@ -522,7 +530,7 @@ ojson ChatLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& 
     e["top_logprobs"] = std::move(top);
     content.push_back(std::move(e));
   }
-  return ojson{{"content", content}};
+  return ojson{{"content", content}, {"refusal", nullptr}};  // refusal: as OpenAI sends it (never ours)
 }
 
 ojson CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text,

@@ -71,6 +71,11 @@ struct ParsedRequest {
   bool ParseTools() const { return chat && !tools.is_null() && tool_choice != ToolChoice::kNone; }
 };
 
+// tool_choice "required" or a named function: the reply is opened for the model with the start of
+// a call (and the function's name), appended to the prompt and fed to the tool-call parser first,
+// so that the model can only continue inside a call. "" for auto / none.
+std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls);
+
 // Throw ApiError (400 naming the param; 404 model_not_found for another model name).
 ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model,
                                const DiffusionParams& diffusion_defaults);

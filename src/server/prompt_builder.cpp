@@ -18,6 +18,7 @@ struct TokenizerPromptBuilder::Impl {
   std::unique_ptr<ChatTemplate> tmpl;
 #endif
   std::string bos, eos;
+  bool xml_tool_calls = false;
 };
 
 TokenizerPromptBuilder::TokenizerPromptBuilder(const Tokenizer& tokenizer, const std::string& template_source)
@@ -25,12 +26,16 @@ TokenizerPromptBuilder::TokenizerPromptBuilder(const Tokenizer& tokenizer, const
   impl_->bos = tokenizer.config().bos_token;
   impl_->eos = tokenizer.config().eos_token;
   std::string source = template_source.empty() ? tokenizer.config().chat_template : template_source;
+  // Qwen3-Coder's template teaches the XML form in its tool instructions.
+  impl_->xml_tool_calls = source.find("<function=") != std::string::npos;
 #ifdef TESSERA_HAVE_CHAT_TEMPLATE
   if (!source.empty()) impl_->tmpl = std::make_unique<ChatTemplate>(source);
 #endif
 }
 
 TokenizerPromptBuilder::~TokenizerPromptBuilder() = default;
+
+bool TokenizerPromptBuilder::UsesXmlToolCalls() const { return impl_->xml_tool_calls; }
 
 std::vector<int32_t> TokenizerPromptBuilder::BuildChat(const nlohmann::ordered_json& messages,
                                                        const nlohmann::ordered_json& tools,
@@ -59,10 +64,17 @@ std::vector<int32_t> TokenizerPromptBuilder::Encode(const std::string& text) {
   return tokenizer_.Encode(text, /*add_special_tokens=*/true);
 }
 
+// A model's vocabulary is often padded beyond the tokenizer's (the fixtures: 512 rows, 264 tokens);
+// such ids have no text, as the engine's detokenizer treats them, and must not throw here (an
+// exception on this path would end the process).
 std::string TokenizerPromptBuilder::Decode(const std::vector<int32_t>& ids) {
-  return tokenizer_.Decode(ids, /*skip_special_tokens=*/false);
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < tokenizer_.vocab_size()) known.push_back(id);
+  return tokenizer_.Decode(known, /*skip_special_tokens=*/false);
 }
 
-std::string TokenizerPromptBuilder::TokenText(int32_t id) { return tokenizer_.Decode({id}, false); }
+std::string TokenizerPromptBuilder::TokenText(int32_t id) { return Decode({id}); }
 
 }  // namespace tessera

@@ -27,6 +27,9 @@ class PromptBuilder {
   virtual std::string Decode(const std::vector<int32_t>& ids) = 0;
   // One token's text for logprobs (its bytes may be a partial UTF-8 sequence).
   virtual std::string TokenText(int32_t id) { return Decode({id}); }
+  // Whether the model writes Qwen3-Coder XML tool calls (<function=NAME><parameter=P>) rather than
+  // Qwen-style JSON; decides the forced opening of a reply for tool_choice required / named.
+  virtual bool UsesXmlToolCalls() const { return false; }
 };
 
 // The real builder. Thread-safe as long as Tokenizer::Encode/Decode and ChatTemplate::Render are
@@ -40,6 +43,7 @@ class TokenizerPromptBuilder : public PromptBuilder {
   std::vector<int32_t> Encode(const std::string& text) override;
   std::string Decode(const std::vector<int32_t>& ids) override;
   std::string TokenText(int32_t id) override;
+  bool UsesXmlToolCalls() const override;
 
  private:
   struct Impl;

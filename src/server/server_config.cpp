@@ -39,6 +39,10 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(model, load_format, "--load-format", kString, false, "auto|safetensors|dummy"),
       TESSERA_KEY(model, max_model_len, "--max-model-len", kInt, false, "prompt + output tokens"),
       TESSERA_KEY(model, chat_template, "--chat-template", kString, false, "template file"),
+      TESSERA_KEY(model, diffusion, "--diffusion", kBool, false,
+                  "serve a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model"),
+      TESSERA_KEY(model, compute_threads, "--compute-threads", kInt, false, "CPU threads of the model (0 = all cores)"),
+      TESSERA_KEY(model, tensor_parallel_size, "--tensor-parallel-size", kInt, false, "GPUs (ranks) to shard over"),
       TESSERA_KEY(server, host, "--host", kString, false, "listen address"),
       TESSERA_KEY(server, port, "--port", kInt, false, "listen port (0 = ephemeral)"),
       TESSERA_KEY(server, threads, "--threads", kInt, false, "HTTP I/O threads"),
@@ -65,6 +69,8 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(diffusion, steps, "--diffusion-steps", kInt, false, "0 = model default"),
       TESSERA_KEY(diffusion, policy, "--diffusion-policy", kString, false, "static|threshold|editing"),
       TESSERA_KEY(diffusion, threshold, "--diffusion-threshold", kDouble, false, "confidence threshold"),
+      TESSERA_KEY(diffusion, mask_token_id, "--mask-token-id", kInt, false,
+                  "mask token id (-1 = config.json or the tokenizer)"),
       TESSERA_KEY(security, api_keys, "--api-key", kStringList, true, "accepted API keys"),
       TESSERA_KEY(security, api_key_file, "--api-key-file", kString, false, "file of API keys, one a line"),
       TESSERA_KEY(security, allow_cidrs, "--allow-cidr", kStringList, false,
@@ -386,6 +392,10 @@ void ValidateServerConfig(const ServerConfig& c) {
   one_of("model.dtype", c.model.dtype, {"auto", "bf16", "bfloat16", "f16", "float16", "f32", "float32"});
   one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "dummy"});
   if (c.model.max_model_len < 0) bad("model.max_model_len", "must be >= 0");
+  if (c.model.compute_threads < 0 || c.model.compute_threads > 1024) bad("model.compute_threads", "must be in 0..1024");
+  if (c.model.tensor_parallel_size < 1 || c.model.tensor_parallel_size > 64)
+    bad("model.tensor_parallel_size", "must be in 1..64");
+  if (c.diffusion.mask_token_id < -1) bad("diffusion.mask_token_id", "must be >= -1");
   if (c.server.port < 0 || c.server.port > 65535) bad("server.port", "must be in 0..65535");
   if (c.server.threads < 1 || c.server.threads > 256) bad("server.threads", "must be in 1..256");
   if (c.server.request_timeout_s < 0) bad("server.request_timeout_s", "must be >= 0");

@@ -25,6 +25,9 @@ struct ModelSection {
   std::string load_format = "auto";  // auto | safetensors | dummy
   int64_t max_model_len = 0;         // 0 = from the model's config
   std::string chat_template;         // file overriding the tokenizer's template ("" = none)
+  bool diffusion = false;            // run a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model
+  int64_t compute_threads = 0;       // CPU threads of the model (0 = all cores)
+  int64_t tensor_parallel_size = 1;  // ranks the model is sharded over
 };
 
 struct HttpSection {
@@ -53,6 +56,7 @@ struct DiffusionSection {  // defaults for diffusion models; 0 / "" = the model'
   int64_t steps = 0;
   std::string policy;  // "" | static | threshold | editing
   double threshold = 0.9;
+  int64_t mask_token_id = -1;  // -1 = from config.json / the tokenizer's mask token
 };
 
 struct SecuritySection {

@@ -1,0 +1,294 @@
+// tessera CLI: `tessera serve`: the OpenAI-compatible server. Order of start-up, so that operators
+// can watch it: config (file, then flags, then TESSERA_API_KEY) -> validate -> bind the listener and
+// print "tessera: listening on http://HOST:PORT" (/health answers 503 "loading") -> load the model ->
+// engine thread -> one warm-up request through the whole engine -> /health 200. SIGTERM / SIGINT:
+// stop accepting, let in-flight requests finish up to --drain-timeout seconds, exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/diffusion_defaults.h"
+#include "engine/engine.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "server/http_server.h"
+#include "server/prompt_builder.h"
+#include "server/server_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+
+namespace {
+
+struct ServeFlags {
+  std::string config_file;
+  ConfigFlagValues values;
+  bool check_config = false;
+  double drain_timeout_s = 30;
+};
+
+// The server is up (and answering /health with 503) before the model exists, so it talks to this
+// stand-in, which forwards to the engine once it is built. Until then it is "not ready", and the
+// server refuses generation requests with 503 before they reach Submit.
+class DeferredEngine : public EngineApi {
+ public:
+  explicit DeferredEngine(std::string name) { loading_info_.name = std::move(name); }
+  void Attach(Engine* engine) { engine_.store(engine, std::memory_order_release); }
+  void Submit(GenerationRequest req) override {
+    Engine* e = engine_.load(std::memory_order_acquire);
+    if (e != nullptr) return e->Submit(std::move(req));
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = "the model is still loading";
+    if (req.on_event) req.on_event(ev);
+  }
+  EngineSnapshot Snapshot() const override {
+    Engine* e = engine_.load(std::memory_order_acquire);
+    return e != nullptr ? e->Snapshot() : EngineSnapshot{};
+  }
+  const EngineModelInfo& ModelInfo() const override {
+    Engine* e = engine_.load(std::memory_order_acquire);
+    return e != nullptr ? e->ModelInfo() : loading_info_;
+  }
+
+ private:
+  std::atomic<Engine*> engine_{nullptr};
+  EngineModelInfo loading_info_;
+};
+
+// SIGTERM / SIGINT are blocked in every thread (set before any thread starts) and taken here.
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      std::lock_guard<std::mutex> lock(mu_);
+      signal_ = sig;
+      cv_.notify_all();
+    });
+  }
+  ~SignalWaiter() {
+    if (thread_.joinable()) {
+      if (Received() == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // wake sigwait
+      thread_.join();
+    }
+  }
+  int Received() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signal_;
+  }
+  int Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signal_ = 0;
+};
+
+std::string ReadTextFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(ErrorKind::kNotFound, "cannot read the {} {}", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string DefaultServedName(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// Engine settings from the config and the model: pages for every sequence at full length at most
+// (more would be memory no request can use), fewer when the budget says so.
+tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, const Model& model, const HfModelDir& dir,
+                                       const Tokenizer& tokenizer) {
+  const tessera::ModelConfig& mc = model.config();
+  tessera::EngineConfig ec;
+  ec.max_num_seqs = cfg.engine.max_num_seqs;
+  ec.max_num_batched_tokens = cfg.engine.max_num_batched_tokens;
+  ec.enable_chunked_prefill = cfg.engine.enable_chunked_prefill;
+  ec.enable_prefix_caching = cfg.engine.enable_prefix_caching;
+  const std::string& pol = cfg.engine.scheduling_policy;
+  ec.policy = pol == "priority"                ? SchedulingPolicy::kPriority
+              : pol == "shortest_prompt_first" ? SchedulingPolicy::kShortestPromptFirst
+                                               : SchedulingPolicy::kFcfs;
+  ec.served_model_name = cfg.model.name.empty() ? DefaultServedName(cfg.model.path) : cfg.model.name;
+  ec.max_model_len = cfg.model.max_model_len > 0 ? cfg.model.max_model_len : mc.max_position_embeddings;
+  if (ec.max_model_len > mc.max_position_embeddings)
+    Fail(ErrorKind::kInvalidArgument, "config key 'model.max_model_len': {} exceeds the model's {} positions",
+         ec.max_model_len, mc.max_position_embeddings);
+  ec.force_diffusion = cfg.model.diffusion;
+  ec.collect_expert_stats = true;  // feeds tessera_moe_routed_tokens_total
+  const int64_t per_token = Model::KvBytesPerToken(mc);
+  const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
+  ec.kv_cache_bytes = std::max<int64_t>(std::min(cfg.engine.kv_cache_memory, useful), per_token * ec.page_size);
+  if (mc.diffusion || cfg.model.diffusion) {
+    DiffusionOverrides o;
+    if (cfg.diffusion.block_size > 0) o.block_size = cfg.diffusion.block_size;
+    if (cfg.diffusion.steps > 0) o.steps = cfg.diffusion.steps;
+    if (!cfg.diffusion.policy.empty()) {
+      o.policy = ParseDiffusionPolicy(cfg.diffusion.policy);
+      o.threshold = static_cast<float>(cfg.diffusion.threshold);
+    }
+    if (cfg.diffusion.mask_token_id >= 0) o.mask_token_id = static_cast<int32_t>(cfg.diffusion.mask_token_id);
+    ec.default_diffusion = ResolveDiffusionParams(mc, dir, &tokenizer, o, ec.max_model_len);
+  } else if (cfg.diffusion.block_size > 0 || cfg.diffusion.steps > 0 || !cfg.diffusion.policy.empty()) {
+    spdlog::warn("diffusion settings ignored: {} is an autoregressive model (add --diffusion to serve it "
+                 "as a block-diffusion model)",
+                 cfg.model.path);
+  }
+  return ec;
+}
+
+// One short request through the engine before /health turns 200, so the first client does not pay
+// for first-touch page faults, lazily built kernels or allocations.
+void WarmUp(Engine& engine, const EngineModelInfo& info) {
+  GenerationRequest req;
+  req.id = "warm-up";
+  req.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int32_t& t : req.prompt) t = static_cast<int32_t>(t % std::max<int64_t>(info.vocab_size, 1));
+  req.sampling.max_tokens = info.diffusion ? std::max<int64_t>(info.default_diffusion.block_size, 1) : 2;
+  req.sampling.temperature = 0;
+  req.sampling.ignore_eos = true;
+  if (info.diffusion) req.diffusion = info.default_diffusion;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+  req.on_event = [&](const GenerationEvent& ev) {
+    if (ev.kind != GenerationEvent::Kind::kFinished && ev.kind != GenerationEvent::Kind::kError) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.kind == GenerationEvent::Kind::kError) error = ev.error;
+    done = true;
+    cv.notify_all();
+  };
+  engine.Submit(std::move(req));
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!error.empty()) Fail(ErrorKind::kInternal, "warm-up request failed: {}", error);
+}
+
+int RunServe(ServeFlags& f) {
+  ServerConfig cfg = f.config_file.empty() ? ServerConfig{} : LoadServerConfigFile(f.config_file);
+  ApplyConfigFlags(f.values, cfg);
+  if (const char* env_key = std::getenv("TESSERA_API_KEY"); env_key != nullptr && *env_key != '\0')
+    cfg.security.api_keys.emplace_back(env_key);
+  if (cfg.model.path.empty())
+    throw UsageError("no model: give --model DIR or model.path in the --config file");
+  ValidateServerConfig(cfg);
+  if (f.check_config) {
+    std::printf("%s", EffectiveConfigString(cfg).c_str());
+    return 0;
+  }
+  if (std::getenv("TESSERA_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::info);
+  spdlog::info("effective configuration:\n{}", EffectiveConfigString(cfg));
+  if (cfg.model.tensor_parallel_size != 1)
+    Fail(ErrorKind::kInvalidArgument,
+         "config key 'model.tensor_parallel_size': {} is not supported by this build (1 only)",
+         cfg.model.tensor_parallel_size);
+
+  SignalWaiter signals;  // before any other thread exists, so that all of them inherit the mask
+  const std::string tok_dir = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer = LoadTokenizerRequired(tok_dir, "tessera serve needs a tokenizer");
+  const std::string template_source =
+      cfg.model.chat_template.empty() ? "" : ReadTextFile(cfg.model.chat_template, "chat template");
+  TokenizerPromptBuilder prompts(*tokenizer, template_source);
+  DeferredEngine deferred(cfg.model.name.empty() ? DefaultServedName(cfg.model.path) : cfg.model.name);
+  HttpServer server(cfg, deferred, prompts);
+  server.Start();
+  std::printf("tessera: listening on http://%s:%d\n", cfg.server.host.c_str(), server.port());
+  std::fflush(stdout);
+
+  if (cfg.model.compute_threads > 0) ThreadPool::SetGlobalThreads(static_cast<int>(cfg.model.compute_threads));
+  HfModelDir dir = LoadHfModelDir(cfg.model.path);
+  LoadOptions lo;
+  lo.device = cfg.model.device;
+  lo.load_format = cfg.model.load_format == "safetensors" ? "auto" : cfg.model.load_format;
+  auto model = Model::Load(cfg.model.path, lo);
+  if (tokenizer->vocab_size() > model->config().vocab_size)
+    spdlog::warn("the tokenizer has {} tokens, the model's vocabulary {}: ids beyond it are refused",
+                 tokenizer->vocab_size(), model->config().vocab_size);
+  Engine engine(model.get(), tokenizer.get(), MakeEngineConfig(cfg, *model, dir, *tokenizer));
+  const EngineModelInfo& info = engine.ModelInfo();
+  spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens, max_num_seqs {}", info.name,
+               info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
+               engine.Snapshot().kv_pages_total, engine.config().page_size, engine.config().max_num_seqs);
+  server.metrics().AddCollector([&server, &engine, &info] {
+    EngineSnapshot s = engine.Snapshot();
+    if (s.expert_routed_tokens.empty()) return;
+    auto& family = server.server_metrics().expert_routed_tokens;
+    for (int64_t l = 0; l < info.num_layers; ++l)
+      for (int64_t e = 0; e < info.num_experts; ++e) {
+        const int64_t n = s.expert_routed_tokens[static_cast<size_t>(l * info.num_experts + e)];
+        if (n > 0) family.Set({std::to_string(l), std::to_string(e)}, static_cast<double>(n));
+      }
+  });
+  engine.Start();
+  deferred.Attach(&engine);
+  if (signals.Received() == 0) {
+    WarmUp(engine, info);
+    engine.SetReady(true);
+    spdlog::info("ready: serving {} on http://{}:{}", info.name, cfg.server.host, server.port());
+  }
+
+  const int sig = signals.Wait();
+  spdlog::info("received {}: draining (up to {} s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", f.drain_timeout_s);
+  server.StopAccepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(f.drain_timeout_s * 1000));
+  if (!server.WaitForIdle(deadline))
+    spdlog::warn("drain deadline passed with {} request(s) in flight: cancelling them", server.in_flight());
+  server.Stop();
+  engine.Stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+Subcommand AddServeCommand(CLI::App& root) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* app = root.add_subcommand(
+      "serve", "Serve the OpenAI-compatible API (chat, completions, models, health, metrics)");
+  app->add_option("--config", f->config_file, "YAML configuration file (flags override its keys)")
+      ->check(CLI::ExistingFile);
+  app->add_flag("--check-config", f->check_config, "Print the effective configuration (secrets masked) and exit");
+  app->add_option("--drain-timeout", f->drain_timeout_s,
+                  "Seconds in-flight requests get to finish after SIGTERM")
+      ->check(CLI::NonNegativeNumber);
+  RegisterConfigFlags(*app, f->values);
+  app->footer(
+      "The API key may also come from the environment variable TESSERA_API_KEY. Every flag is also a\n"
+      "key of the --config file (section.key, shown in each flag's help).");
+  return {app, [f] { return RunServe(*f); }};
+}
+
+}  // namespace tessera
