@@ -18,6 +18,7 @@
 #include "server/access_log.h"
 #include "server/openai_protocol.h"
 #include "server/security.h"
+#include "server/static_assets.h"
 #include "server/tool_parser.h"
 
 namespace tessera {
@@ -30,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr auto kIdleTimeout = std::chrono::seconds(75);
+// The page uses only its own files and API: nothing inline, nothing from elsewhere.
+constexpr const char* kStaticCsp =
+    "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
@@ -292,6 +296,14 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
   }
   if (!srv_->allow.Allowed(remote_))
     throw ApiError(403, "permission_error", fmt::format("client address {} is not allowed", remote_));
+  // The chat page (web/, built in): loads without an API key; its API calls carry the key typed in.
+  if (const StaticAsset* a = get ? FindStaticAsset(path) : nullptr) {
+    auto inm = req.find(http::field::if_none_match);
+    bool fresh = inm != req.end() && EtagMatches(inm->value(), a->etag);
+    return SendResponse(fresh ? 304 : 200, fresh ? "" : std::string(a->body), a->content_type.data(), false,
+                        {{"ETag", a->etag}, {"Cache-Control", "no-cache"}, {"X-Content-Type-Options", "nosniff"},
+                         {"Content-Security-Policy", kStaticCsp}});
+  }
   if (path == "/metrics") {
     if (!get) throw ApiError(405, "invalid_request_error", "use GET /metrics");
     if (srv_->cfg.server.metrics_require_key) Authenticate(req);
