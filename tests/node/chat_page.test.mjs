@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -22,26 +21,14 @@ const ARTIFACTS = process.env.TESSERA_ARTIFACT_DIR || path.join(path.dirname(BIN
 const API_KEY = 'sk-chat-page-test';
 
 let server = null;  // {proc, url, log}
-let workDir = null;
 
-// The diffusion fixture: the qwen3_moe checkpoint declared as a block-diffusion model (mask token
-// and block size from the fixture's reference.json), as tests/unit/cli_test.cpp does.
-function diffusionModelDir() {
+// The diffusion fixture: the qwen3_moe checkpoint served as a block-diffusion model, with the mask
+// token of the fixture's reference.json (as tests/unit/cli_test.cpp runs it), blocks of 8, 4 steps.
+function diffusionModelArgs() {
   const fixture = path.join(SRC, 'tests/data/fixtures/diffusion/qwen3_moe');
-  if (fs.existsSync(path.join(fixture, 'config.json'))) return fixture;
-  const base = path.join(SRC, 'tests/data/fixtures/models/qwen3_moe');
   const ref = JSON.parse(fs.readFileSync(path.join(fixture, 'reference.json'), 'utf8'));
-  const dir = path.join(workDir, 'diffusion_qwen3_moe');
-  fs.mkdirSync(dir, { recursive: true });
-  for (const f of fs.readdirSync(base)) {
-    if (f !== 'config.json') fs.symlinkSync(path.join(base, f), path.join(dir, f));
-  }
-  const cfg = JSON.parse(fs.readFileSync(path.join(base, 'config.json'), 'utf8'));
-  cfg.model_type = 'sdar_moe';
-  cfg.mask_token_id = ref.mask_token_id;
-  cfg.block_size = 8;
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(cfg, null, 2));
-  return dir;
+  return ['--model', path.join(SRC, 'tests/data/fixtures/models/qwen3_moe'), '--diffusion',
+    '--mask-token-id', String(ref.mask_token_id), '--diffusion-block-size', '8', '--diffusion-steps', '4'];
 }
 
 function startServer(args) {
@@ -96,20 +83,18 @@ process.on('exit', () => { if (server && server.proc.exitCode === null) server.p
 
 before(async () => {
   assert.ok(BIN && SRC && NODE_MODULES, 'TESSERA_BIN, TESSERA_SOURCE_DIR and TESSERA_NODE_MODULES must be set (ctest does)');
-  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-chat-page-'));
   server = await startServer([
-    '--model', diffusionModelDir(),
+    ...diffusionModelArgs(),
     '--tokenizer', path.join(SRC, 'tests/data/fixtures/tokenizers/bytes'),
+    '--served-model-name', 'qwen3_moe-diffusion',
     '--api-key', API_KEY,
     '--kv-cache-memory', '64MiB',
-    '--diffusion-steps', '4',  // the fixture's generation_config.json names no step count
   ]);
   await waitHealthy(server.url, 300);
 });
 
 after(async () => {
   await stopServer();
-  if (workDir) fs.rmSync(workDir, { recursive: true, force: true });
 });
 
 test('SSE parser: fields, comments, CRLF and chunks split anywhere', async () => {
