@@ -243,10 +243,12 @@ class Data:
         for r, (o, n) in enumerate(index):
             rows[r, :n] = ids[o:o + n]
             cand[r, :n] = loss[o:o + n]
-            # The padding after the final <|im_end|>, up to the end of its block, is scored too: the model
-            # must learn what fills a block once the answer is over.
-            end = ((n + block - 1) // block) * block
-            cand[r, n:min(end, L)] = True
+            # Everything after the final <|im_end|> up to the end of its block (the template's trailing
+            # newline, then padding) is masked and scored too: at inference nothing after the answer is
+            # visible, so a clean token there would tell the model where the answer ends.
+            last = int(np.nonzero(loss[o:o + n])[0][-1]) if loss[o:o + n].any() else n - 1
+            end = ((last + 1 + block - 1) // block) * block
+            cand[r, last + 1:min(end, L)] = True
         self.chat = torch.from_numpy(rows).to(device)
         self.chat_cand = torch.from_numpy(cand).to(device)
 
@@ -296,16 +298,20 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def plot_png(path, steps, losses, title):
+def plot_png(path, steps, losses, title, extra=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-        ax.plot(steps, losses, lw=0.6, alpha=0.4, label="loss per step")
+        ax.plot(steps, losses, lw=0.6, alpha=0.4, label="loss (every 10th step)")
         k = max(1, len(losses) // 50)
         sm = np.convolve(losses, np.ones(k) / k, mode="valid")
-        ax.plot(steps[k - 1:], sm, lw=1.8, label=f"mean of {k} steps")
+        every = steps[-1] - steps[-2] if len(steps) > 2 else 1
+        ax.plot(steps[k - 1:], sm, lw=1.8, label=f"weighted total, running mean over {k * every} steps")
+        for key, name in (extra or {}).items():
+            v = np.convolve(np.nan_to_num(np.array(name[1], float), nan=np.nanmean(name[1])), np.ones(k) / k, "valid")
+            ax.plot(steps[k - 1:], v, lw=1.2, ls="--", label=name[0])
         ax.set_xlabel("step")
         ax.set_ylabel("masked-token cross-entropy (nats)")
         ax.set_title(title)
@@ -336,6 +342,11 @@ def plot_png(path, steps, losses, title):
         f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, Hh, 8, 2, 0, 0, 0)) +
                 chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
     return "zlib"
+
+
+def loss_series(log):
+    return {"chat": ("assistant tokens of chats (mean)", log["chat_loss"]),
+            "english": ("English text tokens (mean)", log["english_loss"])}
 
 
 def hf_config(c, meta, block):
@@ -391,8 +402,17 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--init", metavar="DIR", help="start from DIR/model.safetensors (continued training)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: a 2-layer model")
+    ap.add_argument("--replot", metavar="DIR", help="only redraw DIR/loss_curve.png from DIR/train_log.json")
     a = ap.parse_args()
+    if a.replot:
+        s = json.load(open(os.path.join(a.replot, "train_log.json")))
+        plot_png(os.path.join(a.replot, "loss_curve.png"), s["log"]["step"], s["log"]["loss"],
+                 f"tessera demo model: block-diffusion loss ({s['steps']} steps, {s['train_seconds'] / 60:.1f} min)",
+                 loss_series(s["log"]))
+        return
     torch.manual_seed(a.seed)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     block = 32
@@ -405,7 +425,11 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     t_start = time.time()
     data = Data(a.data, a.seq, block, dev, a.seed)
-    model = Model(c).to(dev)
+    model = Model(c)
+    if a.init:
+        model.load_hf(read_safetensors(os.path.join(a.init, "model.safetensors")))
+        print(f"initialised from {a.init}", flush=True)
+    model = model.to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     n_active = n_params - sum(p.numel() for n, p in model.named_parameters() if n.split(".")[-1].startswith("w_")) * \
         (1 - c["num_experts_per_tok"] / c["num_experts"])
@@ -419,7 +443,7 @@ def main():
     positions = torch.cat([torch.arange(a.seq), torch.arange(a.seq)]).to(dev)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
     log = {"step": [], "loss": [], "chat_loss": [], "english_loss": [], "aux": [], "lr": [], "time_s": []}
-    warmup = 150
+    warmup = a.warmup
     step = 0
     t_train = time.time()
     while step < a.max_steps:
@@ -454,10 +478,10 @@ def main():
             el = ce[~is_chat].mean().item() if (~is_chat).any() else float("nan")
             lv = loss.item()
             for k, v in (("step", step), ("loss", lv), ("chat_loss", cl), ("english_loss", el),
-                         ("aux", float(aux)), ("lr", lr), ("time_s", round(time.time() - t_train, 2))):
+                         ("aux", aux.item()), ("lr", lr), ("time_s", round(time.time() - t_train, 2))):
                 log[k].append(v)
             if step % 100 == 0 or step == 1:
-                print(f"step {step} loss {lv:.3f} chat {cl:.3f} english {el:.3f} aux {float(aux):.3f} "
+                print(f"step {step} loss {lv:.3f} chat {cl:.3f} english {el:.3f} aux {aux.item():.3f} "
                       f"lr {lr:.2e} {time.time() - t_train:.0f}s, masked {int(m.sum())}", flush=True)
     train_s = time.time() - t_train
     print(f"trained {step} steps in {train_s:.0f} s", flush=True)
@@ -469,15 +493,16 @@ def main():
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(a.data, "tokenizer", f), os.path.join(a.out, f))
     plotter = plot_png(os.path.join(a.out, "loss_curve.png"), log["step"], log["loss"],
-                       f"tessera demo model: block-diffusion loss ({step} steps, {train_s / 60:.1f} min)")
+                       f"tessera demo model: block-diffusion loss ({step} steps, {train_s / 60:.1f} min)",
+                       loss_series(log))
     summary = {
         "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "torch": torch.__version__,
         "config": c, "block_size": block, "params": n_params, "bf16_bytes": n_params * 2,
         "active_params_per_token": int(n_active), "steps": step, "train_seconds": round(train_s, 1),
         "total_seconds": round(time.time() - t_start, 1), "batch_rows": a.batch, "seq_len": a.seq,
         "tokens_per_step": a.batch * a.seq * 2, "peak_lr": a.lr, "seed": a.seed, "data": meta,
-        "final_loss_mean_last_100": float(np.mean(log["loss"][-10:])) if log["loss"] else None,
-        "plot": plotter, "tokenizer_check": check_tokenizer(a.out, a.data), "log": log,
+        "final_loss_mean_last_100_steps": float(np.mean(log["loss"][-10:])) if log["loss"] else None,
+        "init": a.init, "warmup": a.warmup, "plot": plotter, "tokenizer_check": check_tokenizer(a.out, a.data), "log": log,
     }
     json.dump(summary, open(os.path.join(a.out, "train_log.json"), "w"))
     print(json.dumps({k: v for k, v in summary.items() if k not in ("log", "data")}), flush=True)
