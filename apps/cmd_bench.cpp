@@ -45,7 +45,7 @@ constexpr const char* kJsonKeysHelp =
     "request_rate, burstiness, input_len, output_len, random_range_ratio, prefix_len, stream, ignore_eos, "
     "seed, warmup), completed, failed, failures_by_status, errors, duration_s, total_input_tokens, "
     "total_output_tokens, request_throughput, input_throughput, output_throughput, total_token_throughput, "
-    "max_in_flight, connections_opened, {mean,median,std,p90,p99}_{ttft,tpot,itl,e2el}_ms, and per request "
+    "max_in_flight, connections_opened, without_output_text, {mean,median,std,p90,p99}_{ttft,tpot,itl,e2el}_ms, and per request "
     "input_lens, output_lens, ttfts_ms, e2els_ms, send_times_s, itls_ms, request_errors. "
     "TTFT: send to the first chunk with output; ITL: between output chunks; TPOT: (e2e - ttft) / "
     "(output tokens - 1); tokens from the server's usage.";

@@ -36,8 +36,12 @@ BenchReport BuildReport(const RunOutput& run, ojson settings) {
     ++r.completed;
     r.total_input_tokens += q.prompt_tokens;
     r.total_output_tokens += q.output_tokens;
-    ttft.push_back(q.ttft_s * 1000.0);
     e2el.push_back(q.e2e_s * 1000.0);
+    if (!q.ttft_measured) {
+      ++r.without_output_text;
+      continue;
+    }
+    ttft.push_back(q.ttft_s * 1000.0);
     if (q.output_tokens > 1)
       tpot.push_back((q.e2e_s - q.ttft_s) * 1000.0 / static_cast<double>(q.output_tokens - 1));
     for (double v : q.itl_s) itl.push_back(v * 1000.0);
@@ -72,6 +76,8 @@ std::string FormatReport(const BenchReport& r) {
   line("Successful requests:", std::to_string(r.completed));
   line("Failed requests:", std::to_string(r.failed));
   for (const auto& [status, n] : r.failures_by_status) line("  status " + status + ":", std::to_string(n));
+  if (r.without_output_text)
+    line("Successes without streamed text:", std::to_string(r.without_output_text) + " (no TTFT/ITL)");
   line("Max requests in flight:", std::to_string(r.max_in_flight));
   line("Benchmark duration (s):", num(r.duration_s));
   line("Total input tokens:", std::to_string(r.total_input_tokens));
@@ -114,6 +120,7 @@ ojson ReportJson(const BenchReport& r, const RunOutput& run) {
   j["total_token_throughput"] = r.total_token_throughput;
   j["max_in_flight"] = r.max_in_flight;
   j["connections_opened"] = r.connections_opened;
+  j["without_output_text"] = r.without_output_text;
   auto put = [&](const char* m, const Summary& s) {
     j[fmt::format("mean_{}_ms", m)] = s.mean;
     j[fmt::format("median_{}_ms", m)] = s.median;
@@ -130,7 +137,7 @@ ojson ReportJson(const BenchReport& r, const RunOutput& run) {
   for (const RequestResult& q : run.results) {
     in.push_back(q.prompt_tokens);
     outl.push_back(q.success ? q.output_tokens : 0);
-    ttfts.push_back(q.ttft_s * 1000.0);
+    ttfts.push_back(q.ttft_measured ? ojson(q.ttft_s * 1000.0) : ojson(nullptr));
     e2els.push_back(q.e2e_s * 1000.0);
     sends.push_back(q.send_s);
     itls.push_back(Ms(q.itl_s));

@@ -95,8 +95,10 @@ void ResponseTracker::OnChunkJson(const std::string& data, bool final_body) {
     }
   }
   if (!CarriesOutput(j, endpoint_, stream_ && !final_body)) return;
-  if (result_.output_chunks == 0) result_.ttft_s = Seconds(now_ - start_);
-  else result_.itl_s.push_back(Seconds(now_ - last_output_));
+  if (result_.output_chunks == 0) {
+    result_.ttft_s = Seconds(now_ - start_);
+    result_.ttft_measured = true;
+  } else result_.itl_s.push_back(Seconds(now_ - last_output_));
   last_output_ = now_;
   ++result_.output_chunks;
 }
@@ -114,6 +116,7 @@ RequestResult ResponseTracker::Finish(Clock::time_point at, const std::string& t
   } else if (!stream_) {
     OnChunkJson(body_, true);
     result_.ttft_s = result_.e2e_s;  // no stream: the first token arrives with the last
+    result_.ttft_measured = true;
   } else if (!done_) {
     Fail("stream", sse_.HasPartial() ? "stream ended inside an event" : "stream ended without [DONE]");
   }

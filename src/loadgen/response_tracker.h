@@ -27,6 +27,9 @@ struct RequestResult {
   std::string error;    // the server's error message, or the transport error
   double send_s = 0;    // when it was sent, seconds since the benchmark started
   double ttft_s = 0;    // to the first chunk carrying output (streaming) or to the response (not)
+  // False for a stream in which no chunk carried text (e.g. a model generating ids its tokenizer
+  // cannot decode): TTFT, ITL and TPOT are then unknown and left out of the statistics.
+  bool ttft_measured = false;
   double e2e_s = 0;
   std::vector<double> itl_s;  // between consecutive output-carrying chunks
   int64_t prompt_tokens = 0;  // usage.prompt_tokens, else the length sent

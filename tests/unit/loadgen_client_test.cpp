@@ -94,6 +94,7 @@ TEST(LoadgenClient, StreamingCompletionsMeasured) {
   for (const RequestResult& q : run.results) {
     ASSERT_TRUE(q.success) << q.failure << ": " << q.error;
     EXPECT_TRUE(q.usage_seen);
+    EXPECT_TRUE(q.ttft_measured);
     EXPECT_EQ(q.output_chunks, 4);
     EXPECT_GE(q.ttft_s, kFirstDelayMs / 1000.0);
     ASSERT_EQ(q.itl_s.size(), 3u);  // the named event and the comment are not output
@@ -138,6 +139,26 @@ TEST(LoadgenClient, ChatTtftSkipsTheRoleChunk) {
   for (const auto& seen : server.seen()) EXPECT_EQ(seen.target, "/v1/chat/completions");
 }
 
+TEST(LoadgenClient, StreamWithoutTextHasNoTtft) {
+  // Ids the tokenizer cannot decode: the server streams no text, only the usage.
+  FakeServer server([](const FakeRequest&, int) {
+    FakeReply rep;
+    rep.content_type = "text/event-stream";
+    rep.pieces = {{30, Sse(json{{"choices", json::array()},
+                                {"usage", {{"prompt_tokens", 5}, {"completion_tokens", 4}}}}.dump()) +
+                           Sse("[DONE]")}};
+    return rep;
+  });
+  RunOutput run = RunRequests(Requests(2), Options(server.port()));
+  BenchReport rep = BuildReport(run, json::object());
+  EXPECT_EQ(rep.completed, 2);
+  EXPECT_EQ(rep.without_output_text, 2);
+  EXPECT_EQ(rep.total_output_tokens, 8);
+  EXPECT_EQ(rep.ttft_ms.count, 0);
+  EXPECT_EQ(rep.e2el_ms.count, 2);
+  EXPECT_GE(rep.e2el_ms.min, 30.0);
+}
+
 TEST(LoadgenClient, NonStreamingResponse) {
   FakeServer server([](const FakeRequest&, int) {
     FakeReply r;
@@ -153,6 +174,7 @@ TEST(LoadgenClient, NonStreamingResponse) {
   for (const auto& q : run.results) {
     ASSERT_TRUE(q.success) << q.error;
     EXPECT_EQ(q.output_tokens, 3);
+    EXPECT_TRUE(q.ttft_measured);
     EXPECT_DOUBLE_EQ(q.ttft_s, q.e2e_s);
     EXPECT_GE(q.e2e_s, 0.03);
     EXPECT_TRUE(q.itl_s.empty());

@@ -46,6 +46,7 @@ TEST(LoadgenReport, CountsThroughputAndTpot) {
   run.duration_s = 2.0;
   RequestResult a;
   a.success = true;
+  a.ttft_measured = true;
   a.prompt_tokens = 10;
   a.output_tokens = 5;
   a.ttft_s = 0.1;
@@ -60,6 +61,11 @@ TEST(LoadgenReport, CountsThroughputAndTpot) {
   RequestResult one = a;  // a single output token has no TPOT
   one.output_tokens = 1;
   one.itl_s.clear();
+  RequestResult silent = a;  // a stream without text: counted, but no TTFT / TPOT / ITL
+  silent.ttft_measured = false;
+  silent.ttft_s = 0;
+  silent.itl_s.clear();
+  silent.e2e_s = 0.7;
   RequestResult f429;
   f429.failure = "429";
   f429.error = "rate limited";
@@ -67,18 +73,22 @@ TEST(LoadgenReport, CountsThroughputAndTpot) {
   RequestResult fconn;
   fconn.failure = "connection";
   fconn.error = "connect: Connection refused";
-  run.results = {a, b, one, f429, fconn, f429};
+  run.results = {a, b, one, f429, fconn, f429, silent};
   BenchReport r = BuildReport(run, {{"model", "m"}});
-  EXPECT_EQ(r.completed, 3);
+  EXPECT_EQ(r.completed, 4);
+  EXPECT_EQ(r.without_output_text, 1);
   EXPECT_EQ(r.failed, 3);
   EXPECT_EQ(r.failures_by_status.at("429"), 2);
   EXPECT_EQ(r.failures_by_status.at("connection"), 1);
-  EXPECT_EQ(r.total_input_tokens, 40);   // failed requests do not count
-  EXPECT_EQ(r.total_output_tokens, 9);
-  EXPECT_DOUBLE_EQ(r.request_throughput, 1.5);
-  EXPECT_DOUBLE_EQ(r.output_throughput, 4.5);
-  EXPECT_DOUBLE_EQ(r.input_throughput, 20.0);
-  EXPECT_DOUBLE_EQ(r.total_token_throughput, 24.5);
+  EXPECT_EQ(r.total_input_tokens, 50);   // failed requests do not count
+  EXPECT_EQ(r.total_output_tokens, 14);
+  EXPECT_DOUBLE_EQ(r.request_throughput, 2.0);
+  EXPECT_DOUBLE_EQ(r.output_throughput, 7.0);
+  EXPECT_DOUBLE_EQ(r.input_throughput, 25.0);
+  EXPECT_DOUBLE_EQ(r.total_token_throughput, 32.0);
+  EXPECT_EQ(r.ttft_ms.count, 3);
+  EXPECT_EQ(r.e2el_ms.count, 4);
+  EXPECT_NEAR(r.e2el_ms.max, 700.0, 1e-9);
   EXPECT_EQ(r.tpot_ms.count, 2);
   EXPECT_NEAR(r.tpot_ms.mean, 75.0, 1e-9);
   EXPECT_EQ(r.itl_ms.count, 6);  // pooled over requests
@@ -93,13 +103,15 @@ TEST(LoadgenReport, CountsThroughputAndTpot) {
 
   auto j = ReportJson(r, run);
   EXPECT_EQ(j["model"], "m");
-  EXPECT_EQ(j["completed"], 3);
+  EXPECT_EQ(j["completed"], 4);
+  EXPECT_EQ(j["without_output_text"], 1);
+  EXPECT_TRUE(j["ttfts_ms"][6].is_null());
   EXPECT_EQ(j["failures_by_status"]["429"], 2);
   EXPECT_NEAR(j["mean_tpot_ms"].get<double>(), 75.0, 1e-9);
   for (const char* k : {"median_ttft_ms", "p90_itl_ms", "p99_e2el_ms", "std_ttft_ms", "output_throughput",
                         "total_token_throughput", "input_throughput", "request_throughput", "duration_s"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["itls_ms"].size(), 6u);
+  EXPECT_EQ(j["itls_ms"].size(), 7u);  // one list per request
   EXPECT_EQ(j["request_errors"][3], "429: rate limited");
 }
 
