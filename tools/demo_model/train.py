@@ -298,7 +298,7 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def plot_png(path, steps, losses, title, extra=None):
+def plot_png(path, steps, losses, title, extra=None, phase_starts=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -312,6 +312,9 @@ def plot_png(path, steps, losses, title, extra=None):
         for key, name in (extra or {}).items():
             v = np.convolve(np.nan_to_num(np.array(name[1], float), nan=np.nanmean(name[1])), np.ones(k) / k, "valid")
             ax.plot(steps[k - 1:], v, lw=1.2, ls="--", label=name[0])
+        for x in phase_starts or []:
+            ax.axvline(x, color="gray", ls=":", lw=1)
+            ax.text(x, ax.get_ylim()[1], " continued (lower lr, data fix)", va="top", fontsize=8, color="gray")
         ax.set_xlabel("step")
         ax.set_ylabel("masked-token cross-entropy (nats)")
         ax.set_title(title)
@@ -411,7 +414,7 @@ def main():
         s = json.load(open(os.path.join(a.replot, "train_log.json")))
         plot_png(os.path.join(a.replot, "loss_curve.png"), s["log"]["step"], s["log"]["loss"],
                  f"tessera demo model: block-diffusion loss ({s['steps']} steps, {s['train_seconds'] / 60:.1f} min)",
-                 loss_series(s["log"]))
+                 loss_series(s["log"]), [p["steps"] for p in s.get("phases", [])[:-1]])
         return
     torch.manual_seed(a.seed)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
