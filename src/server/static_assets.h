@@ -12,7 +12,7 @@ namespace tessera {
 
 struct StaticAsset {
   std::string_view name;          // file name in web/ ("index.html")
-  std::string_view content_type;  // "text/html; charset=utf-8", ...
+  std::string_view content_type;  // "text/html; charset=utf-8", ... (a literal: .data() is NUL-terminated)
   std::string_view body;
   std::string etag;  // quoted, e.g. "\"3f2a...\""
 };
