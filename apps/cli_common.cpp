@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "io/hf_config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +47,24 @@ std::unique_ptr<Tokenizer> LoadTokenizerRequired(const std::string& dir, const s
   if (!tok)
     throw UsageError(fmt::format("{} has no tokenizer.json; {}", dir, why));
   return tok;
+}
+
+std::string DemoModelDir() {
+  if (const char* env = std::getenv("TESSERA_DEMO_MODEL"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
+  std::string looked;
+  if (!ec) {
+    // build/tessera -> models/demo of the source tree; an install: bin/ -> share/tessera/models/demo.
+    for (const char* rel : {"../models/demo", "../share/tessera/models/demo", "../../models/demo"}) {
+      const std::filesystem::path dir = (exe.parent_path() / rel).lexically_normal();
+      if (FileExists(JoinPath(dir.string(), "config.json"))) return dir.string();
+      looked += (looked.empty() ? "" : ", ") + dir.string();
+    }
+  }
+  throw UsageError(fmt::format("no --model given and the demo model is not where it ships ({}); give --model DIR "
+                               "or set TESSERA_DEMO_MODEL",
+                               looked.empty() ? "the executable's path is unknown" : looked));
 }
 
 std::string IdsToJson(const std::vector<int32_t>& ids) {

@@ -28,6 +28,11 @@ std::vector<int32_t> ParseIdList(const std::string& text, const std::string& fla
 std::unique_ptr<Tokenizer> LoadTokenizerIfPresent(const std::string& dir);
 std::unique_ptr<Tokenizer> LoadTokenizerRequired(const std::string& dir, const std::string& why);
 
+// The demo model that ships with tessera (models/demo; see docs/DEMO_MODEL.md), used by serve and
+// generate without --model: $TESSERA_DEMO_MODEL, else beside the executable (build tree or install).
+// Throws UsageError naming the places looked at.
+std::string DemoModelDir();
+
 // Writes a JSON array of ids on one line.
 std::string IdsToJson(const std::vector<int32_t>& ids);
 

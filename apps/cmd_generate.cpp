@@ -25,8 +25,9 @@ namespace {
 struct GenerateFlags {
   std::string model, prompt, chat, system, ids, trace;
   int64_t max_tokens = 128, min_tokens = 0;
-  float temperature = 0.7f, top_p = 1.0f, min_p = 0.0f;
-  int top_k = 0;
+  std::optional<float> temperature, top_p;  // default: generation_config.json, else 0.7 / 1
+  float min_p = 0.0f;
+  std::optional<int> top_k;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
@@ -75,10 +76,11 @@ class StepView {
   int32_t mask_;
 };
 
-int RunGenerate(const GenerateFlags& f) {
+int RunGenerate(GenerateFlags& f) {
   int sources = !f.prompt.empty() + !f.chat.empty() + !f.ids.empty();
   if (sources != 1) throw UsageError("give exactly one of --prompt, --chat or --ids");
   if (f.threads > 0) ThreadPool::SetGlobalThreads(f.threads);
+  if (f.model.empty()) f.model = DemoModelDir();
   HfModelDir dir = LoadHfModelDir(f.model);
   auto tokenizer = LoadTokenizerIfPresent(f.model);
   std::vector<int32_t> prompt;
@@ -125,9 +127,10 @@ int RunGenerate(const GenerateFlags& f) {
   auto& sp = req.sampling;
   sp.max_tokens = f.max_tokens;
   sp.min_tokens = f.min_tokens;
-  sp.temperature = f.temperature;
-  sp.top_k = f.top_k;
-  sp.top_p = f.top_p;
+  const SamplingDefaults model_defaults = SamplingDefaultsFromHf(dir);
+  sp.temperature = f.temperature.value_or(model_defaults.temperature.value_or(0.7f));
+  sp.top_k = f.top_k.value_or(model_defaults.top_k.value_or(0));
+  sp.top_p = f.top_p.value_or(model_defaults.top_p.value_or(1.0f));
   sp.min_p = f.min_p;
   sp.seed = f.seed;
   sp.stop = f.stop;
@@ -194,6 +197,7 @@ int RunGenerate(const GenerateFlags& f) {
   if (view) view->Clear();
   if (!error.empty()) throw UsageError(error);
   if (print_text && tokenizer) std::fputs("\n", stdout);
+  std::fflush(stdout);  // before --stats writes to stderr, so that the two do not share a line
   if (f.output_ids) std::printf("%s\n", IdsToJson(finished.raw_output).c_str());
   if (!f.trace.empty()) {
     std::ofstream out(f.trace);
@@ -230,7 +234,8 @@ int RunGenerate(const GenerateFlags& f) {
 Subcommand AddGenerateCommand(CLI::App& root) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* app = root.add_subcommand("generate", "Generate text (autoregressive or block diffusion)");
-  app->add_option("--model", f->model, "Model directory (HF checkpoint)")->required()->check(CLI::ExistingDirectory);
+  app->add_option("--model", f->model, "Model directory (HF checkpoint; default: the built-in demo model)")
+      ->check(CLI::ExistingDirectory);
   app->add_option("--prompt", f->prompt, "Raw prompt text");
   app->add_option("--chat", f->chat, "A user message, rendered through the model's chat template");
   app->add_option("--system", f->system, "System message for --chat");
@@ -239,7 +244,7 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_option("--max-tokens", f->max_tokens, "Maximum new tokens")->check(CLI::PositiveNumber);
   app->add_option("--min-tokens", f->min_tokens, "Suppress end-of-sequence until this many tokens exist")
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy; default: generation_config.json, else 0.7)")->check(CLI::Range(0.0, 100.0));
   app->add_option("--top-k", f->top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
   app->add_option("--top-p", f->top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
   app->add_option("--min-p", f->min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));

@@ -147,6 +147,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, const Model& mod
          ec.max_model_len, mc.max_position_embeddings);
   ec.force_diffusion = cfg.model.diffusion;
   ec.collect_expert_stats = true;  // feeds tessera_moe_routed_tokens_total
+  ec.sampling_defaults = SamplingDefaultsFromHf(dir);
   const int64_t per_token = Model::KvBytesPerToken(mc);
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
   ec.kv_cache_bytes = std::max<int64_t>(std::min(cfg.engine.kv_cache_memory, useful), per_token * ec.page_size);
@@ -201,8 +202,7 @@ int RunServe(ServeFlags& f) {
   ApplyConfigFlags(f.values, cfg);
   if (const char* env_key = std::getenv("TESSERA_API_KEY"); env_key != nullptr && *env_key != '\0')
     cfg.security.api_keys.emplace_back(env_key);
-  if (cfg.model.path.empty())
-    throw UsageError("no model: give --model DIR or model.path in the --config file");
+  if (cfg.model.path.empty()) cfg.model.path = DemoModelDir();
   ValidateServerConfig(cfg);
   if (f.check_config) {
     std::printf("%s", EffectiveConfigString(cfg).c_str());

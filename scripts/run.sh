@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# README's first command: installs what tessera needs, builds it, and generates text with a
-# fixture model (a tiny random qwen3_moe checkpoint with a byte-level tokenizer, so the text is
-# noise but every stage is real: chat template, tokenizer, MoE forward, KV cache, sampling).
-# Arguments are passed to `tessera generate` (default: a chat message).
+# README's first command: installs what tessera needs (Debian packages), builds it, and serves the
+# built-in demo model (models/demo: a small trained block-diffusion MoE that chats and calls tools)
+# on http://127.0.0.1:8000 -- the chat page at /, the OpenAI API under /v1.
+# Arguments: `tessera serve` flags (e.g. --port 9000 --api-key KEY), or a whole other command
+# (e.g. `bash scripts/run.sh generate --chat "Who are you?"`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh --no-test-deps
 bash scripts/build.sh build -DTESSERA_TESTS=OFF -DTESSERA_BENCH=OFF
-demo=build-data/fixture-qwen3_moe
-mkdir -p "$demo"
-cp tests/data/fixtures/models/qwen3_moe/{config.json,generation_config.json,model.safetensors} "$demo"/
-cp tests/data/fixtures/tokenizers/bytes/{tokenizer.json,tokenizer_config.json} "$demo"/
-if [ $# -eq 0 ]; then
-  set -- --chat "Hello, tessera" --max-tokens 48 --temperature 0 --stats
-fi
-exec build/tessera generate --model "$demo" "$@"
+case "${1:-}" in
+  generate|logits|tokenize|detokenize|render|inspect|verify|serve|bench) exec build/tessera "$@" ;;
+esac
+echo "tessera: serving the demo model; open http://127.0.0.1:${TESSERA_PORT:-8000}/ (Ctrl-C stops)" >&2
+exec build/tessera serve --port "${TESSERA_PORT:-8000}" "$@"

@@ -134,6 +134,7 @@ export class DenoiseView {
     b.newly = new Set(ev.unmasked || []);
     for (const p of b.newly) b.revealed.add(p);
     b.tokens = ev.block_tokens;
+    b.text = Array.isArray(ev.block_text) ? ev.block_text : null;  // each cell's text (server extension)
     b.steps = Math.max(b.steps, (ev.step ?? 0) + 1);
     b.conf = ev.conf || [];
     this.render(ev.block_start, b);
@@ -161,8 +162,11 @@ export class DenoiseView {
       else state = 'context';
       if (state === 'masked') masked++;
       c.dataset.state = state;
-      c.textContent = state === 'masked' ? MASK_GLYPH : String(t);
-      c.title = state === 'masked' ? `position ${pos}: masked` : `position ${pos}: token ${t}`;
+      const text = b.text && typeof b.text[i] === 'string' ? b.text[i] : null;
+      // Whitespace would collapse into nothing in a cell: show it as a visible symbol.
+      const shown = text === null ? String(t) : text.replace(/\n/g, '\u21b5').replace(/ /g, '\u00b7') || '\u2205';
+      c.textContent = state === 'masked' ? MASK_GLYPH : shown;
+      c.title = state === 'masked' ? `position ${pos}: masked` : `position ${pos}: token ${t}` + (text === null ? '' : ` ${JSON.stringify(text)}`);
     });
     const total = b.tokens.length;
     b.caption.textContent =

@@ -110,4 +110,16 @@ DiffusionParams ResolveDiffusionParams(const ModelConfig& cfg, const HfModelDir&
   return p;
 }
 
+SamplingDefaults SamplingDefaultsFromHf(const HfModelDir& dir) {
+  SamplingDefaults d;
+  const auto& g = dir.generation_config;
+  if (!g.is_object()) return d;
+  if (g.contains("temperature") && g["temperature"].is_number()) d.temperature = g["temperature"].get<float>();
+  if (g.contains("top_p") && g["top_p"].is_number()) d.top_p = g["top_p"].get<float>();
+  if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int>();
+  // transformers ignores temperature / top_p / top_k when do_sample is false: greedy.
+  if (g.contains("do_sample") && g["do_sample"].is_boolean() && !g["do_sample"].get<bool>()) d.temperature = 0.0f;
+  return d;
+}
+
 }  // namespace tessera

@@ -33,6 +33,10 @@ DiffusionParams ResolveDiffusionParams(const ModelConfig& cfg, const HfModelDir&
 DiffusionPolicy ParseDiffusionPolicy(const std::string& name);
 const char* DiffusionPolicyName(DiffusionPolicy p);
 
+// generation_config.json's sampling defaults: "do_sample": false -> greedy (temperature 0), else
+// its temperature / top_p / top_k where present.
+SamplingDefaults SamplingDefaultsFromHf(const HfModelDir& dir);
+
 // Architectures that have a block-diffusion variant (qwen3_moe: SDAR; qwen3_5_moe: Clover).
 bool FamilySupportsDiffusion(ModelFamily family);
 

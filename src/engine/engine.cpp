@@ -71,6 +71,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   info_.vocab_size = mc.vocab_size;
   info_.diffusion = mc.diffusion || config_.force_diffusion;
   info_.default_diffusion = config_.default_diffusion;
+  info_.sampling_defaults = config_.sampling_defaults;
   info_.num_layers = mc.num_layers;
   info_.num_experts = mc.num_experts;
   snapshot_.kv_pages_total = pages;

@@ -43,6 +43,7 @@ struct EngineConfig {
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   std::string served_model_name = "tessera";
   DiffusionParams default_diffusion;  // the model's resolved defaults (ResolveDiffusionParams)
+  SamplingDefaults sampling_defaults;  // passed on in ModelInfo() (SamplingDefaultsFromHf)
   bool force_diffusion = false;       // run a plain backbone (qwen3_moe / qwen3_5_moe) as a diffusion model
   // Per-step distinct experts and cumulative routed tokens per (layer, expert) in the snapshot
   // (costs a little per forward).

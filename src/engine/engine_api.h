@@ -29,6 +29,7 @@ struct EngineModelInfo {
   int64_t vocab_size = 0;
   bool diffusion = false;
   DiffusionParams default_diffusion;  // block_size, steps, policy, threshold, mask id
+  SamplingDefaults sampling_defaults;  // for request fields left out (generation_config.json)
   int64_t num_layers = 0, num_experts = 0;  // for per-expert metrics
 };
 

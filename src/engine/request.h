@@ -13,6 +13,13 @@
 
 namespace tessera {
 
+// Sampling defaults of a model (its generation_config.json, as vLLM's `--generation-config auto`):
+// what a request that leaves these fields out gets. nullopt = the API's own default.
+struct SamplingDefaults {
+  std::optional<float> temperature, top_p;
+  std::optional<int> top_k;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   int top_k = 0;             // 0 = off

@@ -59,14 +59,6 @@ struct HttpServer::Impl {
         log(cfg.server.access_log, cfg.server.log_requests),
         acceptor(net::make_strand(ioc)),
         work(net::make_work_guard(ioc)) {
-    const EngineModelInfo& info = engine.ModelInfo();
-    ddef = info.default_diffusion;
-    if (cfg.diffusion.block_size > 0) ddef.block_size = cfg.diffusion.block_size;
-    if (cfg.diffusion.steps > 0) ddef.steps = cfg.diffusion.steps;
-    if (cfg.diffusion.policy == "static") ddef.policy = DiffusionPolicy::kStatic;
-    if (cfg.diffusion.policy == "threshold") ddef.policy = DiffusionPolicy::kThreshold;
-    if (cfg.diffusion.policy == "editing") ddef.policy = DiffusionPolicy::kEditing;
-    if (!cfg.diffusion.policy.empty()) ddef.threshold = static_cast<float>(cfg.diffusion.threshold);
     created = UnixNow();
     registry.AddCollector([this] {
       EngineSnapshot s = engine.Snapshot();
@@ -109,7 +101,18 @@ struct HttpServer::Impl {
   RateLimiter rate;
   ConcurrencyLimiter conc;
   AccessLog log;
-  DiffusionParams ddef;
+  // The model's diffusion defaults with the config's diffusion section on top. Read per request:
+  // `tessera serve` starts the server before the model (and so its defaults) exists.
+  DiffusionParams DiffusionDefaults() const {
+    DiffusionParams d = engine.ModelInfo().default_diffusion;
+    if (cfg.diffusion.block_size > 0) d.block_size = cfg.diffusion.block_size;
+    if (cfg.diffusion.steps > 0) d.steps = cfg.diffusion.steps;
+    if (cfg.diffusion.policy == "static") d.policy = DiffusionPolicy::kStatic;
+    if (cfg.diffusion.policy == "threshold") d.policy = DiffusionPolicy::kThreshold;
+    if (cfg.diffusion.policy == "editing") d.policy = DiffusionPolicy::kEditing;
+    if (!cfg.diffusion.policy.empty()) d.threshold = static_cast<float>(cfg.diffusion.threshold);
+    return d;
+  }
   int64_t created = 0;
   net::io_context ioc;
   tcp::acceptor acceptor;
@@ -128,6 +131,7 @@ struct HttpServer::Impl {
 struct Gen {
   ParsedRequest req;
   std::vector<int32_t> prompt;
+  std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<Link> link;
   ResponseHeader hdr;
@@ -333,12 +337,19 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
   const EngineModelInfo& info = srv_->engine.ModelInfo();
   auto g = std::make_shared<Gen>();
   g->arrival = start_;
-  g->req = chat ? ParseChatRequest(body, info, srv_->ddef) : ParseCompletionRequest(body, info, srv_->ddef);
+  const DiffusionParams ddef = srv_->DiffusionDefaults();
+  g->req = chat ? ParseChatRequest(body, info, ddef) : ParseCompletionRequest(body, info, ddef);
   entry_.stream = g->req.stream;
   try {
-    if (chat)
+    if (chat) {
       g->prompt = srv_->prompts.BuildChat(g->req.messages, g->req.ParseTools() ? g->req.tools : ojson(),
                                           g->req.chat_template_kwargs);
+      g->forced_prefix = ForcedToolCallPrefix(g->req, srv_->prompts.UsesXmlToolCalls());
+      if (!g->forced_prefix.empty()) {
+        std::vector<int32_t> opening = srv_->prompts.Encode(g->forced_prefix);
+        g->prompt.insert(g->prompt.end(), opening.begin(), opening.end());
+      }
+    }
     else
       g->prompt = g->req.prompt_is_ids ? g->req.prompt_ids : srv_->prompts.Encode(g->req.prompt_text);
   } catch (const Error& e) {
@@ -359,7 +370,10 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
     throw e;
   }
   g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
-  if (g->req.ParseTools()) g->parser.emplace(g->req.tools);
+  if (g->req.ParseTools()) {
+    g->parser.emplace(g->req.tools);
+    if (!g->forced_prefix.empty()) (void)g->parser->Push(g->forced_prefix);  // inside a call: emits nothing
+  }
   g->link = std::make_shared<Link>();
   g->link->session = shared_from_this();
   g->link->cancelled = g->cancelled;
@@ -474,7 +488,9 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
     }
     case GenerationEvent::Kind::kDiffusionStep:
       if (g->req.stream && g->req.stream_steps)
-        WriteChunk(SseData(DiffusionStepJson(ev.step), "diffusion_step"));
+        WriteChunk(SseData(DiffusionStepJson(ev.step, g->req.diffusion ? g->req.diffusion->mask_token_id : -1,
+                                             [this](int32_t id) { return srv_->prompts.TokenText(id); }),
+                           "diffusion_step"));
       return;
     case GenerationEvent::Kind::kFinished:
       if (ev.finish_reason == FinishReason::kCancelled)

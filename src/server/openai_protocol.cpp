@@ -1,6 +1,8 @@
 // tessera server: OpenAI request validation and response JSON.
 #include "server/openai_protocol.h"
 
+#include "engine/diffusion_defaults.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -87,6 +89,9 @@ void CheckModel(const ojson& body, ParsedRequest& r, const EngineModelInfo& mode
 void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& model,
                  const DiffusionParams& ddef) {
   SamplingParams& s = r.sampling;
+  if (model.sampling_defaults.temperature) s.temperature = *model.sampling_defaults.temperature;
+  if (model.sampling_defaults.top_p) s.top_p = *model.sampling_defaults.top_p;
+  if (model.sampling_defaults.top_k) s.top_k = *model.sampling_defaults.top_k;
   if (auto v = GetBool(body, "stream")) r.stream = *v;
   if (const ojson* so = Field(body, "stream_options")) {
     if (!so->is_object()) Bad("stream_options", "'stream_options' must be an object");
@@ -627,12 +632,18 @@ ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage) {
   return j;
 }
 
-ojson DiffusionStepJson(const DiffusionStepView& s) {
-  return ojson{{"block_start", s.block_start},
-               {"step", s.step},
-               {"block_tokens", s.block_tokens},
-               {"unmasked", s.unmasked},
-               {"conf", s.conf}};
+ojson DiffusionStepJson(const DiffusionStepView& s, int32_t mask_token_id, const TokenTextFn& text) {
+  ojson j = {{"block_start", s.block_start},
+             {"step", s.step},
+             {"block_tokens", s.block_tokens},
+             {"unmasked", s.unmasked},
+             {"conf", s.conf}};
+  if (text) {  // each cell's text (null while masked), so viewers need no tokenizer
+    ojson cells = ojson::array();
+    for (int32_t t : s.block_tokens) cells.push_back(t == mask_token_id ? ojson(nullptr) : ojson(text(t)));
+    j["block_text"] = std::move(cells);
+  }
+  return j;
 }
 
 ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
@@ -641,6 +652,16 @@ ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
              {"created", created},
              {"owned_by", "tessera"},
              {"max_model_len", model.max_model_len}};
+  // Extension: how a block-diffusion model decodes by default (clients such as the chat page fill
+  // their settings from it); absent for autoregressive models.
+  if (model.diffusion) {
+    const DiffusionParams& d = model.default_diffusion;
+    m["diffusion"] = {{"block_size", d.block_size},
+                      {"steps", d.steps},
+                      {"policy", DiffusionPolicyName(d.policy)},
+                      {"threshold", std::round(static_cast<double>(d.threshold) * 1e6) / 1e6},  // 0.9, not 0.89999997
+                      {"mask_token_id", d.mask_token_id}};
+  }
   return ojson{{"object", "list"}, {"data", ojson::array({m})}};
 }
 

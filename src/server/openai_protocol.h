@@ -111,7 +111,9 @@ ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, cons
                           const ojson& logprobs, bool include_usage_field);
 // The final include_usage chunk: choices [] and usage.
 ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage);
-ojson DiffusionStepJson(const DiffusionStepView& s);
+// The `event: diffusion_step` payload; with `text`, also "block_text": each cell's text, null where
+// still masked.
+ojson DiffusionStepJson(const DiffusionStepView& s, int32_t mask_token_id = -1, const TokenTextFn& text = nullptr);
 ojson ModelsJson(const EngineModelInfo& model, int64_t created);
 
 // "data: <json>\n\n"; events other than the default get "event: <name>\n" first.

@@ -31,7 +31,7 @@ struct Entry {
 
 const std::vector<Entry>& Entries() {
   static const std::vector<Entry> entries = {
-      TESSERA_KEY(model, path, "--model", kString, false, "checkpoint directory"),
+      TESSERA_KEY(model, path, "--model", kString, false, "checkpoint directory (default: the demo model)"),
       TESSERA_KEY(model, name, "--served-model-name", kString, false, "name served in the API"),
       TESSERA_KEY(model, tokenizer, "--tokenizer", kString, false, "tokenizer directory"),
       TESSERA_KEY(model, dtype, "--dtype", kString, false, "auto|bf16|f16|f32"),
