@@ -33,6 +33,8 @@ struct GenerateFlags {
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   bool ignore_eos = false, output_ids = false, stats = false, show_steps = false, no_think = false;
   int threads = 0;
+  std::string device = "cpu", load_format = "auto";
+  int tensor_parallel_size = 1;
   // Diffusion.
   bool diffusion = false;
   std::optional<int64_t> block_size, steps, max_edit_steps;
@@ -108,7 +110,11 @@ int RunGenerate(GenerateFlags& f) {
     }
   }
 
-  auto model = Model::Load(f.model);
+  LoadOptions lo;
+  lo.device = f.device;
+  lo.load_format = f.load_format;
+  lo.tensor_parallel_size = f.tensor_parallel_size;
+  auto model = Model::Load(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : prompt)
     if (t >= mc.vocab_size)
@@ -256,6 +262,12 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_flag("--ignore-eos", f->ignore_eos, "Keep generating past end-of-sequence tokens");
   app->add_flag("--output-ids", f->output_ids, "Print the generated ids as a JSON array instead of text");
   app->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app->add_option("--device", f->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--load-format", f->load_format, "auto (the checkpoint) or dummy (random weights of config.json)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  app->add_option("--tensor-parallel-size", f->tensor_parallel_size,
+                  "Ranks to shard the model over (GPUs with --device cuda; simulated ranks on the CPU)")
+      ->check(CLI::Range(1, 64));
   app->add_flag("--stats", f->stats, "Print decoding counters after generation (stderr)");
   app->add_flag("--diffusion", f->diffusion, "Run a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model");
   app->add_option("--block-size", f->block_size, "Diffusion block size");

@@ -210,10 +210,6 @@ int RunServe(ServeFlags& f) {
   }
   if (std::getenv("TESSERA_LOG_LEVEL") == nullptr) spdlog::set_level(spdlog::level::info);
   spdlog::info("effective configuration:\n{}", EffectiveConfigString(cfg));
-  if (cfg.model.tensor_parallel_size != 1)
-    Fail(ErrorKind::kInvalidArgument,
-         "config key 'model.tensor_parallel_size': {} is not supported by this build (1 only)",
-         cfg.model.tensor_parallel_size);
 
   SignalWaiter signals;  // before any other thread exists, so that all of them inherit the mask
   const std::string tok_dir = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
@@ -232,6 +228,7 @@ int RunServe(ServeFlags& f) {
   LoadOptions lo;
   lo.device = cfg.model.device;
   lo.load_format = cfg.model.load_format == "safetensors" ? "auto" : cfg.model.load_format;
+  lo.tensor_parallel_size = static_cast<int>(cfg.model.tensor_parallel_size);
   auto model = Model::Load(cfg.model.path, lo);
   if (tokenizer->vocab_size() > model->config().vocab_size)
     spdlog::warn("the tokenizer has {} tokens, the model's vocabulary {}: ids beyond it are refused",

@@ -128,3 +128,19 @@ test('--check-config prints the effective configuration with keys masked', () =>
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('--tensor-parallel-size 2 (simulated ranks on the CPU) serves the same greedy text as 1', async () => {
+  const texts = [];
+  for (const tp of ['1', '2']) {
+    const s = await startServer([...base, '--tensor-parallel-size', tp]);
+    try {
+      const r = await post(s.url, { model: 'fixture', prompt: 'tensor parallel', max_tokens: 24, temperature: 0, ignore_eos: true });
+      assert.equal(r.status, 200);
+      texts.push((await r.json()).choices[0].text);
+    } finally {
+      assert.equal(await s.stop(), 0, s.stderr());
+    }
+  }
+  assert.ok(texts[0].length > 0);
+  assert.equal(texts[1], texts[0]);
+});
