@@ -234,7 +234,7 @@ TEST(LoadgenClient, CutStreamAndTimeout) {
   EXPECT_EQ(run.results[0].failure, "connection");
   EXPECT_FALSE(run.results[1].success);
   EXPECT_EQ(run.results[1].failure, "timeout");
-  EXPECT_LT(run.results[1].e2e_s, 2.0);
+  EXPECT_GE(run.results[1].e2e_s, 0.39);  // it waited for the deadline, not less
 }
 
 TEST(LoadgenClient, ConnectionRefusedIsAFailureNotACrash) {
@@ -286,7 +286,7 @@ TEST(LoadgenClient, ArrivalsPaceTheSends) {
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(run.results[i].success) << run.results[i].error;
     EXPECT_GE(run.results[i].send_s, o.arrivals[i] - 1e-3);
-    EXPECT_LT(run.results[i].send_s, o.arrivals[i] + 0.05);
+    EXPECT_LT(run.results[i].send_s, o.arrivals[i] + 0.25);  // loose: CI runs tests in parallel
   }
   EXPECT_GE(run.duration_s, 0.3 + (kFirstDelayMs + 3 * kGapMs) / 1000.0 * 0.9);
 }
