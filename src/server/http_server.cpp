@@ -357,6 +357,14 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
     throw;
   }
   CheckPromptLength(g->req, static_cast<int64_t>(g->prompt.size()), info.max_model_len);
+  // A tokenizer larger than the model's vocabulary (a mismatched --tokenizer) would otherwise fail
+  // inside the engine, after a streaming response has already begun with 200.
+  for (int32_t id : g->prompt)
+    if (id < 0 || id >= info.vocab_size)
+      throw InvalidRequest(fmt::format("the prompt has token id {}, outside the model's vocabulary [0, {}): the "
+                                       "tokenizer does not match the model",
+                                       id, info.vocab_size),
+                           chat ? "messages" : "prompt");
   entry_.prompt_tokens = static_cast<int64_t>(g->prompt.size());
   entry_.completion_tokens = 0;
   if (srv_->log.log_requests()) entry_.prompt = chat ? DumpJson(g->req.messages) : g->req.prompt_text;

@@ -144,3 +144,20 @@ test('--tensor-parallel-size 2 (simulated ranks on the CPU) serves the same gree
   assert.ok(texts[0].length > 0);
   assert.equal(texts[1], texts[0]);
 });
+
+test('a tokenizer that does not match the model: 400 before any stream starts', async () => {
+  // The Qwen3 tokenizer's template ids (151644...) lie outside the fixture's 512-row vocabulary.
+  const qwen3 = path.join(process.env.TESSERA_SOURCE_DIR ?? '.', 'build-data/npm/tokenizer-qwen3');
+  assert.ok(fs.existsSync(path.join(qwen3, 'tokenizer.json')), 'scripts/fetch_test_data.sh fetches the Qwen3 tokenizer');
+  const s = await startServer(['--model', base[1], '--tokenizer', qwen3, '--served-model-name', 'fixture']);
+  try {
+    const r = await fetch(`${s.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fixture', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    assert.equal(r.status, 400);
+    assert.match((await r.json()).error.message, /outside the model's vocabulary/);
+  } finally {
+    assert.equal(await s.stop(), 0, s.stderr());
+  }
+});
