@@ -60,7 +60,7 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(engine, enable_chunked_prefill, "--enable-chunked-prefill", kBool, false,
                   "split long prefills over steps"),
       TESSERA_KEY(engine, kv_cache_memory, "--kv-cache-memory", kBytes, false,
-                  "KV cache budget (bytes, or 4GiB...)"),
+                  "KV cache budget (bytes, or 4GiB...; total over all ranks)"),
       TESSERA_KEY(engine, scheduling_policy, "--scheduling-policy", kString, false,
                   "fcfs|shortest_prompt_first|priority"),
       TESSERA_KEY(engine, share_prefix_cache_across_keys, "--share-prefix-cache-across-keys", kBool, false,

