@@ -59,7 +59,10 @@ test('concurrency cap with a bounded queue: 429 with Retry-After beyond it', asy
   const s = await startServer([...base, '--max-concurrent-requests', '1', '--max-queue', '0']);
   try {
     const c = new OpenAI({ apiKey: 'none', baseURL: `${s.url}/v1`, maxRetries: 0 });
-    const long = await c.completions.create({ model: 'fixture', prompt: 'long', max_tokens: 200, ignore_eos: true, stream: true });
+    // Long enough to still run when the next requests arrive; sampled so that it streams text (see
+    // openai_client.test.mjs on the fixture's greedy path).
+    const long = await c.completions.create({ model: 'fixture', prompt: 'long', max_tokens: 3000, temperature: 1, seed: 5,
+                                              ignore_eos: true, stream: true });
     const it = long[Symbol.asyncIterator]();
     await it.next();  // the long request holds the only slot
     const refused = await post(s.url, small);
@@ -87,7 +90,8 @@ test('413 on an oversized body, then serving goes on', async () => {
 test('SIGTERM during a stream: the stream completes and the process exits 0', async () => {
   const s = await startServer([...base, '--drain-timeout', '60']);
   const c = new OpenAI({ apiKey: 'none', baseURL: `${s.url}/v1`, maxRetries: 0 });
-  const stream = await c.completions.create({ model: 'fixture', prompt: 'drain', max_tokens: 400, ignore_eos: true, temperature: 0, stream: true });
+  const stream = await c.completions.create({ model: 'fixture', prompt: 'drain', max_tokens: 1500, ignore_eos: true, temperature: 1,
+                                              seed: 3, stream: true });
   let chunks = 0, finish = null, afterSignal = 0, signalled = false;
   for await (const chunk of stream) {
     if (signalled) afterSignal++;

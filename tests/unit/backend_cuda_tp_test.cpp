@@ -2,7 +2,8 @@
 // thread per rank). On the fixtures, TP=2 against TP=1 on the GPU and against HF's float64
 // reference within the bf16 tolerance of the CUDA golden tests (argmax equal at >= 99% of rows,
 // max abs diff <= 5e-2), for a stateless forward, prefill + decode through the caches and a
-// block-diffusion commit + denoise. Skipped without 2 CUDA devices.
+// block-diffusion commit + denoise. The TP size under test is TESSERA_CUDA_TP (default 2); skipped
+// with fewer CUDA devices than that.
 // A throughput comparison of TP=1 and TP=N with dummy weights runs only when
 // TESSERA_CUDA_TP_BENCH_CONFIG names a directory with a config.json (sizes: _TP "1,2", _CONTEXT
 // 1024, _DECODE 32, _PREFILL 4096, _BATCH 64, _BATCH_CONTEXT 512); it prints "bench tp" lines and
@@ -27,6 +28,12 @@ namespace tessera {
 namespace {
 
 using testing::DataPath;
+
+// The tensor-parallel size the correctness tests compare against TP=1 (TESSERA_CUDA_TP, default 2).
+int TpUnderTest() {
+  const char* v = std::getenv("TESSERA_CUDA_TP");
+  return v && *v ? std::atoi(v) : 2;
+}
 
 std::string FixtureDir(const std::string& family) { return DataPath("fixtures/models/" + family); }
 
@@ -76,11 +83,12 @@ SequenceCache NewCache(Model& m) {
 class CudaTensorParallel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() < 2) GTEST_SKIP() << "skipped: fewer than 2 CUDA devices";
+    if (CudaDeviceCount() < TpUnderTest())
+      GTEST_SKIP() << "skipped: fewer than " << TpUnderTest() << " CUDA devices";
     LoadOptions o;
     o.device = "cuda";
     one_ = Model::Load(FixtureDir(GetParam()), o);
-    o.tensor_parallel_size = 2;
+    o.tensor_parallel_size = TpUnderTest();
     two_ = Model::Load(FixtureDir(GetParam()), o);
     ref_ = ReadJsonFile(FixtureDir(GetParam()) + "/reference.json");
     V_ = one_->config().vocab_size;
@@ -95,10 +103,10 @@ TEST_P(CudaTensorParallel, StatelessLogits) {
   const int64_t T = static_cast<int64_t>(ids.size());
   const ForwardResult a = Fwd(*one_, Seg(nullptr, 0, ids, 0));
   const ForwardResult b = Fwd(*two_, Seg(nullptr, 0, ids, 0));
-  std::printf("tp golden %s stateless: tp2 vs tp1\n", GetParam().c_str());
+  std::printf("tp golden %s stateless: tpN vs tp1\n", GetParam().c_str());
   EXPECT_EQ(Bf16Close(b.logits, a.logits.data(), T, V_), "");
   const NpyArray want = ReadNpy(FixtureDir(GetParam()) + "/logits_long.npy");
-  std::printf("tp golden %s stateless: tp2 vs HF\n", GetParam().c_str());
+  std::printf("tp golden %s stateless: tpN vs HF\n", GetParam().c_str());
   EXPECT_EQ(Bf16Close(b.logits, want.data.data(), T, V_), "");
 }
 
@@ -119,9 +127,9 @@ TEST_P(CudaTensorParallel, PrefillThenDecode) {
     keep(&got2, Fwd(*two_, Seg(&c2, t, {ids[t]}, 1)));
   }
   const int64_t T = static_cast<int64_t>(ids.size());
-  std::printf("tp golden %s prefill+decode: tp2 vs tp1\n", GetParam().c_str());
+  std::printf("tp golden %s prefill+decode: tpN vs tp1\n", GetParam().c_str());
   EXPECT_EQ(Bf16Close(got2, got1.data(), T, V_), "");
-  std::printf("tp golden %s prefill+decode: tp2 vs HF\n", GetParam().c_str());
+  std::printf("tp golden %s prefill+decode: tpN vs HF\n", GetParam().c_str());
   EXPECT_EQ(Bf16Close(got2, want.data.data(), T, V_), "");
 }
 
@@ -130,13 +138,14 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallel, ::testing::Values("qwen3_
 class CudaTensorParallelDiffusion : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTensorParallelDiffusion, CommitAndDenoise) {
-  if (CudaDeviceCount() < 2) GTEST_SKIP() << "skipped: fewer than 2 CUDA devices";
+  if (CudaDeviceCount() < TpUnderTest())
+    GTEST_SKIP() << "skipped: fewer than " << TpUnderTest() << " CUDA devices";
   const std::string d = DataPath("fixtures/diffusion/" + GetParam());
   const auto ids = ReadJsonFile(d + "/reference.json")["block8_ids"].get<std::vector<int32_t>>();
   const NpyArray want = ReadNpy(d + "/logits_block8.npy");
   LoadOptions o;
   o.device = "cuda";
-  o.tensor_parallel_size = 2;
+  o.tensor_parallel_size = TpUnderTest();
   auto m = Model::Load(FixtureDir(GetParam()), o);
   const int64_t V = m->config().vocab_size;
   SequenceCache c = NewCache(*m);
@@ -144,7 +153,7 @@ TEST_P(CudaTensorParallelDiffusion, CommitAndDenoise) {
   std::vector<float> got = Fwd(*m, Seg(&c, 0, sub(0, 8), 8, 8)).logits;
   const ForwardResult r = Fwd(*m, Seg(&c, 8, sub(8, 24), 8, 8));
   got.insert(got.end(), r.logits.begin(), r.logits.end());
-  std::printf("tp golden %s diffusion: tp2 vs HF\n", GetParam().c_str());
+  std::printf("tp golden %s diffusion: tpN vs HF\n", GetParam().c_str());
   EXPECT_EQ(Bf16Close(got, want.data.data(), 24, V), "");
 }
 
