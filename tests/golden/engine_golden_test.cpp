@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "engine_outcome.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -24,41 +25,8 @@ json ReadJson(const std::string& path) {
   return json::parse(f);
 }
 
-struct Outcome {
-  std::vector<int32_t> tokens;      // streamed token ids
-  std::vector<int32_t> raw;         // raw_output of the finished event
-  std::vector<DiffusionStepView> steps;
-  FinishReason reason = FinishReason::kNone;
-  RequestStats stats;
-  std::string error;
-  bool finished = false;
-};
-
-GenerationRequest MakeRequest(std::vector<int32_t> prompt, int64_t max_tokens, Outcome* out) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = max_tokens;
-  r.on_event = [out](const GenerationEvent& ev) {
-    switch (ev.kind) {
-      case GenerationEvent::Kind::kTokens:
-        out->tokens.insert(out->tokens.end(), ev.tokens.begin(), ev.tokens.end());
-        break;
-      case GenerationEvent::Kind::kDiffusionStep: out->steps.push_back(ev.step); break;
-      case GenerationEvent::Kind::kFinished:
-        out->finished = true;
-        out->reason = ev.finish_reason;
-        out->stats = ev.stats;
-        out->raw = ev.raw_output;
-        break;
-      case GenerationEvent::Kind::kError:
-        out->finished = true;
-        out->error = ev.error;
-        break;
-    }
-  };
-  return r;
-}
+using tessera::testing::MakeCollectingRequest;
+using tessera::testing::Outcome;
 
 std::vector<int32_t> Ids(const json& j) { return j.get<std::vector<int32_t>>(); }
 
@@ -72,7 +40,7 @@ TEST_P(EngineAutoregressive, GreedyContinuationMatchesReference) {
   ec.page_size = 4;  // many page boundaries inside 31 positions
   Engine engine(model.get(), nullptr, ec);
   Outcome out;
-  auto req = MakeRequest(Ids(ref["short_ids"]), 24, &out);
+  auto req = MakeCollectingRequest(Ids(ref["short_ids"]), 24, &out);
   // The reference generated exactly 24 tokens with eos suppressed (HF min_new_tokens).
   req.sampling.min_tokens = 24;
   engine.Submit(std::move(req));
@@ -99,7 +67,7 @@ TEST_P(EngineAutoregressive, SixtyFourConcurrentRequestsEqualEachAlone) {
     Engine engine(model.get(), nullptr, ec);
     for (int i = 0; i < 64; ++i) {
       Outcome out;
-      auto req = MakeRequest(prompts[i], 12, &out);
+      auto req = MakeCollectingRequest(prompts[i], 12, &out);
       req.sampling.ignore_eos = true;
       engine.Submit(std::move(req));
       engine.RunUntilIdle();
@@ -112,7 +80,7 @@ TEST_P(EngineAutoregressive, SixtyFourConcurrentRequestsEqualEachAlone) {
   Engine engine(model.get(), nullptr, ec);
   std::vector<Outcome> outs(64);
   for (int i = 0; i < 64; ++i) {
-    auto req = MakeRequest(prompts[i], 12, &outs[i]);
+    auto req = MakeCollectingRequest(prompts[i], 12, &outs[i]);
     req.sampling.ignore_eos = true;
     engine.Submit(std::move(req));
   }
@@ -133,7 +101,7 @@ TEST_P(EngineAutoregressive, PreemptionUnderPagePressureKeepsResults) {
   Engine engine(model.get(), nullptr, ec);
   std::vector<Outcome> outs(3);
   for (auto& o : outs) {
-    auto req = MakeRequest(Ids(ref["short_ids"]), 24, &o);
+    auto req = MakeCollectingRequest(Ids(ref["short_ids"]), 24, &o);
     req.sampling.min_tokens = 24;
     engine.Submit(std::move(req));
   }
@@ -191,7 +159,7 @@ TEST_P(EngineDiffusion, CasesReproduceOutputAndTrace) {
     ec.page_size = 4;
     Engine engine(model.get(), nullptr, ec);
     Outcome out;
-    auto req = MakeRequest(Ids(ref["prompt"]), c["max_new_tokens"].get<int64_t>(), &out);
+    auto req = MakeCollectingRequest(Ids(ref["prompt"]), c["max_new_tokens"].get<int64_t>(), &out);
     req.diffusion = CaseParams(c, mask);
     req.emit_steps = true;
     engine.Submit(std::move(req));
@@ -235,7 +203,7 @@ TEST_P(EngineDiffusion, SixtyFourConcurrentRequestsEqualEachAlone) {
     Engine engine(model.get(), nullptr, ec);
     for (int i = 0; i < 64; ++i) {
       Outcome out;
-      auto req = MakeRequest(prompt(i), 10, &out);
+      auto req = MakeCollectingRequest(prompt(i), 10, &out);
       req.diffusion = p;
       engine.Submit(std::move(req));
       engine.RunUntilIdle();
@@ -248,7 +216,7 @@ TEST_P(EngineDiffusion, SixtyFourConcurrentRequestsEqualEachAlone) {
   Engine engine(model.get(), nullptr, ec);
   std::vector<Outcome> outs(64);
   for (int i = 0; i < 64; ++i) {
-    auto req = MakeRequest(prompt(i), 10, &outs[i]);
+    auto req = MakeCollectingRequest(prompt(i), 10, &outs[i]);
     req.diffusion = p;
     engine.Submit(std::move(req));
   }
@@ -265,7 +233,7 @@ TEST_P(EngineDiffusion, SeededSamplingReproducesAndSeedsDiffer) {
     ec.force_diffusion = true;
     Engine engine(model.get(), nullptr, ec);
     Outcome out;
-    auto req = MakeRequest({500, 94, 275, 158, 96}, 16, &out);
+    auto req = MakeCollectingRequest({500, 94, 275, 158, 96}, 16, &out);
     req.sampling.temperature = 1.0f;
     req.sampling.seed = seed;
     DiffusionParams p;
@@ -288,7 +256,7 @@ TEST_P(EngineDiffusion, EditingPolicyIsBoundedAndStillCompletesBlocks) {
   ec.force_diffusion = true;
   Engine engine(model.get(), nullptr, ec);
   Outcome out;
-  auto req = MakeRequest({500, 94, 275, 158, 96}, 16, &out);
+  auto req = MakeCollectingRequest({500, 94, 275, 158, 96}, 16, &out);
   DiffusionParams p;
   p.block_size = 8;
   p.steps = 4;
@@ -342,7 +310,7 @@ TEST(EngineValidation, BadRequestsAreErrorsAndTheEngineKeepsServing) {
   };
   for (const auto& c : cases) {
     Outcome out;
-    auto req = MakeRequest(c.prompt, 8, &out);
+    auto req = MakeCollectingRequest(c.prompt, 8, &out);
     req.diffusion = c.d;
     engine.Submit(std::move(req));
     engine.RunUntilIdle();
@@ -350,7 +318,7 @@ TEST(EngineValidation, BadRequestsAreErrorsAndTheEngineKeepsServing) {
     EXPECT_NE(out.error.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << out.error;
   }
   Outcome ok;
-  auto req = MakeRequest({1, 2, 3}, 8, &ok);
+  auto req = MakeCollectingRequest({1, 2, 3}, 8, &ok);
   req.sampling.ignore_eos = true;
   req.diffusion = diffusion(4, 4, 0.5f, 511);
   engine.Submit(std::move(req));
@@ -365,7 +333,7 @@ TEST(EngineCancellation, CancelledRequestFreesItsPages) {
   ec.page_size = 4;
   Engine engine(model.get(), nullptr, ec);
   Outcome out;
-  auto req = MakeRequest({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1000, &out);
+  auto req = MakeCollectingRequest({1, 2, 3, 4, 5, 6, 7, 8, 9}, 1000, &out);
   req.sampling.ignore_eos = true;
   auto flag = req.cancelled;
   engine.Submit(std::move(req));

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "engine_outcome.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -28,40 +29,11 @@ json ReadJson(const std::string& path) {
 
 std::vector<int32_t> Ids(const json& j) { return j.get<std::vector<int32_t>>(); }
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::vector<int32_t> raw;
-  std::vector<DiffusionStepView> steps;
-  RequestStats stats;
-  std::string error;
-  bool finished = false;
-};
+using tessera::testing::Outcome;
 
 GenerationRequest MakeRequest(std::vector<int32_t> prompt, int64_t max_tokens, Outcome* out) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.sampling.max_tokens = max_tokens;
+  GenerationRequest r = testing::MakeCollectingRequest(std::move(prompt), max_tokens, out);
   r.sampling.min_tokens = max_tokens;  // fixed length: eos suppressed like HF min_new_tokens
-  r.on_event = [out](const GenerationEvent& ev) {
-    switch (ev.kind) {
-      case GenerationEvent::Kind::kTokens:
-        out->tokens.insert(out->tokens.end(), ev.tokens.begin(), ev.tokens.end());
-        for (const auto& lp : ev.logprobs) out->logprobs.push_back(lp.logprob);
-        break;
-      case GenerationEvent::Kind::kDiffusionStep: out->steps.push_back(ev.step); break;
-      case GenerationEvent::Kind::kFinished:
-        out->finished = true;
-        out->stats = ev.stats;
-        out->raw = ev.raw_output;
-        break;
-      case GenerationEvent::Kind::kError:
-        out->finished = true;
-        out->error = ev.error;
-        break;
-    }
-  };
   return r;
 }
 
