@@ -12,6 +12,7 @@
 #include "io/hf_config.h"
 #include "io/npy.h"
 #include "model/model.h"
+#include "model_segment.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -38,20 +39,7 @@ std::string CompareRows(const float* got, const float* want, int64_t rows, int64
   return "";
 }
 
-Segment Seg(SequenceCache* cache, int64_t first_pos, std::vector<int32_t> tokens, int64_t commit_len,
-            bool all_logits, int64_t block_size = 0) {
-  Segment s;
-  s.cache = cache;
-  s.first_pos = first_pos;
-  s.tokens = std::move(tokens);
-  s.commit_len = commit_len;
-  s.block_size = block_size;
-  if (all_logits)
-    for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) s.logits_rows.push_back(i);
-  else
-    s.logits_rows.push_back(static_cast<int32_t>(s.tokens.size()) - 1);
-  return s;
-}
+using tessera::testing::Seg;
 
 ForwardResult RunFwd(Model& m, std::vector<Segment> segs, const ForwardOptions& o = {}) {
   Batch b;

@@ -16,6 +16,7 @@
 #include "io/hf_config.h"
 #include "io/npy.h"
 #include "model/model.h"
+#include "model_segment.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -39,20 +40,7 @@ bool SameArgmax(const std::vector<float>& a, const float* b, int64_t rows, int64
   return true;
 }
 
-Segment Seg(SequenceCache* cache, int64_t first, std::vector<int32_t> tokens, int64_t commit, bool all_logits,
-            int64_t block_size = 0) {
-  Segment s;
-  s.cache = cache;
-  s.first_pos = first;
-  s.tokens = std::move(tokens);
-  s.commit_len = commit;
-  s.block_size = block_size;
-  if (all_logits)
-    for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) s.logits_rows.push_back(i);
-  else
-    s.logits_rows.push_back(static_cast<int32_t>(s.tokens.size()) - 1);
-  return s;
-}
+using tessera::testing::Seg;
 
 // The same sequence of forwards on two models (unsplit and split), each with its own caches.
 struct Pair {
