@@ -223,6 +223,10 @@ int RunServe(ServeFlags& f) {
   std::printf("tessera: listening on http://%s:%d\n", cfg.server.host.c_str(), server.port());
   std::fflush(stdout);
 
+  if (cfg.model.dtype != "auto")
+    spdlog::warn("model.dtype '{}' is not selectable yet: the CPU backend computes in f32 (bf16 weights read in "
+                 "place), the CUDA backend in bf16",
+                 cfg.model.dtype);
   if (cfg.model.compute_threads > 0) ThreadPool::SetGlobalThreads(static_cast<int>(cfg.model.compute_threads));
   HfModelDir dir = LoadHfModelDir(cfg.model.path);
   LoadOptions lo;
