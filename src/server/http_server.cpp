@@ -610,7 +610,12 @@ void Session::FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e) {
 void Session::EndGeneration(const std::shared_ptr<Gen>& g) {
   if (g->done) return;
   g->done = true;
-  if (g->timer) g->timer->cancel();
+  // Cancel and destroy the timeout timer here, on the strand, while the io_context surely lives:
+  // the engine may hold the last reference to `g` (through on_event) until after the server is gone.
+  if (g->timer) {
+    g->timer->cancel();
+    g->timer.reset();
+  }
   if (g->queued) {
     // Still waiting for a slot: leave the queue. If the slot was granted meanwhile, OnAdmitted
     // (already posted) sees done and passes it on.
