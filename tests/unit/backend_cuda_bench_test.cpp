@@ -1,14 +1,36 @@
-// tessera tests: a micro-benchmark of a full-size config on the CUDA backend with dummy weights
-// (--load-format dummy): batch-1 decode tokens/s at a given context and prefill tokens/s of one
-// prompt. Not a timed test: it runs only when TESSERA_CUDA_BENCH_CONFIG names a directory holding a
-// config.json (scripts/gpu_check.sh sets it), prints its numbers and checks only that the logits
-// are finite. Sizes: TESSERA_CUDA_BENCH_CONTEXT (1024), _DECODE (64), _PREFILL (4096).
+// tessera tests: a micro-benchmark of a full-size config on the CUDA backend with dummy bf16 weights
+// (--load-format dummy), each step measured against its floor (DESIGN.md section 5): batch-1 decode
+// at several contexts, aggregate decode of B concurrent sequences, prefill of one prompt, a
+// block-diffusion denoising step of one 32-token block (and of 8 blocks of 8 sequences batched).
+// Not a timed test: it runs only when TESSERA_CUDA_BENCH_CONFIG names a directory holding a
+// config.json and a CUDA device exists (scripts/gpu_check.sh sets it), prints its numbers and
+// checks only that the logits are finite.
+//
+// Environment (defaults in brackets):
+//   TESSERA_CUDA_BENCH_CONFIG         config dir (required)
+//   TESSERA_CUDA_BENCH_CONTEXTS       contexts of the batch-1 decode and 1-block denoise rows [1024,8192]
+//   TESSERA_CUDA_BENCH_BATCHES        concurrent sequences of the aggregate decode rows [8,32,64]
+//   TESSERA_CUDA_BENCH_BATCH_CONTEXT  context of the aggregate decode and 8-block denoise rows [1024]
+//   TESSERA_CUDA_BENCH_DECODE         timed steps per decode row [64] (denoise rows: a quarter, >= 4)
+//   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096]
+//
+// Output: one line for the measured copy bandwidth, then one line per row:
+//   bench-bw  | <config> | device copy ... | <TB/s> ... | bf16 matmul 790 TFLOP/s (constant, not measured)
+//   bench-row | <config> | <row> | <ms per step> | <token rows/s> | <GB> | <FLOP> | floor <ms> |
+//               ratio <floor / measured> | experts/layer <mean distinct experts per MoE layer>
+// tok/s counts token rows run per second (for a denoising step: the block's rows, not finished
+// tokens). floor = max(bytes / measured copy bandwidth, FLOPs / 790e12); bytes and FLOPs as
+// CountStep says. experts/layer, and the experts counted in the bytes, come from
+// collect_expert_stats on one extra untimed forward of the row's inputs with nothing committed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,9 +39,27 @@
 namespace tessera {
 namespace {
 
+// bf16 dense matrix-product rate of the H200 machines the GPU runs use (an 8192^3 bf16 product
+// measured there, DESIGN.md section 5): a constant, not measured by this test.
+constexpr double kBf16MatmulFlopsPerSecond = 790e12;
+constexpr int64_t kPageSize = 16;
+constexpr int64_t kPrefillChunk = 512;            // context prefill: tokens per segment per forward
+constexpr int64_t kPrefillRowsPerForward = 4096;  // context prefill: sequences share a forward up to this
+constexpr int64_t kDenoiseBlock = 32;
+constexpr int64_t kDenoiseBatchedSequences = 8;
+
 int64_t EnvInt(const char* name, int64_t def) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoll(v) : def;
+}
+
+std::vector<int64_t> EnvList(const char* name, const char* def) {
+  const char* v = std::getenv(name);
+  std::stringstream in(v && *v ? v : def);
+  std::vector<int64_t> out;
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(std::atoll(item.c_str()));
+  return out;
 }
 
 double Seconds(std::chrono::steady_clock::time_point a) {
@@ -32,72 +72,344 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
+// Parameter counts of a config, from the tensor list the loader expects.
+struct WeightCensus {
+  int64_t non_expert_params = 0;  // every layer tensor but the routed experts; no embedding, no lm_head
+  int64_t expert_params = 0;      // one routed expert of one layer (gate, up, down)
+  int64_t lm_head_params = 0;     // vocab x hidden (the embedding when tied)
+  int64_t moe_layers = 0;
+  int64_t active_params_per_row = 0;  // non-expert + k routed experts per MoE layer (no lm_head)
+
+  explicit WeightCensus(const ModelConfig& c) {
+    for (const ExpectedTensor& t : ExpectedTensors(c)) {
+      if (t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight" ||
+          t.name.find(".mlp.experts.") != std::string::npos)
+        continue;
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      non_expert_params += n;
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+    expert_params = 3 * c.moe_intermediate_size * c.hidden_size;
+    lm_head_params = c.vocab_size * c.hidden_size;
+    active_params_per_row = non_expert_params + moe_layers * c.num_experts_per_tok * expert_params;
+  }
+};
+
+// The shape of one forward step, as the floor needs it.
+struct StepShape {
+  int64_t sequences = 1;
+  int64_t rows_per_sequence = 1;  // tokens each segment runs
+  int64_t logits_rows = 1;        // over all sequences
+  double cached_keys = 0;         // committed positions each sequence reads from its KV pages
+  int64_t committed_rows = 0;     // rows per sequence whose K/V are written to the pages
+  double attended_keys = 0;       // keys one row attends (cached + fresh), mean over rows
+};
+
+struct StepCost {
+  double bytes = 0, flops = 0;
+  double experts_per_layer = 0;  // mean distinct routed experts per MoE layer
+};
+
+// What one step must read and compute. Assumptions:
+//  - weights are bf16 (2 bytes a parameter; the f32 norm vectors on the GPU are negligible) and
+//    each is read once per step whatever the row count: all non-expert tensors of every layer
+//    (attention or Gated DeltaNet projections, norms, router, shared expert and its gate, dense
+//    FFNs), the routed experts the step touches (`distinct_per_layer` from collect_expert_stats;
+//    without stats the upper bound min(E, rows * k)), the whole lm_head, one embedding row a token;
+//  - the KV cache is f32 (Model::KvBytesPerToken): each sequence's committed prefix is read once,
+//    its committed rows written once; fresh rows' K/V stay in activations;
+//  - Gated DeltaNet conv + recurrent state (Model::StateBytesPerSequence, f32) is read and written
+//    once per sequence per step;
+//  - activations, routing metadata and logits are not counted;
+//  - FLOPs = 2 * active parameters * rows (k routed experts a row; lm_head only for logits rows)
+//    + attention 4 * attended keys * heads * head_dim per row per full-attention layer
+//    + the recurrent delta rule ~6 * value_heads * key_dim * value_dim per row per GDN layer.
+StepCost CountStep(const ModelConfig& c, const WeightCensus& w, const StepShape& s,
+                   const std::vector<int32_t>& distinct_per_layer) {
+  const int64_t rows = s.sequences * s.rows_per_sequence;
+  StepCost cost;
+  double touched = 0;
+  if (distinct_per_layer.empty()) {
+    touched = static_cast<double>(w.moe_layers * std::min(c.num_experts, rows * c.num_experts_per_tok));
+  } else {
+    for (int32_t d : distinct_per_layer) touched += std::max(d, 0);
+  }
+  cost.experts_per_layer = w.moe_layers ? touched / w.moe_layers : 0;
+  const double weight_params = w.non_expert_params + touched * w.expert_params + w.lm_head_params +
+                               static_cast<double>(rows) * c.hidden_size;
+  const double kv_bytes = static_cast<double>(s.sequences) * (s.cached_keys + s.committed_rows) *
+                          Model::KvBytesPerToken(c);
+  const double state_bytes = 2.0 * s.sequences * Model::StateBytesPerSequence(c);
+  cost.bytes = 2.0 * weight_params + kv_bytes + state_bytes;
+
+  const double attention = 4.0 * s.attended_keys * c.num_heads * c.head_dim *
+                           c.NumLayersOf(LayerKind::kFullAttention);
+  const double delta_rule = 6.0 * c.linear_num_value_heads * c.linear_key_head_dim *
+                            c.linear_value_head_dim * c.NumLayersOf(LayerKind::kLinearAttention);
+  cost.flops = rows * (2.0 * w.active_params_per_row + attention + delta_rule) +
+               2.0 * w.lm_head_params * s.logits_rows;
+  return cost;
+}
+
+// Device-to-device copy bandwidth, counting bytes read and written.
+double MeasureCopyBandwidth(Backend& be, int copies) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer src(be, bytes), dst(be, bytes);
+  be.Zero(src.data(), bytes);
+  be.CopyBuffer(dst.data(), src.data(), bytes);  // warm-up
+  be.Synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < copies; ++i) be.CopyBuffer(dst.data(), src.data(), bytes);
+  be.Synchronize();
+  return 2.0 * static_cast<double>(bytes) * copies / Seconds(t0);
+}
+
+int64_t PagesFor(int64_t positions) { return (positions + kPageSize - 1) / kPageSize; }
+
+// Hands out page runs and state slots from the model's caches; Clear() starts over (content of
+// earlier sequences is overwritten).
+class CachePool {
+ public:
+  explicit CachePool(Model& m) : model_(m), hybrid_(m.config().NumLayersOf(LayerKind::kLinearAttention) > 0) {}
+  void Clear() {
+    sequences_.clear();
+    next_page_ = 0;
+  }
+  SequenceCache* New(int64_t positions) {
+    SequenceCache s;
+    for (int64_t p = 0; p < PagesFor(positions); ++p) s.pages.push_back(static_cast<int32_t>(next_page_++));
+    EXPECT_LE(next_page_, model_.num_pages()) << "bench cache sizing is wrong";
+    s.state_slot = hybrid_ ? static_cast<int32_t>(sequences_.size()) : -1;
+    sequences_.push_back(std::move(s));
+    Restart(&sequences_.back());
+    return &sequences_.back();
+  }
+  void Restart(SequenceCache* s) {
+    if (hybrid_) model_.ResetStateSlot(s->state_slot);
+  }
+  std::vector<SequenceCache*> NewMany(int64_t n, int64_t positions) {
+    std::vector<SequenceCache*> out(n);
+    for (SequenceCache*& s : out) s = New(positions);
+    return out;
+  }
+
+ private:
+  Model& model_;
+  const bool hybrid_;
+  std::deque<SequenceCache> sequences_;
+  int64_t next_page_ = 0;
+};
+
+class CudaBenchRun {
+ public:
+  CudaBenchRun(Model& m, std::string name, int64_t steps, double copy_bandwidth)
+      : model_(m), cfg_(m.config()), census_(cfg_), pool_(m), name_(std::move(name)), steps_(steps),
+        bandwidth_(copy_bandwidth) {}
+
+  CachePool& pool() { return pool_; }
+
+  std::vector<int32_t> Tokens(int64_t n, int64_t salt) const {
+    std::vector<int32_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % cfg_.vocab_size);
+    return t;
+  }
+
+  static Segment Committed(SequenceCache* cache, int64_t first_pos, std::vector<int32_t> tokens) {
+    Segment s;
+    s.cache = cache;
+    s.first_pos = first_pos;
+    s.tokens = std::move(tokens);
+    s.commit_len = static_cast<int64_t>(s.tokens.size());
+    s.logits_rows = {static_cast<int32_t>(s.tokens.size()) - 1};
+    return s;
+  }
+
+  // Commits `ctx` tokens to every sequence, in chunks, several sequences a forward.
+  void PrefillContexts(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
+    const int64_t n = static_cast<int64_t>(seqs.size()), per_forward = kPrefillRowsPerForward / kPrefillChunk;
+    for (int64_t first = 0; first < n; first += per_forward)
+      for (int64_t p = 0; p < ctx; p += kPrefillChunk) {
+        Batch b;
+        for (int64_t i = first; i < std::min(n, first + per_forward); ++i)
+          b.segments.push_back(Committed(seqs[i], p, Tokens(std::min(kPrefillChunk, ctx - p), p + 131 * i)));
+        model_.Forward(b);
+      }
+  }
+
+  // Routing statistics of `b` run once more untimed with nothing committed (caches unchanged).
+  std::vector<int32_t> ExpertsTouched(Batch b) {
+    for (Segment& s : b.segments) s.commit_len = 0;
+    ForwardOptions o;
+    o.collect_expert_stats = true;
+    return model_.Forward(b, o).distinct_experts_per_layer;
+  }
+
+  // Decode of one token per sequence per step over `ctx` committed tokens (plus the steps so far).
+  void DecodeRow(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
+    auto step = [&](int64_t pos) {
+      Batch b;
+      for (int64_t i = 0; i < static_cast<int64_t>(seqs.size()); ++i)
+        b.segments.push_back(Committed(seqs[i], pos, {static_cast<int32_t>((pos * 31 + i) % cfg_.vocab_size)}));
+      return b;
+    };
+    model_.Forward(step(ctx));  // warm-up
+    model_.backend().Synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    ForwardResult r;
+    for (int64_t i = 1; i <= steps_; ++i) r = model_.Forward(step(ctx + i));
+    model_.backend().Synchronize();
+    const double seconds = Seconds(t0) / steps_;
+    EXPECT_TRUE(AllFinite(r.logits));
+    StepShape s;
+    s.sequences = static_cast<int64_t>(seqs.size());
+    s.logits_rows = s.sequences;
+    s.cached_keys = ctx + (steps_ + 1) / 2.0;  // step i reads ctx + i committed positions
+    s.committed_rows = 1;
+    s.attended_keys = s.cached_keys + 1;
+    const auto experts = ExpertsTouched(step(ctx + steps_ + 1));
+    Print("decode b" + std::to_string(seqs.size()) + " ctx " + std::to_string(ctx), seconds,
+          static_cast<double>(s.sequences), CountStep(cfg_, census_, s, experts));
+  }
+
+  // One denoising step of a 32-token block per sequence (block-diffusion): the block at positions
+  // [ctx, ctx + 32) attends the committed prefix and itself, nothing is committed, all 32 rows give
+  // logits. The row matters most for the hybrid (Gated DeltaNet) config, the one served with
+  // diffusion; it runs for every config so the two can be compared.
+  void DenoiseRow(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
+    const int32_t mask = static_cast<int32_t>(cfg_.mask_token_id >= 0 ? cfg_.mask_token_id : cfg_.vocab_size - 1);
+    Batch b;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Segment s;
+      s.cache = seqs[i];
+      s.first_pos = ctx;
+      s.tokens = Tokens(kDenoiseBlock, 17 + static_cast<int64_t>(i));
+      for (int64_t t = 0; t < kDenoiseBlock; ++t)
+        if (t % 4 != 0) s.tokens[t] = mask;  // a partly unmasked block: 3 of 4 rows still masked
+      s.block_size = kDenoiseBlock;
+      for (int32_t t = 0; t < kDenoiseBlock; ++t) s.logits_rows.push_back(t);
+      b.segments.push_back(std::move(s));
+    }
+    model_.Forward(b);  // warm-up
+    model_.backend().Synchronize();
+    const int64_t repeats = std::max<int64_t>(4, steps_ / 4);
+    const auto t0 = std::chrono::steady_clock::now();
+    ForwardResult r;
+    for (int64_t i = 0; i < repeats; ++i) r = model_.Forward(b);
+    model_.backend().Synchronize();
+    const double seconds = Seconds(t0) / repeats;
+    EXPECT_TRUE(AllFinite(r.logits));
+    StepShape s;
+    s.sequences = static_cast<int64_t>(seqs.size());
+    s.rows_per_sequence = kDenoiseBlock;
+    s.logits_rows = s.sequences * kDenoiseBlock;
+    s.cached_keys = static_cast<double>(ctx);
+    s.attended_keys = ctx + kDenoiseBlock;  // block-causal: every row sees its whole block
+    const auto experts = ExpertsTouched(b);
+    const std::string row =
+        "denoise " + std::to_string(seqs.size()) + "x" + std::to_string(kDenoiseBlock) + " ctx " + std::to_string(ctx);
+    Print(row, seconds, static_cast<double>(s.sequences * kDenoiseBlock), CountStep(cfg_, census_, s, experts));
+  }
+
+  // Prefill of one prompt in one forward (committed, logits of the last row).
+  void PrefillRow(int64_t prompt) {
+    SequenceCache* seq = pool_.New(prompt);
+    model_.Forward(Batch{{Committed(seq, 0, Tokens(std::min<int64_t>(128, prompt), 3))}});  // warm-up
+    pool_.Restart(seq);
+    model_.backend().Synchronize();
+    const Batch b{{Committed(seq, 0, Tokens(prompt, 5))}};
+    const auto t0 = std::chrono::steady_clock::now();
+    const ForwardResult r = model_.Forward(b);
+    model_.backend().Synchronize();
+    const double seconds = Seconds(t0);
+    EXPECT_TRUE(AllFinite(r.logits));
+    pool_.Restart(seq);
+    const auto experts = ExpertsTouched(b);
+    StepShape s;
+    s.rows_per_sequence = prompt;
+    s.committed_rows = prompt;
+    s.attended_keys = (prompt + 1) / 2.0;
+    Print("prefill " + std::to_string(prompt), seconds, static_cast<double>(prompt),
+          CountStep(cfg_, census_, s, experts));
+  }
+
+ private:
+  void Print(const std::string& row, double seconds, double rows, const StepCost& c) const {
+    const double floor = std::max(c.bytes / bandwidth_, c.flops / kBf16MatmulFlopsPerSecond);
+    std::printf("bench-row | %s | %s | %.2f ms | %.1f tok/s | %.2f GB | %.2e FLOP | floor %.2f ms | ratio %.3f | "
+                "experts/layer %.1f\n",
+                name_.c_str(), row.c_str(), 1e3 * seconds, rows / seconds, c.bytes / 1e9, c.flops, 1e3 * floor,
+                floor / seconds, c.experts_per_layer);
+    std::fflush(stdout);
+  }
+
+  Model& model_;
+  const ModelConfig& cfg_;
+  const WeightCensus census_;
+  CachePool pool_;
+  const std::string name_;
+  const int64_t steps_;
+  const double bandwidth_;
+};
+
 TEST(CudaBench, DummyDecodeAndPrefill) {
   const char* dir = std::getenv("TESSERA_CUDA_BENCH_CONFIG");
   if (!dir || !*dir) GTEST_SKIP() << "skipped: TESSERA_CUDA_BENCH_CONFIG is not set";
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
-  const int64_t ctx = EnvInt("TESSERA_CUDA_BENCH_CONTEXT", 1024), steps = EnvInt("TESSERA_CUDA_BENCH_DECODE", 64);
+  const std::vector<int64_t> contexts = EnvList("TESSERA_CUDA_BENCH_CONTEXTS", "1024,8192");
+  const std::vector<int64_t> batches = EnvList("TESSERA_CUDA_BENCH_BATCHES", "8,32,64");
+  const int64_t batch_ctx = EnvInt("TESSERA_CUDA_BENCH_BATCH_CONTEXT", 1024);
+  const int64_t steps = std::max<int64_t>(1, EnvInt("TESSERA_CUDA_BENCH_DECODE", 64));
   const int64_t prompt = EnvInt("TESSERA_CUDA_BENCH_PREFILL", 4096);
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  name = name.substr(name.find_last_of('/') + 1);
 
   LoadOptions o;
   o.device = "cuda";
   o.load_format = "dummy";
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   auto model = Model::Load(dir, o);
   std::printf("bench %s: dummy weights ready in %.1f s\n", dir, Seconds(t0));
-  const ModelConfig& c = model->config();
-  const int64_t page = 16, max_len = std::max(ctx + steps, prompt) + page;
-  const int64_t pages_per_seq = max_len / page + 1;
-  model->AllocateCaches(2 * pages_per_seq, page, 2);
-  const bool hybrid = c.NumLayersOf(LayerKind::kLinearAttention) > 0;
-  auto cache_for = [&](int32_t i) {
-    SequenceCache s;
-    for (int64_t p = 0; p < pages_per_seq; ++p) s.pages.push_back(static_cast<int32_t>(i * pages_per_seq + p));
-    s.state_slot = hybrid ? i : -1;
-    if (hybrid) model->ResetStateSlot(i);
-    return s;
-  };
-  auto tokens = [&](int64_t n, int64_t salt) {
-    std::vector<int32_t> t(n);
-    for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % c.vocab_size);
-    return t;
-  };
-  auto run = [&](SequenceCache* cache, int64_t first, std::vector<int32_t> toks) {
-    Batch b;
-    Segment s;
-    s.cache = cache;
-    s.first_pos = first;
-    s.tokens = std::move(toks);
-    s.commit_len = static_cast<int64_t>(s.tokens.size());
-    s.logits_rows = {static_cast<int32_t>(s.tokens.size()) - 1};
-    b.segments.push_back(std::move(s));
-    return model->Forward(b);
-  };
 
-  // Decode at `ctx` tokens of context (the context is prefilled in chunks of 512).
-  SequenceCache a = cache_for(0);
-  for (int64_t p = 0; p < ctx; p += 512) run(&a, p, tokens(std::min<int64_t>(512, ctx - p), p));
-  run(&a, ctx, {1});  // warm-up step
-  model->backend().Synchronize();
-  t0 = std::chrono::steady_clock::now();
-  ForwardResult r;
-  for (int64_t i = 1; i <= steps; ++i) r = run(&a, ctx + i, {static_cast<int32_t>(i % c.vocab_size)});
-  const double dec = Seconds(t0);
-  EXPECT_TRUE(AllFinite(r.logits));
-  std::printf("bench %s: decode batch 1 at context %ld: %.2f ms/token, %.1f tokens/s\n", dir,
-              static_cast<long>(ctx), 1e3 * dec / steps, steps / dec);
+  const int copies = 10;
+  const double bandwidth = MeasureCopyBandwidth(model->backend(), copies);
+  std::printf("bench-bw | %s | device copy 1 GiB x %d | %.2f TB/s (2 x bytes / s) | bf16 matmul %.0f TFLOP/s "
+              "(constant, not measured)\n",
+              name.c_str(), copies, bandwidth / 1e12, kBf16MatmulFlopsPerSecond / 1e12);
 
-  // Prefill of one prompt.
-  SequenceCache b = cache_for(1);
-  run(&b, 0, tokens(128, 3));  // warm-up (plans, allocator)
-  if (hybrid) model->ResetStateSlot(1);
-  model->backend().Synchronize();
-  t0 = std::chrono::steady_clock::now();
-  r = run(&b, 0, tokens(prompt, 5));
-  const double pre = Seconds(t0);
-  EXPECT_TRUE(AllFinite(r.logits));
-  std::printf("bench %s: prefill of %ld tokens: %.3f s, %.0f tokens/s\n", dir, static_cast<long>(prompt), pre,
-              prompt / pre);
+  // One cache allocation that fits the largest phase (each phase reuses the pages from 0).
+  const int64_t tail = std::max(steps + 2, kDenoiseBlock);  // decode steps / a denoise block past ctx
+  int64_t pages = PagesFor(prompt + tail);
+  int64_t slots = kDenoiseBatchedSequences;
+  for (int64_t ctx : contexts) pages = std::max(pages, PagesFor(ctx + tail));
+  for (int64_t b : batches) {
+    pages = std::max(pages, b * PagesFor(batch_ctx + tail));
+    slots = std::max(slots, b);
+  }
+  pages = std::max(pages, kDenoiseBatchedSequences * PagesFor(batch_ctx + tail));
+  model->AllocateCaches(pages, kPageSize, slots);
+
+  CudaBenchRun bench(*model, name, steps, bandwidth);
+  for (int64_t ctx : contexts) {  // batch 1: a denoise block over the prefix, then decode from it
+    bench.pool().Clear();
+    const auto seq = bench.pool().NewMany(1, ctx + tail);
+    bench.PrefillContexts(seq, ctx);
+    bench.DenoiseRow(seq, ctx);
+    bench.DecodeRow(seq, ctx);
+  }
+  for (int64_t b : batches) {
+    bench.pool().Clear();
+    const auto seqs = bench.pool().NewMany(b, batch_ctx + tail);
+    bench.PrefillContexts(seqs, batch_ctx);
+    bench.DecodeRow(seqs, batch_ctx);
+  }
+  bench.pool().Clear();
+  const auto blocks = bench.pool().NewMany(kDenoiseBatchedSequences, batch_ctx + tail);
+  bench.PrefillContexts(blocks, batch_ctx);
+  bench.DenoiseRow(blocks, batch_ctx);
+  bench.pool().Clear();
+  bench.PrefillRow(prompt);
 }
 
 }  // namespace
