@@ -162,7 +162,21 @@ class Backend {
   virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
                        int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
                        float* v_cache) = 0;
+  // The batched form of KvWrite (all segments of a batch in one call): k_cache[cache_rows[i]] =
+  // k[src_rows[i]] (rows of kv_dim floats; k/v row stride kv_stride), the same for v. Host indices.
+  virtual void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
+                           const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) {
+    for (int64_t i = 0; i < n; ++i) {
+      CopyBuffer(k_cache + cache_rows[i] * kv_dim, k + src_rows[i] * kv_stride, kv_dim * sizeof(float));
+      CopyBuffer(v_cache + cache_rows[i] * kv_dim, v + src_rows[i] * kv_stride, kv_dim * sizeof(float));
+    }
+  }
   virtual void Attention(const AttentionArgs& a) = 0;
+  // Attention of several sequences' rows (the segments of a batch, same heads) in one call; device
+  // backends launch once for all of them. The default runs Attention per entry.
+  virtual void AttentionBatch(const std::vector<AttentionArgs>& args) {
+    for (const AttentionArgs& a : args) Attention(a);
+  }
 
   // Depthwise causal conv1d + SiLU over T rows of `channels` (x row stride x_stride), continuing
   // from `state` ([channels, K-1]: the K-1 previous inputs, oldest first). w: [channels, K] f32.

@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr size_t kStagingBytes = 64u << 20;
+constexpr size_t kRingBytes = 8u << 20;  // two halves of 4 MiB: a forward's metadata many times over
 
 size_t RoundSize(size_t bytes) {
   if (bytes <= 256) return 256;
@@ -72,6 +73,7 @@ std::unique_ptr<Backend> MakeCudaBackend() {
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   Check(cudaSetDevice(device_), "cudaSetDevice");
+  Check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cublasLtHandle_t h = nullptr;
   CheckLt(cublasLtCreate(&h), "cublasLtCreate");
@@ -80,6 +82,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   workspace_ = DeviceBuffer(*this, workspace_bytes_);
   Check(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault), "cudaHostAlloc (staging)");
   staging_bytes_ = kStagingBytes;
+  Check(cudaHostAlloc(reinterpret_cast<void**>(&ring_host_), kRingBytes, cudaHostAllocDefault), "cudaHostAlloc (ring)");
+  Check(cudaMalloc(reinterpret_cast<void**>(&ring_dev_), kRingBytes), "cudaMalloc (ring)");
+  for (auto& ev : ring_half_done_) Check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
 }
 
 CudaBackend::~CudaBackend() {
@@ -87,11 +92,16 @@ CudaBackend::~CudaBackend() {
   // Buffers owned by members go back to the allocator before it is torn down.
   workspace_ = DeviceBuffer();
   expert_tables_.clear();
+  rope_inv_freq_.clear();
   plans_.clear();
   for (auto& [p, n] : live_) cudaFree(p);
   for (auto& [n, v] : cached_)
     for (void* p : v) cudaFree(p);
   if (staging_) cudaFreeHost(staging_);
+  if (ring_host_) cudaFreeHost(ring_host_);
+  if (ring_dev_) cudaFree(ring_dev_);
+  for (auto& ev : ring_half_done_)
+    if (ev) cudaEventDestroy(ev);
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -195,10 +205,45 @@ void CudaBackend::FillRandom(void* dst, DType dtype, int64_t n, float scale, flo
   CheckLaunch("FillRandom");
 }
 
-DeviceBuffer CudaBackend::UploadScratch(const void* src, size_t bytes) {
-  DeviceBuffer b(*this, bytes);
-  Upload(b.data(), src, bytes);
-  return b;
+CudaBackend::ScratchArray CudaBackend::UploadScratch(const void* src, size_t bytes) {
+  ScratchArray out;
+  const size_t half = kRingBytes / 2, n = (bytes + 255) / 256 * 256;
+  if (bytes == 0) return out;
+  if (n > half) {
+    out.owned = DeviceBuffer(*this, bytes);
+    Upload(out.owned.data(), src, bytes);
+    out.data = out.owned.data();
+    return out;
+  }
+  const size_t cur = ring_head_ / half;
+  if (ring_head_ + n > (cur + 1) * half) {
+    // Leave this half; before reusing the other one, wait until the copies out of it have run.
+    Check(cudaEventRecord(ring_half_done_[cur], stream_), "cudaEventRecord (ring)");
+    const size_t next = 1 - cur;
+    Check(cudaEventSynchronize(ring_half_done_[next]), "ring wait");
+    ring_head_ = next * half;
+  }
+  std::memcpy(ring_host_ + ring_head_, src, bytes);
+  Check(cudaMemcpyAsync(ring_dev_ + ring_head_, ring_host_ + ring_head_, bytes, cudaMemcpyHostToDevice, stream_),
+        "scratch upload");
+  out.data = ring_dev_ + ring_head_;
+  ring_head_ += n;
+  return out;
+}
+
+const float* CudaBackend::RopeInvFreq(double theta, int64_t rotary_dim) {
+  auto& buf = rope_inv_freq_[{theta, rotary_dim}];
+  if (buf.empty()) {
+    // Exactly as the CPU backend (and transformers) computes it: in f32, 1 / base ** (2i / dim).
+    const int64_t half = rotary_dim / 2;
+    std::vector<float> inv_freq(half);
+    for (int64_t i = 0; i < half; ++i)
+      inv_freq[i] =
+          1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    buf = DeviceBuffer::Floats(*this, std::max<int64_t>(half, 1));
+    Upload(buf.data(), inv_freq.data(), half * sizeof(float));
+  }
+  return buf.f32();
 }
 
 // --- GEMM ------------------------------------------------------------------------------------
@@ -283,7 +328,7 @@ void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, 
   if (table.dtype != DType::kBF16 && table.dtype != DType::kF32)
     Fail(ErrorKind::kUnsupported, "embedding: dtype {} is not supported on cuda", DTypeName(table.dtype));
   if (n == 0) return;
-  DeviceBuffer d = UploadScratch(ids, n * sizeof(int32_t));
+  const ScratchArray d = UploadScratch(ids, n * sizeof(int32_t));
   cuda::Embedding(table.data, table.dtype == DType::kBF16, d.i32(), n, dim, out, stream_);
   CheckLaunch("Embedding");
 }
@@ -303,14 +348,9 @@ void CudaBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int
 void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                        int64_t rotary_dim, const int64_t* positions, double theta) {
   if (rows == 0) return;
-  // inv_freq exactly as the CPU backend (and transformers) computes it: in f32, 1 / base ** (2i / dim).
-  const int64_t half = rotary_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
-  DeviceBuffer d = UploadScratch(positions, rows * sizeof(int64_t));
-  DeviceBuffer f = UploadScratch(inv_freq.data(), half * sizeof(float));
-  cuda::Rope(x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data()), f.f32(),
+  const float* inv_freq = RopeInvFreq(theta, rotary_dim);
+  const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
+  cuda::Rope(x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq,
              stream_);
   CheckLaunch("Rope");
 }
@@ -355,24 +395,71 @@ void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int
                           float* v_cache) {
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
-  DeviceBuffer d = UploadScratch(pages, num * sizeof(int32_t));
+  const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
   cuda::KvWrite(k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache, stream_);
   CheckLaunch("KvWrite");
 }
 
-void CudaBackend::Attention(const AttentionArgs& a) {
-  if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
-  if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
-    Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-  DeviceBuffer d;
-  if (a.first_pos > 0) {
-    if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
-    d = UploadScratch(a.pages, ((a.first_pos - 1) / a.page_size + 1) * sizeof(int32_t));
+void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
+                              const int64_t* src_rows, const int64_t* cache_rows, int64_t n, float* k_cache,
+                              float* v_cache) {
+  if (n == 0) return;
+  std::vector<int64_t> pairs(2 * n);
+  for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
+  const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
+  cuda::KvWriteRows(k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache, v_cache, stream_);
+  CheckLaunch("KvWriteRows");
+}
+
+void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
+
+void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
+  // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
+  constexpr int64_t kKeyChunk = 128;
+  if (args.empty()) return;
+  const int64_t heads = args[0].num_heads, D = args[0].head_dim;
+  std::vector<int32_t> pages;
+  std::vector<size_t> page_off(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const AttentionArgs& a = args[i];
+    if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
+    if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
+      Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
+    if (a.num_heads != heads || a.head_dim != D)
+      Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
+    page_off[i] = pages.size();
+    if (a.first_pos > 0) {
+      if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
+      pages.insert(pages.end(), a.pages, a.pages + (a.first_pos - 1) / a.page_size + 1);
+    }
   }
-  cuda::AttentionParams p{a.q,         a.q_stride,  a.k,     a.v,          a.kv_stride,  a.T,
-                          a.num_heads, a.num_kv_heads, a.head_dim, a.first_pos, a.k_cache, a.v_cache,
-                          d.i32(),     a.page_size, a.block_size, a.scale,  a.out,      a.out_stride};
-  cuda::Attention(p, stream_);
+  const ScratchArray dpages = UploadScratch(pages.data(), pages.size() * sizeof(int32_t));
+  std::vector<cuda::AttentionParams> descs;
+  std::vector<int2> rows;
+  int64_t max_keys = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const AttentionArgs& a = args[i];
+    descs.push_back({a.q, a.q_stride, a.k, a.v, a.kv_stride, a.T, a.num_heads, a.num_kv_heads, a.head_dim,
+                     a.first_pos, a.k_cache, a.v_cache, a.first_pos > 0 ? dpages.i32() + page_off[i] : nullptr,
+                     a.page_size, a.block_size, a.scale, a.out, a.out_stride});
+    for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
+    max_keys = std::max(max_keys, a.first_pos + a.T);
+  }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (R == 0) return;
+  // Few (row, head) blocks over many keys would leave most SMs idle: split the keys.
+  int splits = 1;
+  int64_t chunk = max_keys;
+  if (R * heads < 2 * sm_count_ && max_keys > 2 * kKeyChunk) {
+    splits = static_cast<int>(std::min<int64_t>(64, (max_keys + kKeyChunk - 1) / kKeyChunk));
+    chunk = (max_keys + splits - 1) / splits;
+  }
+  const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
+  const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+  DeviceBuffer partial;
+  if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
+  cuda::AttentionBatch(static_cast<const cuda::AttentionParams*>(ddescs.data), static_cast<const int2*>(drows.data),
+                       R, heads, splits, chunk, partial.f32(), stream_);
   CheckLaunch("Attention");
 }
 
@@ -437,7 +524,8 @@ const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<Ex
     slot = std::make_unique<ExpertTable>();
     slot->host = host;
     slot->aligned = aligned;
-    slot->dev = UploadScratch(host.data(), host.size() * sizeof(void*));
+    slot->dev = DeviceBuffer(*this, host.size() * sizeof(void*));
+    Upload(slot->dev.data(), host.data(), host.size() * sizeof(void*));
   }
   return *slot;
 }
@@ -450,12 +538,29 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
   const ExpertTable& table = ExpertPointers(experts);
   const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-  if (slots <= kMoeFusedMaxSlots) {
+  const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeDeviceGroupedMaxSlots)) {
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
     CheckLaunch("MoeGateUp");
     cuda::MoeDown(act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
     CheckLaunch("MoeDown");
+  } else if (slots <= kMoeDeviceGroupedMaxSlots) {
+    const int64_t max_units = cuda::MoeMaxUnits(slots, E);
+    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+        num_units(*this, sizeof(int32_t));
+    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
+    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
+    Zero(slot_out.data(), slot_out.bytes());
+    cuda::MoeGroupByExpert(idx, slots, E, order.i32(), static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    CheckLaunch("MoeGroupByExpert");
+    const auto* u = static_cast<const int4*>(units.data());
+    cuda::MoeGroupedGateUp(x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(),
+                           stream_);
+    CheckLaunch("MoeGroupedGateUp");
+    cuda::MoeGroupedDown(act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden,
+                         slot_out.f32(), stream_);
+    CheckLaunch("MoeGroupedDown");
   } else {
     // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
     std::vector<int32_t> hidx(slots);
@@ -471,7 +576,7 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
       spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
       order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
     }
-    DeviceBuffer dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
+    const ScratchArray dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
     DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
     DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
     DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);

@@ -52,7 +52,10 @@ class CudaBackend : public Backend {
 
   void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
                const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache) override;
+  void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
+                   const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) override;
   void Attention(const AttentionArgs& a) override;
+  void AttentionBatch(const std::vector<AttentionArgs>& args) override;
 
   void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
                         int64_t K, const float* state, float* y) override;
@@ -74,22 +77,37 @@ class CudaBackend : public Backend {
   // Bytes held by the caching allocator (in use + cached).
   size_t reserved_bytes() const { return reserved_; }
 
-  // Up to this many (row, expert) pairs the fused few-token MoE kernels run; above it the grouped
-  // path (gather, per-expert cuBLASLt GEMMs, scatter).
-  static constexpr int64_t kMoeFusedMaxSlots = 128;
+  // MoE expert paths by the number of (row, expert) pairs: up to kMoeFusedMaxSlots the fused
+  // per-pair kernels (one token: every expert has one row anyway); up to kMoeDeviceGroupedMaxSlots
+  // the device-grouped kernels (batched decode, diffusion blocks: each expert's weights streamed
+  // once for all its rows, no host round trip); above it (prompts) the host-grouped path: gather,
+  // per-expert cuBLASLt GEMMs on tensor cores, scatter.
+  static constexpr int64_t kMoeFusedMaxSlots = 16;
+  static constexpr int64_t kMoeDeviceGroupedMaxSlots = 4096;
 
  private:
   struct GemmPlan;
   struct ExpertTable;
+  // A host array copied to device memory in stream order for the op being queued. Small arrays go
+  // through the pinned scratch ring (a truly asynchronous copy: no driver staging, no stream sync);
+  // larger ones get an owned buffer (freed after the op, reused in stream order).
+  struct ScratchArray {
+    const void* data = nullptr;
+    DeviceBuffer owned;
+    const int32_t* i32() const { return static_cast<const int32_t*>(data); }
+    const float* f32() const { return static_cast<const float*>(data); }
+  };
   void Check(cudaError_t e, const char* what) const;
   void CheckLaunch(const char* what) const;
-  // A host array copied to a device scratch buffer (stream-ordered; the buffer is freed after use).
-  DeviceBuffer UploadScratch(const void* src, size_t bytes);
+  ScratchArray UploadScratch(const void* src, size_t bytes);
+  // inv_freq of RoPE for (theta, rotary_dim), computed once and kept on the device.
+  const float* RopeInvFreq(double theta, int64_t rotary_dim);
   void GemmLt(const void* w, bool w_bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
               bool accumulate);
   const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
 
   int device_ = 0;
+  int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
@@ -102,6 +120,14 @@ class CudaBackend : public Backend {
   size_t reserved_ = 0;
   void* staging_ = nullptr;  // pinned host buffer for uploads
   size_t staging_bytes_ = 0;
+  // Scratch ring: a pinned host ring and a device ring of the same size, used in two halves. Before
+  // the host writes a half again it waits for the event recorded when it last left that half (all
+  // copies out of it have run by then); device reads are ordered by the stream.
+  char* ring_host_ = nullptr;
+  char* ring_dev_ = nullptr;
+  size_t ring_head_ = 0;
+  cudaEvent_t ring_half_done_[2] = {nullptr, nullptr};
+  std::map<std::pair<double, int64_t>, DeviceBuffer> rope_inv_freq_;
 };
 
 }  // namespace tessera

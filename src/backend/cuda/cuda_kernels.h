@@ -1,4 +1,5 @@
-// tessera cuda backend: launchers of the CUDA kernels (cuda_kernels.cu, cuda_sequence_kernels.cu).
+// tessera cuda backend: launchers of the CUDA kernels (cuda_kernels.cu, cuda_sequence_kernels.cu,
+// cuda_moe_grouped.cu).
 // Plain C++ declarations so that the backend class (cuda_backend.cpp) is compiled by the host
 // compiler; every pointer is device memory; every launch goes to `s` and is checked by the caller.
 // bf16 data is passed as uint16_t bit patterns.
@@ -61,6 +62,26 @@ void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, 
 void ScatterScaledRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, const float* scale,
                        float* dst, cudaStream_t s);
 
+// --- Device-grouped MoE path (cuda_moe_grouped.cu): batched decode and diffusion blocks.
+// Pairs of one expert are cut into units of at most kMoeUnitRows rows; each unit streams its
+// expert's weights once for all its rows.
+constexpr int kMoeUnitRows = 8;
+// Upper bound on the number of units for `slots` pairs over `num_experts` experts (the grid size).
+int64_t MoeMaxUnits(int64_t slots, int64_t num_experts);
+// Groups the pairs by expert on the device: order[slots] (pair ids sorted by expert; order within an
+// expert unspecified), units[MoeMaxUnits] as (expert, first sorted position, rows, 0), num_units[1].
+void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int32_t* order, int4* units,
+                      int32_t* num_units, cudaStream_t s);
+// act[pos] = silu(x[order[pos] / k] gate_e^T) * (x[order[pos] / k] up_e^T), pos in sorted order.
+// Needs 16-byte aligned weights and x, hidden % 8 == 0.
+void MoeGroupedGateUp(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
+                      const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs, int64_t num_experts,
+                      int64_t inter, float* act, cudaStream_t s);
+// slot_out[order[pos]] = weights[order[pos]] * act[pos] down_e^T. Needs inter % 8 == 0.
+void MoeGroupedDown(const float* act, int64_t inter, const int32_t* order, const int4* units,
+                    const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
+                    int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s);
+
 // --- Per-sequence ops (cuda_sequence_kernels.cu).
 struct AttentionParams {
   const float* q;
@@ -77,7 +98,16 @@ struct AttentionParams {
   float* out;
   int64_t out_stride;
 };
-void Attention(const AttentionParams& p, cudaStream_t s);
+// Attention of the rows of several sequences in one launch: descs (device) has one entry per
+// sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
+// splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
+// (max, sum, unnormalised output) into partial[R, heads, splits, head_dim + 2], then a merge kernel
+// writes the rows' outputs.
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    int64_t key_chunk, float* partial, cudaStream_t s);
+// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
+void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
+                 int64_t n, float* k_cache, float* v_cache, cudaStream_t s);
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                       const float* state, float* y, cudaStream_t s);
 void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,

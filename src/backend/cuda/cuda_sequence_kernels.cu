@@ -1,5 +1,6 @@
 // tessera cuda backend: the per-sequence kernels: paged attention (causal / block-causal, one pass
-// with an online softmax), the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
+// with an online softmax, the rows of several sequences in one launch, keys split across blocks for
+// decode), the KV row scatter, the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
 // in recurrent form (state in registers, one token after the other). See cuda_kernels.h.
 #include <cuda_runtime.h>
 
@@ -20,17 +21,23 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// One block per (query row, head); each warp walks a strided subset of the visible keys with its own
-// online softmax (running max, sum, output accumulator: lane holds dims lane + 32 i); the warps'
-// partial results are merged at the end.
-__global__ void AttentionKernel(AttentionParams p) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
+// One block per (query row, head[, key split]); each warp walks a strided subset of the block's keys
+// with its own online softmax (running max, sum, output accumulator: lane holds dims lane + 32 i);
+// the warps' partial results are merged at the end. Rows of several sequences share one launch:
+// rows[blockIdx.x] = (sequence, row within it) picks the sequence's parameters. With splits > 1
+// (decode: few rows, long context) block z takes keys [z * key_chunk, (z + 1) * key_chunk) and
+// writes (max, sum, unnormalised output) for AttentionMergeKernel.
+__global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk,
+                                float* partial) {
+  const int2 rr = rows[blockIdx.x];
+  const AttentionParams& p = descs[rr.x];
+  const int64_t t = rr.y, h = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t D = p.head_dim, group = p.num_heads / p.num_kv_heads, kvh = h / group;
   const int64_t kv_dim = p.num_kv_heads * D, pos = p.first_pos + t, total = p.first_pos + p.T;
   int64_t last = pos;
   if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
-  const int64_t n = last + 1;
+  const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
   const int per = static_cast<int>((D + 31) / 32);
 
   float q[kPerLane], acc[kPerLane];
@@ -42,7 +49,7 @@ __global__ void AttentionKernel(AttentionParams p) {
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j = warp; j < n; j += kAttnWarps) {
+  for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
     const float* kr;
     const float* vr;
     if (j >= p.first_pos) {
@@ -88,10 +95,47 @@ __global__ void AttentionKernel(AttentionParams p) {
     f[w] = sm_l[w] > 0 ? expf(sm_m[w] - gm) : 0.0f;
     gl += sm_l[w] * f[w];
   }
-  float* o = p.out + t * p.out_stride + h * D;
+  if (splits == 1) {
+    float* o = p.out + t * p.out_stride + h * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float v = 0;
+      for (int w = 0; w < kAttnWarps; ++w) v += sm_acc[w][d] * f[w];
+      o[d] = v / gl;
+    }
+    return;
+  }
+  // A split with no keys (past this row's last key) writes sum 0: the merge gives it no weight.
+  float* part = partial + ((static_cast<int64_t>(blockIdx.x) * gridDim.y + h) * splits + z) * (D + 2);
+  if (threadIdx.x == 0) part[0] = gm, part[1] = gl;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float v = 0;
     for (int w = 0; w < kAttnWarps; ++w) v += sm_acc[w][d] * f[w];
+    part[2 + d] = v;
+  }
+}
+
+// Block per (row, head): combines the splits' (max, sum, output) in split order.
+__global__ void AttentionMergeKernel(const AttentionParams* descs, const int2* rows, int splits,
+                                     const float* partial) {
+  const int2 rr = rows[blockIdx.x];
+  const AttentionParams& p = descs[rr.x];
+  const int64_t t = rr.y, h = blockIdx.y, D = p.head_dim;
+  const float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + h) * splits * (D + 2);
+  float gm = -INFINITY;
+  for (int z = 0; z < splits; ++z)
+    if (part[z * (D + 2) + 1] > 0) gm = fmaxf(gm, part[z * (D + 2)]);
+  float gl = 0;
+  for (int z = 0; z < splits; ++z) {
+    const float l = part[z * (D + 2) + 1];
+    if (l > 0) gl += l * expf(part[z * (D + 2)] - gm);
+  }
+  float* o = p.out + t * p.out_stride + h * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float v = 0;
+    for (int z = 0; z < splits; ++z) {
+      const float l = part[z * (D + 2) + 1];
+      if (l > 0) v += part[z * (D + 2) + 2 + d] * expf(part[z * (D + 2)] - gm);
+    }
     o[d] = v / gl;
   }
 }
@@ -220,10 +264,31 @@ __global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh,
 
 }  // namespace
 
-void Attention(const AttentionParams& p, cudaStream_t s) {
-  if (p.T <= 0) return;
-  const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(p.num_heads));
-  AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(p);
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    int64_t key_chunk, float* partial, cudaStream_t s) {
+  if (R <= 0 || heads <= 0) return;
+  const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
+  AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
+                                                   partial);
+  if (splits > 1)
+    AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), 128, 0, s>>>(
+        descs, rows, splits, partial);
+}
+
+__global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
+                                  const int64_t* src_dst, int64_t n, float* kc, float* vc) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * kv_dim) return;
+  const int64_t r = i / kv_dim, d = i % kv_dim, src = src_dst[2 * r], dst = src_dst[2 * r + 1];
+  kc[dst * kv_dim + d] = k[src * kv_stride + d];
+  vc[dst * kv_dim + d] = v[src * kv_stride + d];
+}
+
+void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
+                 int64_t n, float* k_cache, float* v_cache, cudaStream_t s) {
+  if (n * kv_dim > 0)
+    KvWriteRowsKernel<<<static_cast<unsigned>((n * kv_dim + 255) / 256), 256, 0, s>>>(k, v, kv_stride, kv_dim,
+                                                                                    src_dst, n, k_cache, v_cache);
 }
 
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,

@@ -45,19 +45,27 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     k_cache = ctx.caches->k[cache_index].f32();
     v_cache = ctx.caches->v[cache_index].f32();
   }
+  // All segments at once: one KV scatter of the committed rows and one attention call (a device
+  // backend launches once per layer, not once per sequence).
+  std::vector<int64_t> src_rows, cache_rows;
+  std::vector<AttentionArgs> args;
+  args.reserve(ctx.segments.size());
   for (const SegmentRows& s : ctx.segments) {
-    const float* ks = k.f32() + s.row0 * kvdim;
-    const float* vs = v.f32() + s.row0 * kvdim;
     const int32_t* pages = s.cache ? s.cache->pages.data() : nullptr;
-    // Only the committed rows persist; the uncommitted block reads its own K/V from here.
-    if (s.cache && s.commit_len > 0)
-      be.KvWrite(ks, vs, kvdim, s.commit_len, kvdim, s.first_pos, pages, ctx.caches->page_size, k_cache,
-                 v_cache);
+    // Only the committed rows persist; the uncommitted block reads its own K/V from the k/v buffers.
+    if (s.cache && s.commit_len > 0) {
+      const int64_t page_size = ctx.caches->page_size;
+      for (int64_t t = 0; t < s.commit_len; ++t) {
+        const int64_t pos = s.first_pos + t;
+        src_rows.push_back(s.row0 + t);
+        cache_rows.push_back(static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size);
+      }
+    }
     AttentionArgs a;
     a.q = q.f32() + s.row0 * qdim;
     a.q_stride = qdim;
-    a.k = ks;
-    a.v = vs;
+    a.k = k.f32() + s.row0 * kvdim;
+    a.v = v.f32() + s.row0 * kvdim;
     a.kv_stride = kvdim;
     a.T = s.T;
     a.num_heads = nh;
@@ -72,8 +80,12 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     a.out = attn.f32() + s.row0 * qdim;
     a.out_stride = qdim;
-    be.Attention(a);
+    args.push_back(a);
   }
+  if (!src_rows.empty())
+    be.KvWriteRows(k.f32(), v.f32(), kvdim, kvdim, src_rows.data(), cache_rows.data(),
+                   static_cast<int64_t>(src_rows.size()), k_cache, v_cache);
+  be.AttentionBatch(args);
   if (gated) be.SigmoidGate(attn.f32(), R, qdim, qdim, gate.f32(), qdim);
   be.MatMul(attn.f32(), R, w.o_proj, out);
 }
