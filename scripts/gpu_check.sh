@@ -2,7 +2,8 @@
 # tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite and the GPU golden
 # tests, compute-sanitizer memcheck on the golden tests, then the dummy-weight decode / prefill
-# micro-benchmark of the full-size configs. Results go under $OUT (when set) or ./gpu-results/.
+# micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS, default both; GPU_CHECK_PROFILE=1 adds
+# the per-op profiles of batch-1 and batch-64 decode). Results go under $OUT (or ./gpu-results/).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RES=${OUT:-$ROOT/gpu-results}
@@ -51,13 +52,24 @@ else
   log "compute-sanitizer not found"
 fi
 
-for cfg in qwen3-30b-a3b qwen3.5-35b-a3b; do
+for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
   log "benchmark $cfg (dummy weights)"
-  TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg timeout "${GPU_CHECK_BENCH_TIMEOUT:-120}" "$BIN" \
+  TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" \
     --gtest_filter='CudaBench.*' >"$RES/bench_$cfg.txt" 2>&1
   rc=$?
   grep -E "^bench|Failure|error|what\(\)" "$RES/bench_$cfg.txt" | tr '\r' '\n' | grep -v "weights on" | tee -a "$SUMMARY"
   [ $rc = 0 ] || { log "benchmark $cfg exit code $rc"; status=1; }
+  # Where the time goes: the backend's per-op profile of batch-1 decode and of batch-64 decode.
+  if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
+    for shape in "1024 , 0" ", 64 0"; do
+      set -- $shape
+      log "per-op profile $cfg: contexts=$1 batches=$2"
+      TESSERA_CUDA_PROFILE=1 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_CONTEXTS=$1 \
+        TESSERA_CUDA_BENCH_BATCHES=$2 TESSERA_CUDA_BENCH_PREFILL=0 TESSERA_CUDA_BENCH_DENOISE_BATCH=0 \
+        TESSERA_CUDA_BENCH_DECODE=32 timeout 200 "$BIN" --gtest_filter='CudaBench.*' 2>&1 |
+        grep -E "^bench-row|^cuda op profile|^  " | tee -a "$SUMMARY"
+    done
+  fi
 done
 log "done (status $status)"
 exit $status

@@ -113,6 +113,10 @@ class Backend {
   }
   // Waits for queued work (device backends run ops asynchronously).
   virtual void Synchronize() {}
+  // Per-op profile (the CUDA backend with TESSERA_CUDA_PROFILE=1; others have none): start a fresh
+  // one, and the table of what was recorded since (synchronises; empty when not profiling).
+  virtual void ProfileReset() {}
+  virtual std::string ProfileReport() { return {}; }
   // Fills n elements (bf16 or f32) with uniform values in [-scale, scale] + offset, never exactly
   // zero before the offset (dummy weights); deterministic per seed.
   virtual void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) {

@@ -12,7 +12,10 @@
 //   TESSERA_CUDA_BENCH_BATCHES        concurrent sequences of the aggregate decode rows [8,32,64]
 //   TESSERA_CUDA_BENCH_BATCH_CONTEXT  context of the aggregate decode and 8-block denoise rows [1024]
 //   TESSERA_CUDA_BENCH_DECODE         timed steps per decode row [64] (denoise rows: a quarter, >= 4)
-//   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096]
+//   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096] (0: no prefill row)
+//   TESSERA_CUDA_BENCH_DENOISE_BATCH  sequences of the batched denoise row [8] (0: no such row)
+// An empty list (e.g. TESSERA_CUDA_BENCH_BATCHES=,) skips those rows; with TESSERA_CUDA_PROFILE=1
+// the backend prints its per-op profile of the whole run at the end (docs/CUDA.md).
 //
 // Output: one line for the measured copy bandwidth, then one line per row:
 //   bench-bw  | <config> | device copy ... | <TB/s> ... | bf16 matmul 790 TFLOP/s (constant, not measured)
@@ -255,10 +258,12 @@ class CudaBenchRun {
     };
     model_.Forward(step(ctx));  // warm-up
     model_.backend().Synchronize();
+    model_.backend().ProfileReset();
     const auto t0 = std::chrono::steady_clock::now();
     ForwardResult r;
     for (int64_t i = 1; i <= steps_; ++i) r = model_.Forward(step(ctx + i));
     model_.backend().Synchronize();
+    const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0) / steps_;
     EXPECT_TRUE(AllFinite(r.logits));
     StepShape s;
@@ -270,6 +275,7 @@ class CudaBenchRun {
     const auto experts = ExpertsTouched(step(ctx + steps_ + 1));
     Print("decode b" + std::to_string(seqs.size()) + " ctx " + std::to_string(ctx), seconds,
           static_cast<double>(s.sequences), CountStep(cfg_, census_, s, experts));
+    std::printf("%s", profile.c_str());
   }
 
   // One denoising step of a 32-token block per sequence (block-diffusion): the block at positions
@@ -292,11 +298,13 @@ class CudaBenchRun {
     }
     model_.Forward(b);  // warm-up
     model_.backend().Synchronize();
+    model_.backend().ProfileReset();
     const int64_t repeats = std::max<int64_t>(4, steps_ / 4);
     const auto t0 = std::chrono::steady_clock::now();
     ForwardResult r;
     for (int64_t i = 0; i < repeats; ++i) r = model_.Forward(b);
     model_.backend().Synchronize();
+    const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0) / repeats;
     EXPECT_TRUE(AllFinite(r.logits));
     StepShape s;
@@ -309,6 +317,7 @@ class CudaBenchRun {
     const std::string row =
         "denoise " + std::to_string(seqs.size()) + "x" + std::to_string(kDenoiseBlock) + " ctx " + std::to_string(ctx);
     Print(row, seconds, static_cast<double>(s.sequences * kDenoiseBlock), CountStep(cfg_, census_, s, experts));
+    std::printf("%s", profile.c_str());
   }
 
   // Prefill of one prompt in one forward (committed, logits of the last row).
@@ -317,10 +326,12 @@ class CudaBenchRun {
     model_.Forward(Batch{{Committed(seq, 0, Tokens(std::min<int64_t>(128, prompt), 3))}});  // warm-up
     pool_.Restart(seq);
     model_.backend().Synchronize();
+    model_.backend().ProfileReset();
     const Batch b{{Committed(seq, 0, Tokens(prompt, 5))}};
     const auto t0 = std::chrono::steady_clock::now();
     const ForwardResult r = model_.Forward(b);
     model_.backend().Synchronize();
+    const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0);
     EXPECT_TRUE(AllFinite(r.logits));
     pool_.Restart(seq);
@@ -331,6 +342,7 @@ class CudaBenchRun {
     s.attended_keys = (prompt + 1) / 2.0;
     Print("prefill " + std::to_string(prompt), seconds, static_cast<double>(prompt),
           CountStep(cfg_, census_, s, experts));
+    std::printf("%s", profile.c_str());
   }
 
  private:
@@ -361,6 +373,7 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   const int64_t batch_ctx = EnvInt("TESSERA_CUDA_BENCH_BATCH_CONTEXT", 1024);
   const int64_t steps = std::max<int64_t>(1, EnvInt("TESSERA_CUDA_BENCH_DECODE", 64));
   const int64_t prompt = EnvInt("TESSERA_CUDA_BENCH_PREFILL", 4096);
+  const int64_t denoise_batch = EnvInt("TESSERA_CUDA_BENCH_DENOISE_BATCH", kDenoiseBatchedSequences);
   std::string name = dir;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   name = name.substr(name.find_last_of('/') + 1);
@@ -381,13 +394,13 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   // One cache allocation that fits the largest phase (each phase reuses the pages from 0).
   const int64_t tail = std::max(steps + 2, kDenoiseBlock);  // decode steps / a denoise block past ctx
   int64_t pages = PagesFor(prompt + tail);
-  int64_t slots = kDenoiseBatchedSequences;
+  int64_t slots = std::max<int64_t>(1, denoise_batch);
   for (int64_t ctx : contexts) pages = std::max(pages, PagesFor(ctx + tail));
   for (int64_t b : batches) {
     pages = std::max(pages, b * PagesFor(batch_ctx + tail));
     slots = std::max(slots, b);
   }
-  pages = std::max(pages, kDenoiseBatchedSequences * PagesFor(batch_ctx + tail));
+  pages = std::max(pages, denoise_batch * PagesFor(batch_ctx + tail));
   model->AllocateCaches(pages, kPageSize, slots);
 
   CudaBenchRun bench(*model, name, steps, bandwidth);
@@ -404,12 +417,14 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
     bench.PrefillContexts(seqs, batch_ctx);
     bench.DecodeRow(seqs, batch_ctx);
   }
+  if (denoise_batch > 0) {
+    bench.pool().Clear();
+    const auto blocks = bench.pool().NewMany(denoise_batch, batch_ctx + tail);
+    bench.PrefillContexts(blocks, batch_ctx);
+    bench.DenoiseRow(blocks, batch_ctx);
+  }
   bench.pool().Clear();
-  const auto blocks = bench.pool().NewMany(kDenoiseBatchedSequences, batch_ctx + tail);
-  bench.PrefillContexts(blocks, batch_ctx);
-  bench.DenoiseRow(blocks, batch_ctx);
-  bench.pool().Clear();
-  bench.PrefillRow(prompt);
+  if (prompt > 0) bench.PrefillRow(prompt);
 }
 
 }  // namespace

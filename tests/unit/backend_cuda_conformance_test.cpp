@@ -428,6 +428,30 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
   }
 }
 
+// Host metadata (here: token ids) reaches the GPU through a pinned scratch ring of two 4 MiB
+// halves. 4 KiB uploads fill a half exactly, the edge case a first version got wrong; 2600 of them
+// wrap the ring more than once, and every output must still hold its own ids' rows.
+TEST_F(CudaConformance, ScratchRingWrapsWithoutCorruption) {
+  const int64_t vocab = 4096, dim = 8, n = 1024, calls = 2600;
+  std::vector<float> table(vocab * dim);
+  for (int64_t i = 0; i < vocab * dim; ++i) table[i] = static_cast<float>(i);
+  Tensor t{Dev(table), DType::kF32, {vocab, dim}};
+  float* out = Dev(std::vector<float>((calls + 63) / 64 * n * dim));  // one slot per 64 calls
+  int64_t bad = 0;
+  std::vector<int32_t> ids(n);
+  for (int64_t c = 0; c < calls; ++c) {
+    for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((c * 131 + i * 7) % vocab);
+    float* dst = out + (c / 64) * n * dim;
+    gpu_->Embedding(t, ids.data(), n, dst);
+    if (c % 64 == 63) {
+      const std::vector<float> got = Host(dst, n * dim);
+      for (int64_t i = 0; i < n; ++i)
+        if (got[i * dim + 3] != static_cast<float>(ids[i] * dim + 3)) ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "rows read from a scratch slot overwritten too early";
+}
+
 TEST_F(CudaConformance, DummyFillIsNonZeroAndBounded) {
   const int64_t n = 1 << 20;
   DeviceBuffer b(*gpu_, n * 2);

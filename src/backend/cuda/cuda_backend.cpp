@@ -75,6 +75,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   Check(cudaSetDevice(device_), "cudaSetDevice");
   Check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
   cublasLtHandle_t h = nullptr;
   CheckLt(cublasLtCreate(&h), "cublasLtCreate");
   lt_ = h;
@@ -89,6 +90,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  profiler_.reset();  // prints its table when enabled
   // Buffers owned by members go back to the allocator before it is torn down.
   workspace_ = DeviceBuffer();
   expert_tables_.clear();
@@ -184,8 +186,10 @@ void CudaBackend::Upload(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::Download(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  profiler_->Mark("Download");
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
   Check(cudaStreamSynchronize(stream_), "download sync");
+  profiler_->Collect();
 }
 
 void CudaBackend::CopyBuffer(void* dst, const void* src, size_t bytes) {
@@ -196,7 +200,22 @@ void CudaBackend::Zero(void* dst, size_t bytes) {
   if (bytes) Check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset");
 }
 
-void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "synchronize"); }
+void CudaBackend::Synchronize() {
+  Check(cudaStreamSynchronize(stream_), "synchronize");
+  profiler_->Collect();
+}
+
+void CudaBackend::ProfileReset() {
+  Synchronize();
+  profiler_->Reset();
+}
+
+std::string CudaBackend::ProfileReport() {
+  Synchronize();
+  profiler_->Mark("(end)");  // closes the last op's interval
+  Synchronize();
+  return profiler_->Report();
+}
 
 void CudaBackend::FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) {
   if (dtype != DType::kBF16 && dtype != DType::kF32)
@@ -215,13 +234,14 @@ CudaBackend::ScratchArray CudaBackend::UploadScratch(const void* src, size_t byt
     out.data = out.owned.data();
     return out;
   }
-  const size_t cur = ring_head_ / half;
-  if (ring_head_ + n > (cur + 1) * half) {
+  // The half in use is tracked explicitly: a half filled to its last byte leaves ring_head_ at the
+  // start of the next one, which must still count as a switch (and record the event).
+  if (ring_head_ + n > (ring_half_ + 1) * half) {
     // Leave this half; before reusing the other one, wait until the copies out of it have run.
-    Check(cudaEventRecord(ring_half_done_[cur], stream_), "cudaEventRecord (ring)");
-    const size_t next = 1 - cur;
-    Check(cudaEventSynchronize(ring_half_done_[next]), "ring wait");
-    ring_head_ = next * half;
+    Check(cudaEventRecord(ring_half_done_[ring_half_], stream_), "cudaEventRecord (ring)");
+    ring_half_ = 1 - ring_half_;
+    Check(cudaEventSynchronize(ring_half_done_[ring_half_]), "ring wait");
+    ring_head_ = ring_half_ * half;
   }
   std::memcpy(ring_host_ + ring_head_, src, bytes);
   Check(cudaMemcpyAsync(ring_dev_ + ring_head_, ring_host_ + ring_head_, bytes, cudaMemcpyHostToDevice, stream_),
@@ -295,6 +315,7 @@ void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int
 
 void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   if (m == 0) return;
+  profiler_->Mark(m <= cuda::kGemvMaxRows ? "MatMul gemv" : "MatMul gemm");
   if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
   const int64_t n = w.shape[0], k = w.shape[1];
   if (w.dtype == DType::kBF16) {
@@ -321,6 +342,7 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
 // --- Row-wise ops ----------------------------------------------------------------------------
 
 void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  profiler_->Mark("Embedding");
   const int64_t vocab = table.dim(0), dim = table.dim(1);
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
@@ -335,18 +357,21 @@ void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, 
 
 void CudaBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
                           bool one_plus, float* y, int64_t y_stride) {
+  profiler_->Mark("RmsNorm");
   cuda::RmsNorm(x, rows, dim, x_stride, w, eps, one_plus, y, y_stride, stream_);
   CheckLaunch("RmsNorm");
 }
 
 void CudaBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                                float eps, float* y) {
+  profiler_->Mark("GatedRmsNorm");
   cuda::GatedRmsNorm(x, z, rows, dim, w, eps, y, stream_);
   CheckLaunch("GatedRmsNorm");
 }
 
 void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                        int64_t rotary_dim, const int64_t* positions, double theta) {
+  profiler_->Mark("Rope");
   if (rows == 0) return;
   const float* inv_freq = RopeInvFreq(theta, rotary_dim);
   const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
@@ -357,27 +382,32 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads
 
 void CudaBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                               int64_t gate_stride) {
+  profiler_->Mark("SigmoidGate");
   cuda::SigmoidGate(x, rows, dim, x_stride, gate, gate_stride, stream_);
   CheckLaunch("SigmoidGate");
 }
 
 void CudaBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) {
+  profiler_->Mark("SigmoidScaleRows");
   cuda::SigmoidScaleRows(x, rows, dim, s, stream_);
   CheckLaunch("SigmoidScaleRows");
 }
 
 void CudaBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  profiler_->Mark("SiluMul");
   cuda::SiluMul(gate, up, n, out, stream_);
   CheckLaunch("SiluMul");
 }
 
 void CudaBackend::Add(const float* x, int64_t n, float* y) {
+  profiler_->Mark("Add");
   cuda::Add(x, n, y, stream_);
   CheckLaunch("Add");
 }
 
 void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                          int64_t dst_stride) {
+  profiler_->Mark("Copy2D");
   if (rows == 0 || cols == 0) return;
   if (rows == 1) {
     Check(cudaMemcpyAsync(dst, src, cols * 4, cudaMemcpyDeviceToDevice, stream_), "Copy2D");
@@ -393,6 +423,7 @@ void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t s
 void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
                           int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
                           float* v_cache) {
+  profiler_->Mark("KvWrite");
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
@@ -403,6 +434,7 @@ void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
                               const int64_t* src_rows, const int64_t* cache_rows, int64_t n, float* k_cache,
                               float* v_cache) {
+  profiler_->Mark("KvWriteRows");
   if (n == 0) return;
   std::vector<int64_t> pairs(2 * n);
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
@@ -414,6 +446,7 @@ void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride,
 void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
+  profiler_->Mark("AttentionBatch");
   // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
@@ -465,18 +498,21 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
 
 void CudaBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
                                    int64_t K, const float* state, float* y) {
+  profiler_->Mark("CausalConv1dSilu");
   cuda::CausalConv1dSilu(x, T, x_stride, channels, w, K, state, y, stream_);
   CheckLaunch("CausalConv1dSilu");
 }
 
 void CudaBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
                                           int64_t K, float* state) {
+  profiler_->Mark("CausalConv1dUpdateState");
   if (K - 1 > 8) Fail(ErrorKind::kUnsupported, "cuda conv1d: kernel size {} > 9", K);
   cuda::CausalConv1dUpdateState(x, T, x_stride, channels, K, state, stream_);
   CheckLaunch("CausalConv1dUpdateState");
 }
 
 void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
+  profiler_->Mark("GatedDeltaRule");
   // First version: the recurrent form for every T (a chunked kernel is future work, docs/CUDA.md).
   if (a.T == 0) return;
   if (a.key_dim > cuda::kGdnMaxKeyDim) Fail(ErrorKind::kUnsupported, "cuda gated delta rule: key_dim {} > {}", a.key_dim, cuda::kGdnMaxKeyDim);
@@ -493,6 +529,7 @@ void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
 
 void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
                            int64_t b_stride, const float* a_log, const float* dt_bias) {
+  profiler_->Mark("GdnGates");
   cuda::GdnGates(a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log, dt_bias, stream_);
   CheckLaunch("GdnGates");
 }
@@ -501,6 +538,7 @@ void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t h
 
 void CudaBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                            int32_t* idx, float* weights) {
+  profiler_->Mark("MoeRoute");
   if (k > num_experts) Fail(ErrorKind::kInvalidArgument, "moe route: top-{} of {} experts", k, num_experts);
   cuda::MoeRoute(logits, rows, num_experts, k, renormalize, idx, weights, stream_);
   CheckLaunch("MoeRoute");
@@ -540,12 +578,14 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
   const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeDeviceGroupedMaxSlots)) {
+    profiler_->Mark("MoeExperts fused");
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
     CheckLaunch("MoeGateUp");
     cuda::MoeDown(act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
     CheckLaunch("MoeDown");
   } else if (slots <= kMoeDeviceGroupedMaxSlots) {
+    profiler_->Mark("MoeExperts device-grouped");
     const int64_t max_units = cuda::MoeMaxUnits(slots, E);
     DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
         num_units(*this, sizeof(int32_t));
@@ -563,6 +603,7 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
     CheckLaunch("MoeGroupedDown");
   } else {
     // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
+    profiler_->Mark("MoeExperts host-grouped");
     std::vector<int32_t> hidx(slots);
     Download(hidx.data(), idx, slots * sizeof(int32_t));
     std::vector<std::vector<int32_t>> by_expert(E);
@@ -602,11 +643,13 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
 }
 
 void CudaBackend::Softmax(float* x, int64_t rows, int64_t n) {
+  profiler_->Mark("Softmax");
   cuda::Softmax(x, rows, n, stream_);
   CheckLaunch("Softmax");
 }
 
 void CudaBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  profiler_->Mark("Argmax");
   cuda::Argmax(x, rows, n, out, stream_);
   CheckLaunch("Argmax");
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_op_profiler.h"
 
 namespace tessera {
 
@@ -32,6 +33,8 @@ class CudaBackend : public Backend {
   void CopyBuffer(void* dst, const void* src, size_t bytes) override;
   void Zero(void* dst, size_t bytes) override;
   void Synchronize() override;
+  void ProfileReset() override;
+  std::string ProfileReport() override;
   void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) override;
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
@@ -109,6 +112,7 @@ class CudaBackend : public Backend {
   int device_ = 0;
   int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   size_t workspace_bytes_ = 0;
@@ -126,6 +130,7 @@ class CudaBackend : public Backend {
   char* ring_host_ = nullptr;
   char* ring_dev_ = nullptr;
   size_t ring_head_ = 0;
+  int ring_half_ = 0;  // the half ring_head_ is in
   cudaEvent_t ring_half_done_[2] = {nullptr, nullptr};
   std::map<std::pair<double, int64_t>, DeviceBuffer> rope_inv_freq_;
 };
