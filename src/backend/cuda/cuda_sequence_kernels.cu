@@ -15,7 +15,6 @@ namespace {
 constexpr int kAttnWarps = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kPerLane = kMaxHeadDim / 32;
-constexpr int kKeysPerIter = 4;
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -50,51 +49,34 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  // kKeysPerIter consecutive keys per warp and iteration: their K and V loads are all issued before
-  // any is used, so the warp waits on memory once per group instead of twice per key.
-  for (int64_t j0 = j_begin + warp * kKeysPerIter; j0 < j_end; j0 += kAttnWarps * kKeysPerIter) {
-    float kk[kKeysPerIter][kPerLane], vv[kKeysPerIter][kPerLane], s[kKeysPerIter];
-#pragma unroll
-    for (int u = 0; u < kKeysPerIter; ++u) {
-      const int64_t j = j0 + u;
-      const float* kr = nullptr;
-      const float* vr = nullptr;
-      if (j < j_end) {
-        if (j >= p.first_pos) {
-          kr = p.k + (j - p.first_pos) * p.kv_stride + kvh * D;
-          vr = p.v + (j - p.first_pos) * p.kv_stride + kvh * D;
-        } else {
-          const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-          kr = p.k_cache + row * kv_dim + kvh * D;
-          vr = p.v_cache + row * kv_dim + kvh * D;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        const bool ok = kr && i < per && d < D;
-        kk[u][i] = ok ? kr[d] : 0.0f;
-        vv[u][i] = ok ? vr[d] : 0.0f;
-      }
+  for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
+    const float* kr;
+    const float* vr;
+    if (j >= p.first_pos) {
+      kr = p.k + (j - p.first_pos) * p.kv_stride + kvh * D;
+      vr = p.v + (j - p.first_pos) * p.kv_stride + kvh * D;
+    } else {
+      const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
+      kr = p.k_cache + row * kv_dim + kvh * D;
+      vr = p.v_cache + row * kv_dim + kvh * D;
     }
+    float s = 0;
 #pragma unroll
-    for (int u = 0; u < kKeysPerIter; ++u) {
-      float dot = 0;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) dot += q[i] * kk[u][i];
-      s[u] = WarpSum(dot);
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per && d < D) s += q[i] * kr[d];
     }
+    s = WarpSum(s);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float e = expf(s - m_new);
+    l = l * corr + e;
 #pragma unroll
-    for (int u = 0; u < kKeysPerIter; ++u) {
-      if (j0 + u >= j_end) break;
-      const float m_new = fmaxf(m, s[u]);
-      const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-      const float e = expf(s[u] - m_new);
-      l = l * corr + e;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[i] = acc[i] * corr + e * vv[u][i];
-      m = m_new;
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per && d < D) acc[i] = acc[i] * corr + e * vr[d];
     }
+    m = m_new;
   }
   __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
   __shared__ float sm_acc[kAttnWarps][kMaxHeadDim];
