@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -247,9 +249,13 @@ TEST_F(CudaConformance, PagedAttentionBatch) {
     int64_t first_pos, T, block;
   };
   const int64_t heads = 32, kv_heads = 4, hd = 128, page = 16, kv_dim = kv_heads * hd;
-  const std::vector<std::vector<Seq>> batches = {{{40, 1, 0}, {700, 1, 0}, {3000, 1, 0}},
-                                                 {{40, 1, 0}, {0, 20, 0}, {64, 32, 32}, {300, 1, 0}, {17, 5, 0}}};
-  for (const auto& seqs : batches) {
+  // The third batch repeats the second with K/V rows one float off 16-byte alignment: the GPU then
+  // takes its per-(row, head) kernel instead of the grouped one.
+  const std::vector<Seq> mixed = {{40, 1, 0}, {0, 20, 0}, {64, 32, 32}, {300, 1, 0}, {17, 5, 0}};
+  const std::vector<std::vector<Seq>> batches = {{{40, 1, 0}, {700, 1, 0}, {3000, 1, 0}}, mixed, mixed};
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const std::vector<Seq>& seqs = batches[bi];
+    const bool misaligned = bi == 2;
     int64_t total_pages = 0, rows = 0;
     for (const Seq& q : seqs) total_pages += (q.first_pos + q.T + page - 1) / page + 1, rows += q.T;
     std::vector<int32_t> perm(total_pages);
@@ -261,8 +267,13 @@ TEST_F(CudaConformance, PagedAttentionBatch) {
     const auto q = Rand(rows * heads * hd, -1, 1, 70 + rows), k = Rand(rows * kv_dim, -1, 1, 71 + rows),
                v = Rand(rows * kv_dim, -1, 1, 72 + rows);
     float* dq = Dev(q);
-    float* dk = Dev(k);
-    float* dv = Dev(v);
+    auto shifted = [&](const std::vector<float>& h) {
+      std::vector<float> padded(h.size() + 1, 0.0f);
+      std::copy(h.begin(), h.end(), padded.begin() + 1);
+      return Dev(padded) + 1;
+    };
+    float* dk = misaligned ? shifted(k) : Dev(k);
+    float* dv = misaligned ? shifted(v) : Dev(v);
     std::vector<float> want(rows * heads * hd);
     float* dout = Dev(std::vector<float>(want.size()));
     std::vector<std::vector<int32_t>> pages(seqs.size());
@@ -314,7 +325,8 @@ TEST_F(CudaConformance, PagedAttentionBatch) {
     Report("KvWriteRows", RelErr(Host(dkc, kc.size()), kc), 1e-6);
     for (const AttentionArgs& a : cpu_args) cpu_->Attention(a);
     gpu_->AttentionBatch(gpu_args);
-    const std::string name = "AttentionBatch seqs=" + std::to_string(seqs.size()) + " rows=" + std::to_string(rows);
+    const std::string name = "AttentionBatch seqs=" + std::to_string(seqs.size()) + " rows=" + std::to_string(rows) +
+                             (misaligned ? " unaligned" : "");
     Report(name.c_str(), RelErr(Host(dout, want.size()), want), 1e-4);
   }
 }
@@ -411,9 +423,32 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
     host[e] = {HostBf16(mats[3 * e], I, H), HostBf16(mats[3 * e + 1], I, H), HostBf16(mats[3 * e + 2], H, I)};
     dev[e] = {DevBf16(mats[3 * e], I, H), DevBf16(mats[3 * e + 1], I, H), DevBf16(mats[3 * e + 2], H, I)};
   }
-  // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-64: device-grouped (64 skewed so that one
-  // expert gets every row: 8 units of it); 520 (4160 pairs): the host-grouped cuBLASLt path.
-  for (int64_t R : {1, 2, 4, 40, 64, 520}) {
+  // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-520: device-grouped on tensor cores (64
+  // skewed so that one expert gets every row: 4 units of it); then 40 and 520 rows again on the
+  // CUDA-core grouped kernels and (520 rows, 4160 pairs) on the host-grouped cuBLASLt path, through
+  // backends made with the environment switches that select them.
+  struct Path {
+    const char* name;
+    const char* kernel;     // TESSERA_CUDA_MOE_KERNEL
+    const char* max_slots;  // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS
+    int64_t rows;
+  };
+  const Path paths[] = {{"", nullptr, nullptr, 1},         {"", nullptr, nullptr, 2},
+                        {"", nullptr, nullptr, 4},         {"", nullptr, nullptr, 40},
+                        {"", nullptr, nullptr, 64},        {"", nullptr, nullptr, 520},
+                        {" simt", "simt", nullptr, 40},    {" simt", "simt", nullptr, 64},
+                        {" host-grouped", nullptr, "4096", 520}};
+  for (const Path& path : paths) {
+    const int64_t R = path.rows;
+    std::unique_ptr<Backend> other;
+    if (path.kernel || path.max_slots) {
+      if (path.kernel) setenv("TESSERA_CUDA_MOE_KERNEL", path.kernel, 1);
+      if (path.max_slots) setenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS", path.max_slots, 1);
+      other = MakeCudaBackend();
+      unsetenv("TESSERA_CUDA_MOE_KERNEL");
+      unsetenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS");
+    }
+    Backend& gpu = other ? *other : *gpu_;
     const auto x = Rand(R * H, -1, 1, 60 + R);
     auto logits = Rand(R * E, -4, 4, 61 + R);
     if (R == 64)
@@ -423,8 +458,14 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
     cpu_->MoeRoute(logits.data(), R, E, k, true, idx.data(), wts.data());
     cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), k, host, want.data());
     float* dout = Dev(want);
-    gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), k, dev, dout);
-    Report(("MoeExperts E=128 k=8 rows=" + std::to_string(R)).c_str(), RelErr(Host(dout, want.size()), want), 1e-3);
+    float* dx = Dev(x);
+    int32_t* didx = Dev(idx);
+    float* dw = Dev(wts);
+    gpu_->Synchronize();  // the inputs are on gpu_'s stream; `gpu` may be another backend
+    gpu.MoeExperts(dx, R, H, didx, dw, k, dev, dout);
+    gpu.Synchronize();
+    Report(("MoeExperts E=128 k=8 rows=" + std::to_string(R) + path.name).c_str(), RelErr(Host(dout, want.size()), want),
+           1e-3);
   }
 }
 

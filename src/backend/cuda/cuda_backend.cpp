@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
@@ -76,6 +78,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   Check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
+  // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
+  if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
+  moe_device_max_slots_ = moe_tensor_cores_ ? 32768 : 4096;
+  // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
+  if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
   CheckLt(cublasLtCreate(&h), "cublasLtCreate");
   lt_ = h;
@@ -447,10 +454,11 @@ void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   profiler_->Mark("AttentionBatch");
-  // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
-  constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
   const int64_t heads = args[0].num_heads, D = args[0].head_dim;
+  // The grouped kernel reads K/V rows as float4.
+  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -458,8 +466,10 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-    if (a.num_heads != heads || a.head_dim != D)
+    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != args[0].num_kv_heads)
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
+    rows_aligned = rows_aligned && aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0 &&
+                   (a.first_pos == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
     if (a.first_pos > 0) {
       if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
@@ -480,19 +490,14 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   }
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return;
-  // Few (row, head) blocks over many keys would leave most SMs idle: split the keys.
-  int splits = 1;
-  int64_t chunk = max_keys;
-  if (R * heads < 2 * sm_count_ && max_keys > 2 * kKeyChunk) {
-    splits = static_cast<int>(std::min<int64_t>(64, (max_keys + kKeyChunk - 1) / kKeyChunk));
-    chunk = (max_keys + splits - 1) / splits;
-  }
+  const cuda::AttentionPlan plan =
+      cuda::PlanAttention(R, heads, args[0].num_kv_heads, D, max_keys, rows_aligned, sm_count_);
   const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
   const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
   DeviceBuffer partial;
-  if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-  cuda::AttentionBatch(static_cast<const cuda::AttentionParams*>(ddescs.data), static_cast<const int2*>(drows.data),
-                       R, heads, splits, chunk, partial.f32(), stream_);
+  if (plan.splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * plan.splits * (D + 2));
+  cuda::AttentionBatch(plan, static_cast<const cuda::AttentionParams*>(ddescs.data),
+                       static_cast<const int2*>(drows.data), R, heads, args[0].num_kv_heads, D, partial.f32(), stream_);
   CheckLaunch("Attention");
 }
 
@@ -577,28 +582,33 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
   const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
   const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeDeviceGroupedMaxSlots)) {
+  // Unaligned shapes cannot take the grouped kernels' vector loads: the per-pair kernels up to the
+  // CUDA-core limit, the host-grouped GEMMs above it.
+  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= 4096)) {
     profiler_->Mark("MoeExperts fused");
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
     CheckLaunch("MoeGateUp");
     cuda::MoeDown(act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
     CheckLaunch("MoeDown");
-  } else if (slots <= kMoeDeviceGroupedMaxSlots) {
+  } else if (vec && slots <= moe_device_max_slots_) {
     profiler_->Mark("MoeExperts device-grouped");
-    const int64_t max_units = cuda::MoeMaxUnits(slots, E);
+    const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
+    const int unit_rows = cuda::MoeUnitRows(mma);
+    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
     DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
         num_units(*this, sizeof(int32_t));
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
     Zero(slot_out.data(), slot_out.bytes());
-    cuda::MoeGroupByExpert(idx, slots, E, order.i32(), static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    cuda::MoeGroupByExpert(idx, slots, E, unit_rows, order.i32(), static_cast<int4*>(units.data()), num_units.i32(),
+                           stream_);
     CheckLaunch("MoeGroupByExpert");
     const auto* u = static_cast<const int4*>(units.data());
-    cuda::MoeGroupedGateUp(x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(),
+    cuda::MoeGroupedGateUp(mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(),
                            stream_);
     CheckLaunch("MoeGroupedGateUp");
-    cuda::MoeGroupedDown(act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden,
+    cuda::MoeGroupedDown(mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden,
                          slot_out.f32(), stream_);
     CheckLaunch("MoeGroupedDown");
   } else {

@@ -81,12 +81,11 @@ class CudaBackend : public Backend {
   size_t reserved_bytes() const { return reserved_; }
 
   // MoE expert paths by the number of (row, expert) pairs: up to kMoeFusedMaxSlots the fused
-  // per-pair kernels (one token: every expert has one row anyway); up to kMoeDeviceGroupedMaxSlots
-  // the device-grouped kernels (batched decode, diffusion blocks: each expert's weights streamed
-  // once for all its rows, no host round trip); above it (prompts) the host-grouped path: gather,
-  // per-expert cuBLASLt GEMMs on tensor cores, scatter.
+  // per-pair kernels (one token: every expert has one row anyway); up to moe_device_max_slots_ the
+  // device-grouped kernels (batched decode, diffusion blocks, prompt chunks: each expert's weights
+  // streamed once per 16 rows, no host round trip); above it the host-grouped path: ids to the
+  // host, gather, per-expert cuBLASLt GEMMs, scatter.
   static constexpr int64_t kMoeFusedMaxSlots = 16;
-  static constexpr int64_t kMoeDeviceGroupedMaxSlots = 4096;
 
  private:
   struct GemmPlan;
@@ -113,6 +112,8 @@ class CudaBackend : public Backend {
   int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
+  bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
+  int64_t moe_device_max_slots_ = 32768;         // 4096 tokens of top-8 (4096 pairs on CUDA cores)
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   size_t workspace_bytes_ = 0;

@@ -62,23 +62,25 @@ void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, 
 void ScatterScaledRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, const float* scale,
                        float* dst, cudaStream_t s);
 
-// --- Device-grouped MoE path (cuda_moe_grouped.cu): batched decode and diffusion blocks.
-// Pairs of one expert are cut into units of at most kMoeUnitRows rows; each unit streams its
-// expert's weights once for all its rows.
-constexpr int kMoeUnitRows = 8;
+// --- Device-grouped MoE path (cuda_moe_grouped.cu): batched decode, diffusion blocks, prompt chunks.
+// Pairs of one expert are cut into units of at most MoeUnitRows rows; each unit streams its
+// expert's weights once for all its rows. tensor_cores: bf16 MMA (16-row units; needs hidden and
+// inter % 32 == 0); else CUDA cores (8-row units; needs % 8). Both need 16-byte aligned weights and
+// activations.
+constexpr int kMoeUnitRows = 8;  // CUDA-core kernels
+int MoeUnitRows(bool tensor_cores);
 // Upper bound on the number of units for `slots` pairs over `num_experts` experts (the grid size).
-int64_t MoeMaxUnits(int64_t slots, int64_t num_experts);
+int64_t MoeMaxUnits(int64_t slots, int64_t num_experts, int rows_per_unit);
 // Groups the pairs by expert on the device: order[slots] (pair ids sorted by expert; order within an
 // expert unspecified), units[MoeMaxUnits] as (expert, first sorted position, rows, 0), num_units[1].
-void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int32_t* order, int4* units,
-                      int32_t* num_units, cudaStream_t s);
+void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int rows_per_unit, int32_t* order,
+                      int4* units, int32_t* num_units, cudaStream_t s);
 // act[pos] = silu(x[order[pos] / k] gate_e^T) * (x[order[pos] / k] up_e^T), pos in sorted order.
-// Needs 16-byte aligned weights and x, hidden % 8 == 0.
-void MoeGroupedGateUp(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
-                      const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs, int64_t num_experts,
-                      int64_t inter, float* act, cudaStream_t s);
-// slot_out[order[pos]] = weights[order[pos]] * act[pos] down_e^T. Needs inter % 8 == 0.
-void MoeGroupedDown(const float* act, int64_t inter, const int32_t* order, const int4* units,
+void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t k, const int32_t* order,
+                      const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
+                      int64_t num_experts, int64_t inter, float* act, cudaStream_t s);
+// slot_out[order[pos]] = weights[order[pos]] * act[pos] down_e^T.
+void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s);
 
@@ -99,12 +101,21 @@ struct AttentionParams {
   int64_t out_stride;
 };
 // Attention of the rows of several sequences in one launch: descs (device) has one entry per
-// sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
-// splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
-// (max, sum, unnormalised output) into partial[R, heads, splits, head_dim + 2], then a merge kernel
-// writes the rows' outputs.
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
-                    int64_t key_chunk, float* partial, cudaStream_t s);
+// sequence, rows[R] (device) = (sequence, row within it); every sequence has the same head shape.
+// The plan picks the kernel (grouped: one block per (row, KV head) serving its G query heads, when
+// head_dim % 4 == 0, G <= 16 and K/V rows are 16-byte aligned; else one block per (row, head)) and
+// how many key splits each row gets (few blocks, long context): with splits > 1 block z takes keys
+// [z * key_chunk, (z + 1) * key_chunk) and writes (max, sum, unnormalised output) into
+// partial[R, heads, splits, head_dim + 2], which a merge kernel combines.
+struct AttentionPlan {
+  bool grouped = false;
+  int splits = 1;
+  int64_t key_chunk = 0;
+};
+AttentionPlan PlanAttention(int64_t R, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_keys,
+                            bool rows_aligned, int sm_count);
+void AttentionBatch(const AttentionPlan& plan, const AttentionParams* descs, const int2* rows, int64_t R,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, float* partial, cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);
