@@ -249,8 +249,8 @@ TEST_F(CudaConformance, PagedAttentionBatch) {
     int64_t first_pos, T, block;
   };
   const int64_t heads = 32, kv_heads = 4, hd = 128, page = 16, kv_dim = kv_heads * hd;
-  // The third batch repeats the second with K/V rows one float off 16-byte alignment: the GPU then
-  // takes its per-(row, head) kernel instead of the grouped one.
+  // The third batch repeats the second with K/V rows one float off 16-byte alignment (the kernel
+  // must not assume vector-aligned rows).
   const std::vector<Seq> mixed = {{40, 1, 0}, {0, 20, 0}, {64, 32, 32}, {300, 1, 0}, {17, 5, 0}};
   const std::vector<std::vector<Seq>> batches = {{{40, 1, 0}, {700, 1, 0}, {3000, 1, 0}}, mixed, mixed};
   for (size_t bi = 0; bi < batches.size(); ++bi) {

@@ -454,11 +454,10 @@ void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   profiler_->Mark("AttentionBatch");
+  // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
+  constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
   const int64_t heads = args[0].num_heads, D = args[0].head_dim;
-  // The grouped kernel reads K/V rows as float4.
-  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-  bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -466,10 +465,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != args[0].num_kv_heads)
+    if (a.num_heads != heads || a.head_dim != D)
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
-    rows_aligned = rows_aligned && aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0 &&
-                   (a.first_pos == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
     if (a.first_pos > 0) {
       if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
@@ -490,14 +487,19 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   }
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return;
-  const cuda::AttentionPlan plan =
-      cuda::PlanAttention(R, heads, args[0].num_kv_heads, D, max_keys, rows_aligned, sm_count_);
+  // Few (row, head) blocks over many keys would leave most SMs idle: split the keys.
+  int splits = 1;
+  int64_t chunk = max_keys;
+  if (R * heads < 2 * sm_count_ && max_keys > 2 * kKeyChunk) {
+    splits = static_cast<int>(std::min<int64_t>(64, (max_keys + kKeyChunk - 1) / kKeyChunk));
+    chunk = (max_keys + splits - 1) / splits;
+  }
   const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
   const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
   DeviceBuffer partial;
-  if (plan.splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * plan.splits * (D + 2));
-  cuda::AttentionBatch(plan, static_cast<const cuda::AttentionParams*>(ddescs.data),
-                       static_cast<const int2*>(drows.data), R, heads, args[0].num_kv_heads, D, partial.f32(), stream_);
+  if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
+  cuda::AttentionBatch(static_cast<const cuda::AttentionParams*>(ddescs.data), static_cast<const int2*>(drows.data),
+                       R, heads, splits, chunk, partial.f32(), stream_);
   CheckLaunch("Attention");
 }
 

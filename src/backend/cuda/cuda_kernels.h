@@ -101,21 +101,12 @@ struct AttentionParams {
   int64_t out_stride;
 };
 // Attention of the rows of several sequences in one launch: descs (device) has one entry per
-// sequence, rows[R] (device) = (sequence, row within it); every sequence has the same head shape.
-// The plan picks the kernel (grouped: one block per (row, KV head) serving its G query heads, when
-// head_dim % 4 == 0, G <= 16 and K/V rows are 16-byte aligned; else one block per (row, head)) and
-// how many key splits each row gets (few blocks, long context): with splits > 1 block z takes keys
-// [z * key_chunk, (z + 1) * key_chunk) and writes (max, sum, unnormalised output) into
-// partial[R, heads, splits, head_dim + 2], which a merge kernel combines.
-struct AttentionPlan {
-  bool grouped = false;
-  int splits = 1;
-  int64_t key_chunk = 0;
-};
-AttentionPlan PlanAttention(int64_t R, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_keys,
-                            bool rows_aligned, int sm_count);
-void AttentionBatch(const AttentionPlan& plan, const AttentionParams* descs, const int2* rows, int64_t R,
-                    int64_t heads, int64_t kv_heads, int64_t head_dim, float* partial, cudaStream_t s);
+// sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
+// splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
+// (max, sum, unnormalised output) into partial[R, heads, splits, head_dim + 2], then a merge kernel
+// writes the rows' outputs.
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    int64_t key_chunk, float* partial, cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);

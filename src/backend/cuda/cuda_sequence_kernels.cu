@@ -4,7 +4,6 @@
 // in recurrent form (state in registers, one token after the other). See cuda_kernels.h.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -141,153 +140,6 @@ __global__ void AttentionMergeKernel(const AttentionParams* descs, const int2* r
   }
 }
 
-constexpr int kGqaTile = 128;   // keys per tile = threads per block
-constexpr int kGqaMaxGroup = 16;
-constexpr int kGqaDimsPerThread = kMaxHeadDim / kGqaTile;
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// One block per (query row, KV head[, key split]) computes all G = heads / kv_heads query heads that
-// share the KV head, so each key and value row is read once for the group, not G times. Keys go in
-// tiles of kGqaTile: thread j scores key j of the tile against the G queries (kept in shared
-// memory), the block updates each head's running max and sum, then thread d accumulates output
-// dims d (+ kGqaTile) of every head over the tile's values (coalesced rows). Same split / merge
-// protocol as AttentionKernel. Needs head_dim % 4 == 0 and 16-byte aligned K/V rows.
-__global__ void AttentionGqaKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk,
-                                   float* partial) {
-  const int2 rr = rows[blockIdx.x];
-  const AttentionParams& p = descs[rr.x];
-  const int64_t t = rr.y, kvh = blockIdx.y, z = blockIdx.z;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t D = p.head_dim, kv_dim = p.num_kv_heads * D;
-  const int G = static_cast<int>(p.num_heads / p.num_kv_heads);
-  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
-  int64_t last = pos;
-  if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
-  const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
-
-  extern __shared__ float sm[];
-  float* qs = sm;                        // [G][D], pre-scaled
-  float* ps = qs + G * D;                // [kGqaTile][G]: scores, then probabilities
-  float* red = ps + kGqaTile * G;        // [warps][G]
-  float* run_m = red + (kGqaTile / 32) * G;
-  float* run_l = run_m + G;
-  float* corr = run_l + G;
-  for (int64_t i = tid; i < G * D; i += kGqaTile)
-    qs[i] = p.q[t * p.q_stride + (kvh * G + i / D) * D + i % D] * p.scale;
-  if (tid < G) run_m[tid] = -INFINITY, run_l[tid] = 0.0f;
-  float acc[kGqaDimsPerThread][kGqaMaxGroup];
-#pragma unroll
-  for (int i = 0; i < kGqaDimsPerThread; ++i)
-#pragma unroll
-    for (int g = 0; g < kGqaMaxGroup; ++g) acc[i][g] = 0.0f;
-  __syncthreads();
-
-  auto key_row = [&](int64_t j, const float* fresh, const float* cache) -> const float* {
-    if (j >= p.first_pos) return fresh + (j - p.first_pos) * p.kv_stride + kvh * D;
-    const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-    return cache + row * kv_dim + kvh * D;
-  };
-  for (int64_t tile = j_begin; tile < j_end; tile += kGqaTile) {
-    const int64_t j = tile + tid;
-    float sc[kGqaMaxGroup];
-#pragma unroll
-    for (int g = 0; g < kGqaMaxGroup; ++g) sc[g] = 0.0f;
-    if (j < j_end) {
-      const float* kr = key_row(j, p.k, p.k_cache);
-      for (int64_t c = 0; c < D; c += 4) {
-        const float4 kv = *reinterpret_cast<const float4*>(kr + c);
-#pragma unroll
-        for (int g = 0; g < kGqaMaxGroup; ++g)
-          if (g < G) {
-            const float* qg = qs + g * D + c;
-            sc[g] += qg[0] * kv.x + qg[1] * kv.y + qg[2] * kv.z + qg[3] * kv.w;
-          }
-      }
-    }
-    // The tile's max per head, then the new running max and the rescale factor of the old sums.
-#pragma unroll
-    for (int g = 0; g < kGqaMaxGroup; ++g) {
-      if (g < G) {
-        if (j >= j_end) sc[g] = -INFINITY;
-        const float wm = WarpMax(sc[g]);
-        if (lane == 0) red[warp * G + g] = wm;
-      }
-    }
-    __syncthreads();
-    if (tid < G) {
-      float tm = -INFINITY;
-      for (int w = 0; w < kGqaTile / 32; ++w) tm = fmaxf(tm, red[w * G + tid]);
-      const float m_old = run_m[tid], m_new = fmaxf(m_old, tm);
-      corr[tid] = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-      run_m[tid] = m_new;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int g = 0; g < kGqaMaxGroup; ++g) {
-      if (g < G) {
-        const float pr = j < j_end ? expf(sc[g] - run_m[g]) : 0.0f;
-        ps[tid * G + g] = pr;
-        const float ws = WarpSum(pr);
-        if (lane == 0) red[warp * G + g] = ws;
-      }
-    }
-    __syncthreads();
-    if (tid < G) {
-      float ts = 0;
-      for (int w = 0; w < kGqaTile / 32; ++w) ts += red[w * G + tid];
-      run_l[tid] = run_l[tid] * corr[tid] + ts;
-    }
-#pragma unroll
-    for (int i = 0; i < kGqaDimsPerThread; ++i)
-#pragma unroll
-      for (int g = 0; g < kGqaMaxGroup; ++g)
-        if (g < G) acc[i][g] *= corr[g];
-    const int n = static_cast<int>(min(static_cast<int64_t>(kGqaTile), j_end - tile));
-#pragma unroll 4
-    for (int jj = 0; jj < n; ++jj) {
-      const float* vr = key_row(tile + jj, p.v, p.v_cache);
-#pragma unroll
-      for (int i = 0; i < kGqaDimsPerThread; ++i) {
-        const int64_t d = tid + kGqaTile * i;
-        if (d < D) {
-          const float v = vr[d];
-#pragma unroll
-          for (int g = 0; g < kGqaMaxGroup; ++g)
-            if (g < G) acc[i][g] += ps[jj * G + g] * v;
-        }
-      }
-    }
-    __syncthreads();  // the next tile overwrites ps / red / corr
-  }
-  if (splits == 1) {
-#pragma unroll
-    for (int i = 0; i < kGqaDimsPerThread; ++i) {
-      const int64_t d = tid + kGqaTile * i;
-      if (d < D)
-#pragma unroll
-        for (int g = 0; g < kGqaMaxGroup; ++g)
-          if (g < G) p.out[t * p.out_stride + (kvh * G + g) * D + d] = acc[i][g] / run_l[g];
-    }
-    return;
-  }
-  // Split: (max, sum, unnormalised output) per head, for AttentionMergeKernel (heads = gridDim.y * G).
-  const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
-#pragma unroll
-  for (int g = 0; g < kGqaMaxGroup; ++g) {
-    if (g >= G) break;
-    float* part = partial + ((static_cast<int64_t>(blockIdx.x) * heads + kvh * G + g) * splits + z) * (D + 2);
-    if (tid == 0) part[0] = run_m[g], part[1] = run_l[g];
-#pragma unroll
-    for (int i = 0; i < kGqaDimsPerThread; ++i) {
-      const int64_t d = tid + kGqaTile * i;
-      if (d < D) part[2 + d] = acc[i][g];
-    }
-  }
-}
-
 __global__ void ConvSiluKernel(const float* x, int64_t T, int64_t xs, int64_t C, const float* w, int64_t K,
                                const float* state, float* y) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -412,40 +264,15 @@ __global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh,
 
 }  // namespace
 
-AttentionPlan PlanAttention(int64_t R, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_keys,
-                            bool rows_aligned, int sm_count) {
-  AttentionPlan plan;
-  const int64_t group = kv_heads > 0 ? heads / kv_heads : 0;
-  plan.grouped = rows_aligned && head_dim % 4 == 0 && group >= 1 && group <= kGqaMaxGroup;
-  // Blocks: (row, KV head) when grouped, else (row, head); with too few of them for the SMs, the
-  // keys of each row are split across blocks (whole tiles each) and merged.
-  const int64_t blocks = R * (plan.grouped ? kv_heads : heads);
-  const int64_t tile = plan.grouped ? kGqaTile : 128;
-  const int64_t tiles = (max_keys + tile - 1) / tile;
-  const int64_t want = plan.grouped ? 4 * sm_count : 2 * sm_count;
-  int64_t splits = 1;
-  if (blocks < want && tiles > 1) splits = std::min<int64_t>({64, tiles, (want + blocks - 1) / blocks});
-  plan.key_chunk = (tiles + splits - 1) / splits * tile;
-  plan.splits = static_cast<int>((max_keys + plan.key_chunk - 1) / plan.key_chunk);
-  if (plan.splits <= 1) plan.splits = 1, plan.key_chunk = INT64_MAX;
-  return plan;
-}
-
-void AttentionBatch(const AttentionPlan& plan, const AttentionParams* descs, const int2* rows, int64_t R,
-                    int64_t heads, int64_t kv_heads, int64_t head_dim, float* partial, cudaStream_t s) {
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0) return;
-  if (plan.grouped) {
-    const int64_t G = heads / kv_heads;
-    const size_t smem = (G * head_dim + kGqaTile * G + (kGqaTile / 32) * G + 3 * G) * sizeof(float);
-    const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(kv_heads), static_cast<unsigned>(plan.splits));
-    AttentionGqaKernel<<<grid, kGqaTile, smem, s>>>(descs, rows, plan.splits, plan.key_chunk, partial);
-  } else {
-    const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(plan.splits));
-    AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(descs, rows, plan.splits, plan.key_chunk, partial);
-  }
-  if (plan.splits > 1)
+  const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
+  AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
+                                                   partial);
+  if (splits > 1)
     AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), 128, 0, s>>>(
-        descs, rows, plan.splits, partial);
+        descs, rows, splits, partial);
 }
 
 __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
