@@ -81,6 +81,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? 32768 : 4096;
+  // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
+  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
@@ -458,6 +460,9 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
   const int64_t heads = args[0].num_heads, D = args[0].head_dim;
+  // The grouped kernel reads K/V rows as float4.
+  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -465,8 +470,10 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-    if (a.num_heads != heads || a.head_dim != D)
+    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != args[0].num_kv_heads)
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
+    rows_aligned = rows_aligned && aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0 &&
+                   (a.first_pos == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
     if (a.first_pos > 0) {
       if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
@@ -487,19 +494,31 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   }
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return;
-  // Few (row, head) blocks over many keys would leave most SMs idle: split the keys.
+  const int64_t kv_heads = args[0].num_kv_heads;
+  const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
+  // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks (whole
+  // 128-key groups each, a warp-tile per warp) and merge. Grouped blocks are (row, KV head).
+  const int64_t blocks = R * (grouped ? kv_heads : heads), want = (grouped ? 4 : 2) * sm_count_;
   int splits = 1;
   int64_t chunk = max_keys;
-  if (R * heads < 2 * sm_count_ && max_keys > 2 * kKeyChunk) {
-    splits = static_cast<int>(std::min<int64_t>(64, (max_keys + kKeyChunk - 1) / kKeyChunk));
-    chunk = (max_keys + splits - 1) / splits;
+  if (blocks < want && max_keys > 2 * kKeyChunk) {
+    const int64_t groups = (max_keys + kKeyChunk - 1) / kKeyChunk;
+    splits = static_cast<int>(std::min<int64_t>({64, groups, (want + blocks - 1) / blocks}));
+    chunk = (groups + splits - 1) / splits * kKeyChunk;
+    splits = static_cast<int>((max_keys + chunk - 1) / chunk);
   }
   const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
   const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+  const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
+  const auto* dr = static_cast<const int2*>(drows.data);
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-  cuda::AttentionBatch(static_cast<const cuda::AttentionParams*>(ddescs.data), static_cast<const int2*>(drows.data),
-                       R, heads, splits, chunk, partial.f32(), stream_);
+  if (grouped) {
+    cuda::AttentionGqa(dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
+    cuda::AttentionMerge(dd, dr, R, heads, splits, partial.f32(), stream_);
+  } else {
+    cuda::AttentionBatch(dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
+  }
   CheckLaunch("Attention");
 }
 

@@ -113,6 +113,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
+  bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   int64_t moe_device_max_slots_ = 32768;         // 4096 tokens of top-8 (4096 pairs on CUDA cores)
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;

@@ -107,6 +107,15 @@ struct AttentionParams {
 // writes the rows' outputs.
 void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
                     int64_t key_chunk, float* partial, cudaStream_t s);
+// Combines the partials of split keys into the rows' outputs (AttentionBatch does it itself).
+void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    const float* partial, cudaStream_t s);
+// Grouped-query attention (cuda_attention_gqa.cu): one block per (row, KV head, split) serving the
+// G query heads of the KV head, same partial layout; needs 16-byte aligned K/V rows and a shape
+// AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge.
+bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
+void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
+                  int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);

@@ -270,7 +270,12 @@ void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, i
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
   AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
                                                    partial);
-  if (splits > 1)
+  if (splits > 1) AttentionMerge(descs, rows, R, heads, splits, partial, s);
+}
+
+void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+                    const float* partial, cudaStream_t s) {
+  if (R > 0 && heads > 0 && splits > 1)
     AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), 128, 0, s>>>(
         descs, rows, splits, partial);
 }
