@@ -190,6 +190,28 @@ class Backend {
   virtual void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
                                        int64_t K, float* state) = 0;
   virtual void GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) = 0;
+
+  // Batched forms over the sequences of a batch (device backends launch once for all of them; the
+  // defaults run the single op per sequence). Rows are the batch's rows: a segment covers rows
+  // [row0, row0 + T) of x (row stride x_stride) and of y (row stride channels).
+  struct ConvSegment {
+    int64_t row0 = 0, T = 0;
+    float* state = nullptr;  // [channels, K - 1] of this sequence
+  };
+  virtual void CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                                     const std::vector<ConvSegment>& segs, float* y) {
+    for (const ConvSegment& s : segs)
+      CausalConv1dSilu(x + s.row0 * x_stride, s.T, x_stride, channels, w, K, s.state, y + s.row0 * channels);
+  }
+  // Shifts each segment's first T rows into its state.
+  virtual void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
+                                            const std::vector<ConvSegment>& segs) {
+    for (const ConvSegment& s : segs) CausalConv1dUpdateState(x + s.row0 * x_stride, s.T, x_stride, channels, K, s.state);
+  }
+  // Independent runs (distinct states, same head shape).
+  virtual void GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) {
+    for (const GatedDeltaArgs& a : runs) GatedDeltaRule(a, mode);
+  }
   // g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]); beta = sigmoid(b). In place.
   virtual void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
                         int64_t b_stride, const float* a_log, const float* dt_bias) = 0;

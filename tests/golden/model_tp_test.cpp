@@ -161,8 +161,9 @@ TEST_P(TensorParallel, PerRankCacheSizesShrink) {
   // KV heads (2) split over 2 ranks, or one replicated head per rank over 4.
   const int64_t kv_per_rank = std::max<int64_t>(1, c.num_kv_heads / n);
   EXPECT_EQ(p_.split->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c) / c.num_kv_heads * kv_per_rank);
-  if (c.NumLayersOf(LayerKind::kLinearAttention) > 0)
+  if (c.NumLayersOf(LayerKind::kLinearAttention) > 0) {
     EXPECT_LT(p_.split->StateBytesPerSequencePerRank(), Model::StateBytesPerSequence(c));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,

@@ -553,6 +553,78 @@ void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
   CheckLaunch("GatedDeltaRecurrent");
 }
 
+void CudaBackend::CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_t channels, const float* w,
+                                        int64_t K, const std::vector<ConvSegment>& segs, float* y) {
+  profiler_->Mark("CausalConv1dSiluBatch");
+  if (segs.empty()) return;
+  // Rows of the batch not covered by a segment keep their y; the kernel runs over the covered ones.
+  std::vector<cuda::ConvSegmentParams> params;
+  std::vector<int2> rows;
+  int64_t R = 0;
+  for (const ConvSegment& sg : segs) R = std::max(R, sg.row0 + sg.T);
+  rows.assign(R, make_int2(-1, 0));
+  for (size_t i = 0; i < segs.size(); ++i) {
+    params.push_back({segs[i].row0, segs[i].T, segs[i].state});
+    for (int64_t t = 0; t < segs[i].T; ++t) rows[segs[i].row0 + t] = make_int2(static_cast<int>(i), static_cast<int>(t));
+  }
+  for (const int2& r : rows)
+    if (r.x < 0) {  // gaps: fall back to one launch per segment
+      Backend::CausalConv1dSiluBatch(x, x_stride, channels, w, K, segs, y);
+      return;
+    }
+  const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
+  const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+  cuda::CausalConv1dSiluBatch(x, R, x_stride, channels, w, K, static_cast<const int2*>(dr.data),
+                              static_cast<const cuda::ConvSegmentParams*>(dp.data), y, stream_);
+  CheckLaunch("CausalConv1dSiluBatch");
+}
+
+void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
+                                               const std::vector<ConvSegment>& segs) {
+  profiler_->Mark("CausalConv1dUpdateStateBatch");
+  if (segs.empty()) return;
+  if (K - 1 > 8) Fail(ErrorKind::kUnsupported, "cuda conv1d: kernel size {} > 9", K);
+  std::vector<cuda::ConvSegmentParams> params;
+  for (const ConvSegment& sg : segs) params.push_back({sg.row0, sg.T, sg.state});
+  const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
+  cuda::CausalConv1dUpdateStateBatch(x, x_stride, channels, K, static_cast<const cuda::ConvSegmentParams*>(dp.data),
+                                     static_cast<int64_t>(params.size()), stream_);
+  CheckLaunch("CausalConv1dUpdateStateBatch");
+}
+
+void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
+  profiler_->Mark("GatedDeltaRuleBatch");
+  std::vector<cuda::GdnRunParams> params;
+  std::vector<int2> rows;
+  for (const GatedDeltaArgs& a : runs) {
+    if (a.T == 0) continue;
+    const GatedDeltaArgs& a0 = runs[0];
+    if (a.key_dim > cuda::kGdnMaxKeyDim)
+      Fail(ErrorKind::kUnsupported, "cuda gated delta rule: key_dim {} > {}", a.key_dim, cuda::kGdnMaxKeyDim);
+    if (a.key_heads <= 0 || a.value_heads % a.key_heads != 0)
+      Fail(ErrorKind::kInvalidArgument, "gated delta rule: {} value heads over {} key heads", a.value_heads,
+           a.key_heads);
+    if (a.key_heads != a0.key_heads || a.value_heads != a0.value_heads || a.key_dim != a0.key_dim ||
+        a.value_dim != a0.value_dim)
+      Fail(ErrorKind::kInvalidArgument, "gated delta rule batch: runs with different head shapes");
+    const int run = static_cast<int>(params.size());
+    params.push_back({a.q, a.k, a.qk_stride, a.v, a.v_stride, a.g, a.beta, a.T, a.state, a.out,
+                      static_cast<int64_t>(rows.size())});
+    for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(run, static_cast<int>(t)));
+  }
+  if (params.empty()) return;
+  const GatedDeltaArgs& a0 = runs[0];
+  const int64_t R = static_cast<int64_t>(rows.size());
+  DeviceBuffer qn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
+  DeviceBuffer kn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
+  const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::GdnRunParams));
+  const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+  cuda::GatedDeltaRuleBatch(static_cast<const cuda::GdnRunParams*>(dp.data), static_cast<int64_t>(params.size()),
+                            static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads, a0.key_dim,
+                            a0.value_dim, qn.f32(), kn.f32(), stream_);
+  CheckLaunch("GatedDeltaRuleBatch");
+}
+
 void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
                            int64_t b_stride, const float* a_log, const float* dt_bias) {
   profiler_->Mark("GdnGates");

@@ -65,6 +65,11 @@ class CudaBackend : public Backend {
   void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
                                float* state) override;
   void GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) override;
+  void CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                             const std::vector<ConvSegment>& segs, float* y) override;
+  void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
+                                    const std::vector<ConvSegment>& segs) override;
+  void GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) override;
   void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
                 const float* a_log, const float* dt_bias) override;
 

@@ -130,6 +130,33 @@ void GdnNormalizeQk(const float* q, const float* k, int64_t stride, int64_t T, i
 void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, const float* v, int64_t v_stride,
                          const float* g, const float* beta, int64_t T, int64_t value_heads, int64_t dk,
                          int64_t dv, float* state, float* out, cudaStream_t s);
+// Batched Gated DeltaNet pieces (the sequences of a batch in one launch each). Rows are the batch's
+// rows; rows[r] = (sequence or run, row within it).
+struct ConvSegmentParams {
+  int64_t row0, T;
+  float* state;  // [channels, K - 1]
+};
+void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                           const int2* rows, const ConvSegmentParams* segs, float* y, cudaStream_t s);
+void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
+                                  const ConvSegmentParams* segs, int64_t n, cudaStream_t s);
+struct GdnRunParams {
+  const float* q;
+  const float* k;
+  int64_t qk_stride;
+  const float* v;
+  int64_t v_stride;
+  const float* g;
+  const float* beta;
+  int64_t T;
+  float* state;
+  float* out;
+  int64_t compact_row0;  // first row of this run in qn / kn
+};
+// n independent runs (distinct states): q/k of all R rows normalised into qn / kn ([R, key_heads,
+// dk], scratch), then one recurrent block per (value head, column tile, run).
+void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
+                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s);
 // Largest key_dim GatedDeltaRecurrent supports.
 constexpr int64_t kGdnMaxKeyDim = 256;
 

@@ -154,9 +154,7 @@ __global__ void ConvSiluKernel(const float* x, int64_t T, int64_t xs, int64_t C,
   y[i] = s / (1.0f + expf(-s));
 }
 
-__global__ void ConvUpdateKernel(const float* x, int64_t T, int64_t xs, int64_t C, int64_t K, float* state) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+__device__ void ConvUpdateColumn(const float* x, int64_t T, int64_t xs, int64_t K, int64_t c, float* state) {
   const int64_t S = K - 1;
   float* sc = state + c * S;
   // New state = the last S entries of [old state, x rows]; read before writing (S <= 8).
@@ -168,15 +166,38 @@ __global__ void ConvUpdateKernel(const float* x, int64_t T, int64_t xs, int64_t 
   for (int64_t i = 0; i < S && i < 8; ++i) sc[i] = nw[i];
 }
 
-// One warp per (token, key head): L2-normalise q and k.
-__global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride, int64_t T, int64_t kh,
-                                  int64_t dk, float* qn, float* kn) {
-  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (w >= T * kh) return;
+__global__ void ConvUpdateKernel(const float* x, int64_t T, int64_t xs, int64_t C, int64_t K, float* state) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c < C) ConvUpdateColumn(x, T, xs, K, c, state);
+}
+
+// Batched forms: block row y = segment (update) / per-row (sequence, row in it) map (conv).
+__global__ void ConvUpdateBatchKernel(const float* x, int64_t xs, int64_t C, int64_t K, const ConvSegmentParams* segs) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const ConvSegmentParams& sg = segs[blockIdx.y];
+  if (c < C) ConvUpdateColumn(x + sg.row0 * xs, sg.T, xs, K, c, sg.state);
+}
+
+__global__ void ConvSiluBatchKernel(const float* x, int64_t R, int64_t xs, int64_t C, const float* w, int64_t K,
+                                    const int2* rows, const ConvSegmentParams* segs, float* y) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= R * C) return;
+  const int64_t r = i / C, c = i % C;
+  const int2 rr = rows[r];
+  const float* state = segs[rr.x].state;
+  const int64_t t = rr.y;
+  float s = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t src = t - (K - 1) + j;  // negative: from the sequence's state
+    const float in = src >= 0 ? x[(r - t + src) * xs + c] : state[c * (K - 1) + (K - 1) + src];
+    s += w[c * K + j] * in;
+  }
+  y[i] = s / (1.0f + expf(-s));
+}
+
+// One warp L2-normalises one (token, key head) of q and k (q also scaled by 1/sqrt(dk)).
+__device__ void NormalizeQkHead(const float* qs, const float* ks, int64_t dk, float* qo, float* ko) {
   const int lane = threadIdx.x & 31;
-  const int64_t t = w / kh, h = w % kh;
-  const float* qs = q + t * stride + h * dk;
-  const float* ks = k + t * stride + h * dk;
   float sq = 0, sk = 0;
   for (int64_t d = lane; d < dk; d += 32) sq += qs[d] * qs[d], sk += ks[d] * ks[d];
   sq = WarpSum(sq);
@@ -184,22 +205,42 @@ __global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride
   const float iq = rsqrtf(sq + 1e-6f) * rsqrtf(static_cast<float>(dk));
   const float ik = rsqrtf(sk + 1e-6f);
   for (int64_t d = lane; d < dk; d += 32) {
-    qn[w * dk + d] = qs[d] * iq;
-    kn[w * dk + d] = ks[d] * ik;
+    qo[d] = qs[d] * iq;
+    ko[d] = ks[d] * ik;
   }
+}
+
+__global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride, int64_t T, int64_t kh,
+                                  int64_t dk, float* qn, float* kn) {
+  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (w >= T * kh) return;
+  const int64_t t = w / kh, h = w % kh;
+  NormalizeQkHead(q + t * stride + h * dk, k + t * stride + h * dk, dk, qn + w * dk, kn + w * dk);
+}
+
+// Compact row r of the batch = row t of run rows[r].x; writes qn/kn row r.
+__global__ void NormalizeQkBatchKernel(const GdnRunParams* runs, const int2* rows, int64_t R, int64_t kh, int64_t dk,
+                                       float* qn, float* kn) {
+  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (w >= R * kh) return;
+  const int64_t r = w / kh, h = w % kh;
+  const GdnRunParams& run = runs[rows[r].x];
+  const int64_t t = rows[r].y;
+  NormalizeQkHead(run.q + t * run.qk_stride + h * dk, run.k + t * run.qk_stride + h * dk, dk, qn + w * dk,
+                  kn + w * dk);
 }
 
 constexpr int kGdnCols = 32;   // value columns per block (one per lane)
 constexpr int kGdnWarps = 8;   // warps split the key rows
 constexpr int kGdnRowsPerWarp = static_cast<int>(kGdnMaxKeyDim) / kGdnWarps;
 
-// Block (value head, column tile): thread (warp w, lane j) keeps S[i][j] for its rows i in registers.
-__global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
-                                   const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk,
-                                   int64_t dv, float* state, float* out) {
-  const int64_t hv = blockIdx.x, hk = hv / (vh / kh);
+// Block (value head hv, column tile): thread (warp w, lane j) keeps S[i][j] for its rows i in registers.
+__device__ void GdnRecurrentBlock(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
+                                  const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk, int64_t dv,
+                                  float* state, float* out, int64_t hv, int64_t col_tile) {
+  const int64_t hk = hv / (vh / kh);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t j = blockIdx.y * kGdnCols + lane;
+  const int64_t j = col_tile * kGdnCols + lane;
   const bool col_ok = j < dv;
   const int rows = static_cast<int>((dk + kGdnWarps - 1) / kGdnWarps);
   const int64_t row0 = warp * rows;
@@ -262,6 +303,20 @@ __global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh,
   }
 }
 
+__global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
+                                   const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk,
+                                   int64_t dv, float* state, float* out) {
+  GdnRecurrentBlock(qn, kn, kh, v, v_stride, g, beta, T, vh, dk, dv, state, out, blockIdx.x, blockIdx.y);
+}
+
+// Block z runs run z (its own state and rows; its q/k normalised at compact row compact_row0).
+__global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* qn, const float* kn, int64_t kh,
+                                        int64_t vh, int64_t dk, int64_t dv) {
+  const GdnRunParams& r = runs[blockIdx.z];
+  GdnRecurrentBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta,
+                    r.T, vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
+}
+
 }  // namespace
 
 void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
@@ -322,6 +377,31 @@ void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, co
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
   GdnRecurrentKernel<<<grid, kGdnWarps * 32, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk,
                                                      dv, state, out);
+}
+
+void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                           const int2* rows, const ConvSegmentParams* segs, float* y, cudaStream_t s) {
+  const int64_t n = R * channels;
+  if (n > 0)
+    ConvSiluBatchKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(x, R, x_stride, channels, w, K, rows,
+                                                                            segs, y);
+}
+
+void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
+                                  const ConvSegmentParams* segs, int64_t n, cudaStream_t s) {
+  if (channels > 0 && K > 1 && n > 0)
+    ConvUpdateBatchKernel<<<dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)), 256, 0, s>>>(
+        x, x_stride, channels, K, segs);
+}
+
+void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
+                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s) {
+  if (n <= 0 || R <= 0) return;
+  const int64_t warps = R * key_heads;
+  NormalizeQkBatchKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(runs, rows, R, key_heads, dk, qn, kn);
+  const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols),
+                  static_cast<unsigned>(n));
+  GdnRecurrentBatchKernel<<<grid, kGdnWarps * 32, 0, s>>>(runs, qn, kn, key_heads, value_heads, dk, dv);
 }
 
 }  // namespace tessera::cuda

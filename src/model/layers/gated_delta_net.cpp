@@ -1,6 +1,7 @@
 // tessera model layer: Gated DeltaNet (see gated_delta_net.h).
 #include "model/layers/gated_delta_net.h"
 
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -35,7 +36,33 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
   be.Copy2D(comb.f32() + col_z, R, vd, W, z.f32(), vd);
 
   const int64_t conv_state_size = conv_dim * (K - 1), rec_size = vh * dk * dv;
-  DeviceBuffer zero_conv, scratch_rec;
+  // All sequences at once (a device backend launches each piece once per layer, not per sequence):
+  // conv over every segment from its state, the committed runs (they advance their slot's state),
+  // the conv states shifted past the committed rows, then the uncommitted diffusion blocks from a
+  // copy of their sequence's state after its committed rows.
+  std::vector<DeviceBuffer> scratch;  // zero states of stateless segments, copies for the blocks
+  std::vector<Backend::ConvSegment> conv_segs, conv_updates;
+  std::vector<GatedDeltaArgs> committed, blocks;
+  std::vector<std::pair<const float*, float*>> block_state_copies;
+  auto args = [&](const SegmentRows& s, int64_t t0, int64_t n, float* state) {
+    const float* cs = conv_out.f32() + (s.row0 + t0) * conv_dim;
+    GatedDeltaArgs a;
+    a.q = cs;
+    a.k = cs + key_total;
+    a.qk_stride = conv_dim;
+    a.v = cs + 2 * key_total;
+    a.v_stride = conv_dim;
+    a.g = g.f32() + (s.row0 + t0) * vh;
+    a.beta = beta.f32() + (s.row0 + t0) * vh;
+    a.T = n;
+    a.key_heads = kh;
+    a.value_heads = vh;
+    a.key_dim = dk;
+    a.value_dim = dv;
+    a.state = state;
+    a.out = core.f32() + (s.row0 + t0) * vd;
+    return a;
+  };
   for (const SegmentRows& s : ctx.segments) {
     float* conv_state = nullptr;
     float* rec_state = nullptr;
@@ -49,45 +76,29 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
       if (s.first_pos != 0)
         Fail(ErrorKind::kInvalidArgument,
              "a segment at position {} of a hybrid model needs a recurrent-state slot", s.first_pos);
-      zero_conv = buf(conv_state_size);
-      scratch_rec = buf(rec_size);
-      be.Zero(zero_conv.data(), zero_conv.bytes());
-      be.Zero(scratch_rec.data(), scratch_rec.bytes());
-      conv_state = zero_conv.f32();
-      rec_state = scratch_rec.f32();
+      scratch.push_back(buf(conv_state_size));
+      be.Zero(scratch.back().data(), scratch.back().bytes());
+      conv_state = scratch.back().f32();
+      scratch.push_back(buf(rec_size));
+      be.Zero(scratch.back().data(), scratch.back().bytes());
+      rec_state = scratch.back().f32();
     }
-    const float* xs = comb.f32() + s.row0 * W;
-    float* cs = conv_out.f32() + s.row0 * conv_dim;
-    be.CausalConv1dSilu(xs, s.T, W, conv_dim, w.conv, K, conv_state, cs);
-
-    auto run = [&](int64_t t0, int64_t n, float* state) {
-      if (n == 0) return;
-      GatedDeltaArgs a;
-      a.q = cs + t0 * conv_dim;
-      a.k = cs + t0 * conv_dim + key_total;
-      a.qk_stride = conv_dim;
-      a.v = cs + t0 * conv_dim + 2 * key_total;
-      a.v_stride = conv_dim;
-      a.g = g.f32() + (s.row0 + t0) * vh;
-      a.beta = beta.f32() + (s.row0 + t0) * vh;
-      a.T = n;
-      a.key_heads = kh;
-      a.value_heads = vh;
-      a.key_dim = dk;
-      a.value_dim = dv;
-      a.state = state;
-      a.out = core.f32() + (s.row0 + t0) * vd;
-      be.GatedDeltaRule(a, ctx.gdn_mode);
-    };
-    // Committed rows advance the slot's state; the uncommitted block runs from a copy.
-    run(0, s.commit_len, rec_state);
-    if (s.commit_len > 0) be.CausalConv1dUpdateState(xs, s.commit_len, W, conv_dim, K, conv_state);
+    conv_segs.push_back({s.row0, s.T, conv_state});
+    if (s.commit_len > 0) {
+      committed.push_back(args(s, 0, s.commit_len, rec_state));
+      conv_updates.push_back({s.row0, s.commit_len, conv_state});
+    }
     if (s.commit_len < s.T) {
-      DeviceBuffer copy = buf(rec_size);
-      be.Copy2D(rec_state, 1, rec_size, rec_size, copy.f32(), rec_size);
-      run(s.commit_len, s.T - s.commit_len, copy.f32());
+      scratch.push_back(buf(rec_size));
+      block_state_copies.emplace_back(rec_state, scratch.back().f32());
+      blocks.push_back(args(s, s.commit_len, s.T - s.commit_len, scratch.back().f32()));
     }
   }
+  be.CausalConv1dSiluBatch(comb.f32(), W, conv_dim, w.conv, K, conv_segs, conv_out.f32());
+  be.GatedDeltaRuleBatch(committed, ctx.gdn_mode);
+  be.CausalConv1dUpdateStateBatch(comb.f32(), W, conv_dim, K, conv_updates);
+  for (const auto& [from, to] : block_state_copies) be.CopyBuffer(to, from, static_cast<size_t>(rec_size) * sizeof(float));
+  be.GatedDeltaRuleBatch(blocks, ctx.gdn_mode);
   be.GatedRmsNorm(core.f32(), z.f32(), R * vh, dv, w.norm, static_cast<float>(c.rms_norm_eps), core.f32());
   be.MatMul(core.f32(), R, w.out_proj, out);
 }
