@@ -395,6 +395,73 @@ TEST_F(CudaConformance, GatedDeltaNetPieces) {
   }
 }
 
+// The batched Gated DeltaNet ops (several sequences of a batch, one launch each on the GPU) against
+// the CPU backend's per-sequence ops: conv from each sequence's state, the delta rule of each run
+// with its own state, the conv-state shift.
+TEST_F(CudaConformance, GatedDeltaNetBatch) {
+  const int64_t kh = 16, vh = 32, dk = 128, dv = 128, K = 4, conv_dim = 2 * kh * dk + vh * dv;
+  const std::vector<int64_t> lengths = {1, 5, 1, 17};
+  int64_t R = 0;
+  for (int64_t T : lengths) R += T;
+  const auto x = Rand(R * conv_dim, -1, 1, 140), w = Rand(conv_dim * K, -0.5f, 0.5f, 141);
+  const auto g = Rand(R * vh, -2, -0.01f, 142), beta = Rand(R * vh, 0.05f, 0.95f, 143);
+  const int64_t conv_state = conv_dim * (K - 1), rec = vh * dk * dv, n = static_cast<int64_t>(lengths.size());
+  auto conv_states = Rand(n * conv_state, -1, 1, 144), rec_states = Rand(n * rec, -0.2f, 0.2f, 145);
+  float* dconv = Dev(conv_states);
+  float* drec = Dev(rec_states);
+  const float* dx = Dev(x);
+  float* dg = Dev(g);
+  float* dbeta = Dev(beta);
+  std::vector<float> y(R * conv_dim), out(R * vh * dv);
+  float* dy = Dev(y);
+  float* dout = Dev(out);
+  std::vector<Backend::ConvSegment> cpu_segs, gpu_segs;
+  int64_t row0 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cpu_segs.push_back({row0, lengths[i], conv_states.data() + i * conv_state});
+    gpu_segs.push_back({row0, lengths[i], dconv + i * conv_state});
+    row0 += lengths[i];
+  }
+  cpu_->CausalConv1dSiluBatch(x.data(), conv_dim, conv_dim, w.data(), K, cpu_segs, y.data());
+  gpu_->CausalConv1dSiluBatch(dx, conv_dim, conv_dim, Dev(w), K, gpu_segs, dy);
+  Report("CausalConv1dSiluBatch", RelErr(Host(dy, y.size()), y), 1e-5);
+  // The delta rule over the conv output (as the layer runs it), one run per sequence.
+  std::vector<GatedDeltaArgs> cpu_runs, gpu_runs;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r0 = cpu_segs[i].row0;
+    GatedDeltaArgs a;
+    a.qk_stride = a.v_stride = conv_dim;
+    a.T = lengths[i];
+    a.key_heads = kh;
+    a.value_heads = vh;
+    a.key_dim = dk;
+    a.value_dim = dv;
+    a.q = y.data() + r0 * conv_dim;
+    a.k = a.q + kh * dk;
+    a.v = a.q + 2 * kh * dk;
+    a.g = g.data() + r0 * vh;
+    a.beta = beta.data() + r0 * vh;
+    a.state = rec_states.data() + i * rec;
+    a.out = out.data() + r0 * vh * dv;
+    cpu_runs.push_back(a);
+    a.q = dy + r0 * conv_dim;
+    a.k = a.q + kh * dk;
+    a.v = a.q + 2 * kh * dk;
+    a.g = dg + r0 * vh;
+    a.beta = dbeta + r0 * vh;
+    a.state = drec + i * rec;
+    a.out = dout + r0 * vh * dv;
+    gpu_runs.push_back(a);
+  }
+  cpu_->GatedDeltaRuleBatch(cpu_runs, GdnMode::kRecurrent);
+  gpu_->GatedDeltaRuleBatch(gpu_runs, GdnMode::kAuto);
+  Report("GatedDeltaRuleBatch out", RelErr(Host(dout, out.size()), out), 1e-3);
+  Report("GatedDeltaRuleBatch states", RelErr(Host(drec, rec_states.size()), rec_states), 1e-3);
+  cpu_->CausalConv1dUpdateStateBatch(x.data(), conv_dim, conv_dim, K, cpu_segs);
+  gpu_->CausalConv1dUpdateStateBatch(dx, conv_dim, conv_dim, K, gpu_segs);
+  Report("CausalConv1dUpdateStateBatch", RelErr(Host(dconv, conv_states.size()), conv_states), 1e-6);
+}
+
 TEST_F(CudaConformance, MoeRouteAndExperts) {
   // Routing: Qwen3-30B-A3B (128 experts, top-8, renormalised), Qwen3-Next (512, top-10).
   for (auto [E, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true}, {512, 10, true}, {256, 8, false}}) {
