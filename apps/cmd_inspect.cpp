@@ -7,9 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "engine/memory_plan.h"
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "server/server_config.h"
 
 namespace tessera {
 
@@ -19,6 +21,10 @@ struct InspectFlags {
   std::string model;
   int64_t context = 4096, concurrency = 1;
   bool json = false;
+  // The GPU memory plan (as `tessera serve --device cuda` makes it), when --gpu-memory is given.
+  std::string gpu_memory;
+  double gpu_memory_utilization = 0.9;
+  int64_t max_num_seqs = 64, max_num_batched_tokens = 4096;
 };
 
 // Weight-only quantisation as deployed (GPTQ / AWQ style): matrices of the linear layers in int8 /
@@ -73,11 +79,9 @@ int RunInspect(const InspectFlags& f) {
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
   int64_t moe = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) moe += cfg.IsMoeLayer(l);
-  // KV in bf16 (as a GPU keeps it); recurrent state in f32 (conv window + delta-rule matrix).
-  const int64_t kv_per_token = full * 2 * cfg.num_kv_heads * cfg.head_dim * 2;
-  const int64_t state_per_seq =
-      linear * ((cfg.linear_conv_kernel - 1) * cfg.LinearConvDim() +
-                cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim) * 4;
+  // KV and recurrent state as tessera's caches hold them (f32 on the CPU and on the GPU).
+  const int64_t kv_per_token = Model::KvBytesPerToken(cfg);
+  const int64_t state_per_seq = Model::StateBytesPerSequence(cfg);
   const double weights_bf16 = total * 2;
   const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
   const double state = static_cast<double>(state_per_seq) * f.concurrency;
@@ -105,6 +109,31 @@ int RunInspect(const InspectFlags& f) {
   j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
                  {"weights_bytes", static_cast<int64_t>(weights_bf16)}, {"kv_bytes", static_cast<int64_t>(kv)},
                  {"state_bytes", static_cast<int64_t>(state)}, {"total_bytes", static_cast<int64_t>(need)}};
+  std::string plan_line;
+  if (!f.gpu_memory.empty()) {
+    if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
+      throw UsageError("--gpu-memory-utilization must be in (0, 1]");
+    if (f.max_num_seqs <= 0 || f.max_num_batched_tokens <= 0)
+      throw UsageError("--max-num-seqs and --max-num-batched-tokens must be positive");
+    EngineConfig ec;  // the engine's defaults for what the flags do not set, as serve has them
+    ec.max_num_seqs = f.max_num_seqs;
+    ec.max_num_batched_tokens = f.max_num_batched_tokens;
+    ec.enable_prefix_caching = true;
+    const GpuMemoryPlan plan = PlanGpuMemory(
+        ParseByteSize(f.gpu_memory, "--gpu-memory"), f.gpu_memory_utilization,
+        static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token, state_per_seq * StateSlotsFor(ec, cfg),
+        ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
+    j["gpu_plan"] = {{"total_bytes", plan.total_bytes},   {"utilization", plan.utilization},
+                     {"budget_bytes", plan.budget_bytes}, {"in_use_bytes", plan.in_use_bytes},
+                     {"state_bytes", plan.state_bytes},   {"reserve_bytes", plan.reserve_bytes},
+                     {"kv_pool_bytes", plan.kv_pool_bytes}, {"kv_tokens", plan.kv_tokens}};
+    plan_line = DescribeGpuMemoryPlan(plan);
+    if (plan.kv_pool_bytes <= 0) {
+      std::fprintf(stderr, "tessera inspect: the model does not fit: %s\n", plan_line.c_str());
+      if (f.json) std::printf("%s\n", j.dump(2).c_str());
+      return 1;
+    }
+  }
   if (f.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -123,12 +152,14 @@ int RunInspect(const InspectFlags& f) {
               Human(weights_bf16).c_str(), Human(bytes_int8).c_str(), Human(bytes_int4).c_str());
   std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
               Human(active * 2).c_str());
-  std::printf("KV cache:         %s per token (bf16, %lld attention layers)\n", Human(kv_per_token).c_str(),
+  std::printf("KV cache:         %s per token (f32, %lld attention layers)\n", Human(kv_per_token).c_str(),
               (long long)full);
   std::printf("recurrent state:  %s per sequence (f32)\n", Human(state_per_seq).c_str());
   std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n",
               (long long)f.context, (long long)f.concurrency, Human(need).c_str(), Human(weights_bf16).c_str(),
               Human(kv).c_str(), Human(state).c_str());
+  if (!plan_line.empty()) std::printf("%s (in use: bf16 weights + %s CUDA context estimate)\n", plan_line.c_str(),
+                                      Human(static_cast<double>(kCudaContextBytes)).c_str());
   return 0;
 }
 
@@ -141,6 +172,11 @@ Subcommand AddInspectCommand(CLI::App& root) {
   app->add_option("--context", f->context, "Context length for the memory estimate")->check(CLI::PositiveNumber);
   app->add_option("--concurrency", f->concurrency, "Concurrent sequences for the memory estimate")
       ->check(CLI::PositiveNumber);
+  app->add_option("--gpu-memory", f->gpu_memory,
+                  "GPU memory size (e.g. 141GB, 80GiB): print the memory plan serve --device cuda makes on it");
+  app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Share of the GPU for tessera (0..1]");
+  app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences per step, for the plan's state and reserve");
+  app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Tokens per step, for the plan's reserve");
   app->add_flag("--json", f->json, "Print JSON for scripts");
   return {app, [f] { return RunInspect(*f); }};
 }

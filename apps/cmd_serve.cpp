@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "engine/diffusion_defaults.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "server/http_server.h"
@@ -126,9 +127,38 @@ std::string DefaultServedName(const std::string& path) {
   return p.filename().string();
 }
 
+// The KV cache budget (total over ranks). On a GPU the memory plan of engine/memory_plan.h decides
+// what is left after the loaded weights, the state slots and the activation reserve; an explicit
+// engine.kv_cache_memory must fit in it. On the CPU: engine.kv_cache_memory, else 4 GiB.
+int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::EngineConfig& ec) {
+  int64_t free_bytes = 0, total_bytes = 0;
+  if (!model.backend().MemoryInfo(&free_bytes, &total_bytes))
+    return cfg.engine.kv_cache_memory > 0 ? cfg.engine.kv_cache_memory : int64_t{4} << 30;
+  const tessera::ModelConfig& mc = model.config();
+  const int ranks = model.tensor_parallel_size();
+  // Rank 0's device stands for every rank (the same GPUs, the same share of the weights).
+  const GpuMemoryPlan plan = PlanGpuMemory(
+      total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes, model.KvBytesPerTokenPerRank(),
+      model.StateBytesPerSequencePerRank() * StateSlotsFor(ec, mc),
+      ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
+  spdlog::info("{}{}", DescribeGpuMemoryPlan(plan), ranks > 1 ? fmt::format(" per GPU, {} GPUs", ranks) : "");
+  if (plan.kv_pool_bytes < model.KvBytesPerTokenPerRank() * ec.page_size)
+    Fail(ErrorKind::kInvalidArgument,
+         "config key 'engine.gpu_memory_utilization': {:.2f} of the GPU leaves no room for the KV cache ({}); raise "
+         "it, lower engine.max_num_seqs / engine.max_num_batched_tokens, or add GPUs (--tensor-parallel-size)",
+         cfg.engine.gpu_memory_utilization, DescribeGpuMemoryPlan(plan));
+  // Pool bytes per rank -> pages -> the engine's total over ranks.
+  const int64_t pool_total = plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc);
+  if (cfg.engine.kv_cache_memory > pool_total)
+    Fail(ErrorKind::kInvalidArgument,
+         "config key 'engine.kv_cache_memory': {:.1f} GiB does not fit; the GPU memory plan leaves {:.1f} GiB ({})",
+         cfg.engine.kv_cache_memory / 1073741824.0, pool_total / 1073741824.0, DescribeGpuMemoryPlan(plan));
+  return cfg.engine.kv_cache_memory > 0 ? cfg.engine.kv_cache_memory : pool_total;
+}
+
 // Engine settings from the config and the model: pages for every sequence at full length at most
 // (more would be memory no request can use), fewer when the budget says so.
-tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, const Model& model, const HfModelDir& dir,
+tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, const HfModelDir& dir,
                                        const Tokenizer& tokenizer) {
   const tessera::ModelConfig& mc = model.config();
   tessera::EngineConfig ec;
@@ -150,7 +180,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, const Model& mod
   ec.sampling_defaults = SamplingDefaultsFromHf(dir);
   const int64_t per_token = Model::KvBytesPerToken(mc);
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
-  ec.kv_cache_bytes = std::max<int64_t>(std::min(cfg.engine.kv_cache_memory, useful), per_token * ec.page_size);
+  ec.kv_cache_bytes = std::max<int64_t>(std::min(KvCacheBudget(cfg, model, ec), useful), per_token * ec.page_size);
   if (mc.diffusion || cfg.model.diffusion) {
     DiffusionOverrides o;
     if (cfg.diffusion.block_size > 0) o.block_size = cfg.diffusion.block_size;

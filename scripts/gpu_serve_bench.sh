@@ -48,8 +48,9 @@ MODEL=/tmp/serve-$CONFIG
 mkdir -p "$MODEL"
 cp tests/data/configs/$CONFIG/config.json "$MODEL"/
 cp build-data/npm/tokenizer-qwen3/tokenizer*.json "$MODEL"/
+# The KV cache size comes from the GPU memory plan (--gpu-memory-utilization, default 0.9).
 "$BUILD/tessera" serve --model "$MODEL" --device cuda --load-format dummy --port 8123 --max-num-seqs 64 \
-  --max-model-len 4096 --kv-cache-memory 16GiB --access-log "" >"$RES/serve.log" 2>&1 &
+  --max-model-len 4096 --access-log "" >"$RES/serve.log" 2>&1 &
 SERVER=$!
 for C in 1 16 64; do
   N=$(( C == 1 ? 8 : C * 2 ))
@@ -59,4 +60,8 @@ for C in 1 16 64; do
     2>&1 | tee -a "$SUMMARY" | tail -25
 done
 kill -TERM $SERVER; wait $SERVER; log "serve exit code $?"
+# The plan serve made from the device's numbers, and the one inspect makes from the device's size.
+grep -E "gpu memory" "$RES/serve.log" | tee -a "$SUMMARY"
+total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+"$BUILD/tessera" inspect --model "$MODEL" --gpu-memory "${total}MiB" --max-num-seqs 64 | grep "gpu memory" | tee -a "$SUMMARY"
 grep -E "engine:|KV|error|warn" "$RES/serve.log" | head -20 | tee -a "$SUMMARY"

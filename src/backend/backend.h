@@ -113,6 +113,11 @@ class Backend {
   }
   // Waits for queued work (device backends run ops asynchronously).
   virtual void Synchronize() {}
+  // Device memory free / total in bytes (device backends); false on host backends.
+  virtual bool MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
+    (void)free_bytes, (void)total_bytes;
+    return false;
+  }
   // Per-op profile (the CUDA backend with TESSERA_CUDA_PROFILE=1; others have none): start a fresh
   // one, and the table of what was recorded since (synchronises; empty when not profiling).
   virtual void ProfileReset() {}

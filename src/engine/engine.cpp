@@ -2,6 +2,7 @@
 // batch building with a token budget, page provisioning with preemption, and the per-sequence
 // bookkeeping after each forward (autoregressive sampling, diffusion unmasking, stop rules).
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,11 +52,8 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   hybrid_ = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
   // Hybrid models: one state slot per running sequence, then the prefix cache's snapshot slots.
   if (config_.num_state_snapshots < 0) Fail(ErrorKind::kInvalidArgument, "num_state_snapshots must be >= 0");
-  const int64_t snapshots = !hybrid_ || !config_.enable_prefix_caching ? 0
-                            : config_.num_state_snapshots > 0
-                                ? config_.num_state_snapshots
-                                : std::max<int64_t>(1, (config_.max_num_seqs + 3) / 4);
   const int64_t slots = hybrid_ ? config_.max_num_seqs : 0;
+  const int64_t snapshots = StateSlotsFor(config_, mc) - slots;  // the GPU memory plan counts the same
   model_->AllocateCaches(pages, config_.page_size, slots + snapshots);
   pool_ = std::make_unique<PagePool>(pages, config_.page_size, slots);
   if (config_.enable_prefix_caching) {

@@ -60,7 +60,10 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(engine, enable_chunked_prefill, "--enable-chunked-prefill", kBool, false,
                   "split long prefills over steps"),
       TESSERA_KEY(engine, kv_cache_memory, "--kv-cache-memory", kBytes, false,
-                  "KV cache budget (bytes, or 4GiB...; total over all ranks)"),
+                  "KV cache budget (bytes, or 4GiB...; total over all ranks; 0 = auto: GPU from "
+                  "--gpu-memory-utilization, CPU 4GiB)"),
+      TESSERA_KEY(engine, gpu_memory_utilization, "--gpu-memory-utilization", kDouble, false,
+                  "share of each GPU's memory for weights, activations and KV (0..1]"),
       TESSERA_KEY(engine, scheduling_policy, "--scheduling-policy", kString, false,
                   "fcfs|shortest_prompt_first|priority"),
       TESSERA_KEY(engine, share_prefix_cache_across_keys, "--share-prefix-cache-across-keys", kBool, false,
@@ -402,7 +405,9 @@ void ValidateServerConfig(const ServerConfig& c) {
   if (c.server.max_body_bytes < 1024) bad("server.max_body_bytes", "must be at least 1024");
   if (c.engine.max_num_seqs < 1) bad("engine.max_num_seqs", "must be >= 1");
   if (c.engine.max_num_batched_tokens < 1) bad("engine.max_num_batched_tokens", "must be >= 1");
-  if (c.engine.kv_cache_memory <= 0) bad("engine.kv_cache_memory", "must be > 0");
+  if (c.engine.kv_cache_memory < 0) bad("engine.kv_cache_memory", "must be >= 0 (0 = automatic)");
+  if (!(c.engine.gpu_memory_utilization > 0 && c.engine.gpu_memory_utilization <= 1))
+    bad("engine.gpu_memory_utilization", "must be in (0, 1]");
   one_of("engine.scheduling_policy", c.engine.scheduling_policy,
          {"fcfs", "shortest_prompt_first", "priority"});
   if (c.diffusion.block_size < 0) bad("diffusion.block_size", "must be >= 0");

@@ -46,7 +46,10 @@ struct EngineSection {
   int64_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
-  int64_t kv_cache_memory = int64_t{4} << 30;  // bytes; YAML/CLI accept "4GiB", "512MiB", ...
+  // KV cache bytes (YAML/CLI accept "4GiB", "512MiB", ...); 0 = automatic: on a GPU what
+  // gpu_memory_utilization leaves after weights, state and activations; on the CPU 4 GiB.
+  int64_t kv_cache_memory = 0;
+  double gpu_memory_utilization = 0.9;  // share of each GPU's memory tessera may use
   std::string scheduling_policy = "fcfs";      // fcfs | shortest_prompt_first | priority
   bool share_prefix_cache_across_keys = false;
 };

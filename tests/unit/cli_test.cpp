@@ -238,12 +238,39 @@ TEST(CliInspect, ParameterCountsMatchPublishedSizes) {
     EXPECT_LT(k["active_params_no_embedding"].get<double>(), 4.0e9) << dir;
     EXPECT_GT(k["state_bytes_per_sequence"].get<int64_t>(), 0) << dir;
   }
-  // Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 2 bytes = 98304 bytes per token.
+  // Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 4 bytes (f32, as the caches hold it).
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --json");
-  EXPECT_EQ(json::parse(r.out)["kv_bytes_per_token"].get<int64_t>(), 48 * 2 * 4 * 128 * 2);
+  EXPECT_EQ(json::parse(r.out)["kv_bytes_per_token"].get<int64_t>(), 48 * 2 * 4 * 128 * 4);
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("30 Gated DeltaNet"), std::string::npos) << r.out;
+}
+
+// The GPU memory plan: utilization x the device, minus the bf16 weights and the context estimate,
+// the state slots and the activation reserve, leaves the KV pool; a device too small is an error.
+TEST(CliInspect, GpuMemoryPlanAddsUp) {
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) +
+                      " --json --gpu-memory 141GB --gpu-memory-utilization 0.9 --max-num-seqs 32");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  const json& p = j["gpu_plan"];
+  EXPECT_EQ(p["total_bytes"].get<int64_t>(), int64_t{141} * 1000 * 1000 * 1000);
+  EXPECT_EQ(p["budget_bytes"].get<int64_t>(), static_cast<int64_t>(0.9 * 141e9));
+  EXPECT_EQ(p["in_use_bytes"].get<int64_t>(), j["weight_bytes"]["bf16"].get<int64_t>() + (int64_t{768} << 20));
+  // 32 running sequences plus 8 prefix-cache snapshots of the recurrent state.
+  EXPECT_EQ(p["state_bytes"].get<int64_t>(), j["state_bytes_per_sequence"].get<int64_t>() * 40);
+  EXPECT_GT(p["reserve_bytes"].get<int64_t>(), int64_t{256} << 20);
+  EXPECT_EQ(p["kv_pool_bytes"].get<int64_t>(), p["budget_bytes"].get<int64_t>() - p["in_use_bytes"].get<int64_t>() -
+                                                    p["state_bytes"].get<int64_t>() - p["reserve_bytes"].get<int64_t>());
+  EXPECT_EQ(p["kv_tokens"].get<int64_t>(), p["kv_pool_bytes"].get<int64_t>() / j["kv_bytes_per_token"].get<int64_t>());
+  EXPECT_GT(p["kv_tokens"].get<int64_t>(), 100000);
+  // 35B parameters in bf16 do not fit in 40 GiB.
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) + " --gpu-memory 40GiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not fit"), std::string::npos) << r.err;
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) +
+                 " --gpu-memory 141GB --gpu-memory-utilization 1.5");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
 TEST(CliVerify, ReportsEachChecksumMismatch) {

@@ -214,6 +214,15 @@ void CudaBackend::Synchronize() {
   profiler_->Collect();
 }
 
+bool CudaBackend::MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
+  size_t f = 0, t = 0;
+  Check(cudaSetDevice(device_), "cudaSetDevice");
+  Check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+  *free_bytes = static_cast<int64_t>(f);
+  *total_bytes = static_cast<int64_t>(t);
+  return true;
+}
+
 void CudaBackend::ProfileReset() {
   Synchronize();
   profiler_->Reset();

@@ -33,6 +33,7 @@ class CudaBackend : public Backend {
   void CopyBuffer(void* dst, const void* src, size_t bytes) override;
   void Zero(void* dst, size_t bytes) override;
   void Synchronize() override;
+  bool MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) override;
   void ProfileReset() override;
   std::string ProfileReport() override;
   void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) override;

@@ -1,0 +1,68 @@
+// tessera engine: the GPU memory budget (see memory_plan.h).
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "model/model.h"
+
+namespace tessera {
+
+namespace {
+
+std::string Gib(int64_t bytes) {
+  if (std::llabs(bytes) < (int64_t{1} << 20)) return fmt::format("{} B", bytes);
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+}  // namespace
+
+int64_t StateSlotsFor(const EngineConfig& ec, const ModelConfig& mc) {
+  if (mc.NumLayersOf(LayerKind::kLinearAttention) == 0) return 0;
+  const int64_t snapshots = !ec.enable_prefix_caching     ? 0
+                            : ec.num_state_snapshots > 0 ? ec.num_state_snapshots
+                                                         : std::max<int64_t>(1, (ec.max_num_seqs + 3) / 4);
+  return ec.max_num_seqs + snapshots;
+}
+
+int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs) {
+  const int64_t H = mc.hidden_size, k = std::max<int64_t>(1, mc.num_experts_per_tok);
+  const int64_t inter = std::max(mc.moe_intermediate_size, mc.intermediate_size);
+  const int64_t q = mc.num_heads * mc.head_dim * (mc.attn_output_gate ? 2 : 1);
+  const int64_t kv = mc.num_kv_heads * mc.head_dim;
+  const int64_t attention = 2 * q + 2 * kv;
+  const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * mc.linear_num_value_heads * mc.linear_value_head_dim);
+  // Routed slots: slot outputs, activations, and the host-grouped path's gathered copies.
+  const int64_t moe = mc.num_experts + k * (3 * H + 3 * inter);
+  const int64_t per_row = 4 * H + std::max({attention, gdn, moe});
+  const int64_t logits_rows = std::min(max_num_batched_tokens, max_num_seqs * 32);
+  const int64_t floats = max_num_batched_tokens * per_row + logits_rows * mc.vocab_size;
+  return 2 * floats * 4 + (int64_t{256} << 20);
+}
+
+GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,
+                            int64_t state_bytes, int64_t reserve_bytes) {
+  GpuMemoryPlan p;
+  p.total_bytes = total_bytes;
+  p.utilization = utilization;
+  p.budget_bytes = static_cast<int64_t>(std::floor(utilization * static_cast<double>(total_bytes)));
+  p.in_use_bytes = in_use_bytes;
+  p.state_bytes = state_bytes;
+  p.reserve_bytes = reserve_bytes;
+  p.kv_pool_bytes = p.budget_bytes - in_use_bytes - state_bytes - reserve_bytes;
+  p.kv_bytes_per_token = kv_bytes_per_token;
+  p.kv_tokens = kv_bytes_per_token > 0 && p.kv_pool_bytes > 0 ? p.kv_pool_bytes / kv_bytes_per_token : 0;
+  return p;
+}
+
+std::string DescribeGpuMemoryPlan(const GpuMemoryPlan& p) {
+  return fmt::format(
+      "gpu memory: {:.2f} x {} = {}: in use {} (weights, context), state {}, activation reserve {}, KV pool {} "
+      "({} tokens at {} B)",
+      p.utilization, Gib(p.total_bytes), Gib(p.budget_bytes), Gib(p.in_use_bytes), Gib(p.state_bytes),
+      Gib(p.reserve_bytes), Gib(p.kv_pool_bytes), p.kv_tokens, p.kv_bytes_per_token);
+}
+
+}  // namespace tessera

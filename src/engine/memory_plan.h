@@ -1,0 +1,50 @@
+// tessera engine: the GPU memory budget (engine.gpu_memory_utilization, as in vLLM). Of
+// utilization x the device's memory, what is in use once the weights are loaded comes first
+// (weights, CUDA context, anything else on the device), then the recurrent-state slots of hybrid
+// models, then a reserve for the activations of the largest step; the KV page pool gets the rest.
+// `tessera serve --device cuda` plans from the device's numbers after loading; `tessera inspect
+// --gpu-memory SIZE` from a device size, the bf16 weights and kCudaContextBytes, with the same code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model_config.h"
+
+namespace tessera {
+
+// What a CUDA context and the backend's fixed buffers (cuBLASLt workspace, scratch ring) take on a
+// device before any tensor: an estimate for planning without a device (inspect).
+constexpr int64_t kCudaContextBytes = int64_t{768} << 20;
+
+struct GpuMemoryPlan {
+  int64_t total_bytes = 0;        // the device's memory
+  double utilization = 0;         // share of it tessera may use
+  int64_t budget_bytes = 0;       // utilization x total
+  int64_t in_use_bytes = 0;       // after loading: weights, context, other processes
+  int64_t state_bytes = 0;        // recurrent-state slots (hybrid models)
+  int64_t reserve_bytes = 0;      // activations of the largest step
+  int64_t kv_pool_bytes = 0;      // what is left for KV pages (<= 0: does not fit)
+  int64_t kv_bytes_per_token = 0;
+  int64_t kv_tokens = 0;          // kv_pool_bytes / kv_bytes_per_token
+};
+
+// Recurrent-state slots the engine allocates: one per running sequence, plus the prefix cache's
+// snapshot slots (hybrid models only; 0 otherwise).
+int64_t StateSlotsFor(const EngineConfig& ec, const ModelConfig& mc);
+
+// Activation reserve of a step of max_num_batched_tokens rows: the per-row buffers of the largest
+// layer kind (attention, Gated DeltaNet, MoE slots and their grouped-path copies), the logits of up
+// to max_num_seqs x 32 rows, twice over for the caching allocator's rounding and reuse, plus 256 MiB.
+int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs);
+
+// The plan for one device (one rank): per-token KV and per-slot state bytes as that rank holds them.
+GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,
+                            int64_t state_bytes, int64_t reserve_bytes);
+
+// One line: "gpu memory: 0.90 x 139.8 GiB = 125.8 GiB: in use 57.2 GiB, state 0 B, reserve 1.3 GiB,
+// KV pool 67.3 GiB (367,001 tokens at 196,608 B)".
+std::string DescribeGpuMemoryPlan(const GpuMemoryPlan& p);
+
+}  // namespace tessera
