@@ -86,7 +86,8 @@ class CudaConformance : public ::testing::Test {
 TEST_F(CudaConformance, MatMulBf16AndF32) {
   const int64_t k = 2048, n = 768;
   const auto w = Bf16s(Rand(n * k, -0.05f, 0.05f, 1));
-  for (int64_t m : {1, 5, 8, 64}) {
+  // m <= 8: GEMV; 9..64: the few-row MMA kernel (1 to 4 row tiles, partly filled); 65: cuBLASLt.
+  for (int64_t m : {1, 5, 8, 9, 20, 33, 64, 65}) {
     const auto x = Rand(m * k, -1, 1, 10 + m);
     std::vector<float> want(m * n, 0.5f), got;
     auto y = want;
@@ -95,6 +96,17 @@ TEST_F(CudaConformance, MatMulBf16AndF32) {
     gpu_->MatMul(Dev(x), m, DevBf16(w, n, k), dy, true);
     got = Host(dy, m * n);
     Report(("MatMul bf16 m=" + std::to_string(m)).c_str(), RelErr(got, want));
+  }
+  // A wide output (272 column tiles of 128): the few-row kernel runs unsplit (the case above splits k).
+  {
+    const int64_t wk = 256, wn = 34816, m = 20;
+    const auto ww = Bf16s(Rand(wn * wk, -0.05f, 0.05f, 5));
+    const auto x = Rand(m * wk, -1, 1, 6);
+    std::vector<float> want(m * wn);
+    cpu_->MatMul(x.data(), m, HostBf16(ww, wn, wk), want.data(), false);
+    float* dy = Dev(std::vector<float>(want.size()));
+    gpu_->MatMul(Dev(x), m, DevBf16(ww, wn, wk), dy, false);
+    Report("MatMul bf16 m=20 n=34816", RelErr(Host(dy, want.size()), want));
   }
   const auto wf = Rand(256 * 512, -0.05f, 0.05f, 3);
   const auto x = Rand(16 * 512, -1, 1, 4);

@@ -81,6 +81,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? 32768 : 4096;
+  // TESSERA_CUDA_SKINNY_GEMM=0 keeps 9..64-row products on cuBLASLt (comparisons, tests).
+  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM")) skinny_gemm_ = std::string(v) != "0";
   // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
@@ -333,7 +335,9 @@ void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int
 
 void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   if (m == 0) return;
-  profiler_->Mark(m <= cuda::kGemvMaxRows ? "MatMul gemv" : "MatMul gemm");
+  profiler_->Mark(m <= cuda::kGemvMaxRows           ? "MatMul gemv"
+                  : m <= cuda::kSkinnyGemmMaxRows ? "MatMul few-row mma"
+                                                  : "MatMul gemm");
   if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
   const int64_t n = w.shape[0], k = w.shape[1];
   if (w.dtype == DType::kBF16) {
@@ -342,6 +346,14 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
       cuda::GemvBf16(x, m, k, wb, n, y, accumulate, stream_);
       CheckLaunch("GemvBf16");
       return;
+    }
+    if (const int splits = skinny_gemm_ ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0; splits > 0) {
+      DeviceBuffer partial;
+      if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
+      if (cuda::SkinnyGemm(x, m, k, wb, n, y, accumulate, splits, partial.f32(), stream_)) {
+        CheckLaunch("SkinnyGemm");
+        return;
+      }
     }
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
     // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).

@@ -120,6 +120,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
+  bool skinny_gemm_ = true;                      // 9..64-row products on the few-row MMA kernel
   int64_t moe_device_max_slots_ = 32768;         // 4096 tokens of top-8 (4096 pairs on CUDA cores)
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;

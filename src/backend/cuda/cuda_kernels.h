@@ -42,6 +42,16 @@ constexpr int64_t kGemvMaxRows = 8;
 void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
               cudaStream_t s);
 
+// y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= kSkinnyGemmMaxRows on tensor cores
+// (cuda_moe_grouped.cu: bf16 MMA, x split hi + lo, every weight read once). SkinnyGemmSplits: how
+// many k splits to run (0: the shape does not fit: m, k % 32); with more than one, `partial` holds
+// splits * m * n floats. SkinnyGemm returns false (nothing queued) when the shape or alignment (16
+// bytes for x and w) does not fit.
+constexpr int64_t kSkinnyGemmMaxRows = 64;
+int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
+bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+                int splits, float* partial, cudaStream_t s);
+
 // --- MoE (cuda_kernels.cu).
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
               int32_t* idx, float* weights, cudaStream_t s);

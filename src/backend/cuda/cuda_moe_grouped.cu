@@ -1,5 +1,6 @@
 // tessera cuda backend: the device-grouped MoE expert path for batched decode, diffusion blocks and
-// prompt chunks, on tensor cores (bf16 MMA, activations split hi + lo) or on CUDA cores.
+// prompt chunks, on tensor cores (bf16 MMA, activations split hi + lo) or on CUDA cores, and the
+// dense few-row GEMM built on the same MMA helpers.
 // The (row, slot) pairs are grouped by expert on the device (no host round trip), cut into work
 // units of up to kMoeUnitRows pairs of one expert, and each unit streams its expert's weights once
 // for all of its rows: gate/up (+ SiLU-mul) into a sorted activation buffer, then down scaled by the
@@ -8,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -319,7 +321,96 @@ __global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* or
   }
 }
 
+// Dense y[m, n] (+)= x[m, k] w[n, k]^T for a few rows (m <= 16 * RT): the MoE kernels' MMA scheme
+// with every row tile in the same warp, so each weight is read once whatever m is (cuBLASLt's
+// hi + lo GEMMs read it twice, and its tiles are sized for larger m).
+// Block (column tile, k split): with splits, each writes its partial product to partial[split]
+// and SkinnyReduceKernel sums them in split order (deterministic, unlike atomics).
+template <int RT>
+__global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                                 bool accumulate, int64_t k_chunk, float* partial) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
+  if (n_base >= n) return;
+  const uint16_t* wr[kMmaTiles];
+#pragma unroll
+  for (int j = 0; j < kMmaTiles; ++j) wr[j] = w + min(n_base + 8 * j + g, n - 1) * k + 8 * q;
+  const float* xr[RT][2];
+  bool ok[RT][2];
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = 16 * t + 8 * h + g;
+      ok[t][h] = row < m;
+      xr[t][h] = x + (ok[t][h] ? row : 0) * k + 8 * q;
+    }
+  float c[RT][kMmaTiles][4] = {};
+  const int64_t k_begin = blockIdx.y * k_chunk, k_end = min(k, k_begin + k_chunk);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32) {
+    uint4 b[kMmaTiles];
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(wr[j] + k0);
+#pragma unroll
+    for (int t = 0; t < RT; ++t) {
+      uint32_t hi[2][4], lo[2][4];
+      LoadA(xr[t][0] + k0, xr[t][1] + k0, ok[t][0], ok[t][1], hi, lo);
+#pragma unroll
+      for (int j = 0; j < kMmaTiles; ++j) MmaChunk(c[t][j], hi, lo, b[j]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = 16 * t + g + (e >= 2 ? 8 : 0), col = n_base + 8 * j + 2 * q + (e & 1);
+        if (row < m && col < n) {
+          if (partial) {
+            partial[(blockIdx.y * m + row) * n + col] = c[t][j][e];
+          } else {
+            float* out = y + row * n + col;
+            *out = accumulate ? *out + c[t][j][e] : c[t][j][e];
+          }
+        }
+      }
+}
+
+__global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t count, float* y, bool accumulate) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  float v = accumulate ? y[i] : 0.0f;
+  for (int64_t s = 0; s < splits; ++s) v += partial[s * count + i];
+  y[i] = v;
+}
+
 }  // namespace
+
+int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
+  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0) return 0;
+  // Few column tiles (narrow outputs) would leave most SMs idle: split k across blocks.
+  const int64_t cols = (n + kMmaColsPerBlock - 1) / kMmaColsPerBlock, chunks = k / 32;
+  return static_cast<int>(std::min<int64_t>({16, chunks, std::max<int64_t>(1, (2 * sm_count + cols - 1) / cols)}));
+}
+
+bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+                int splits, float* partial, cudaStream_t s) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0 || !aligned(x) || !aligned(w) || splits < 1) return false;
+  const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
+  const int64_t used = (k + k_chunk - 1) / k_chunk;  // splits that get at least one chunk
+  float* part = used > 1 ? partial : nullptr;
+  const dim3 grid(static_cast<unsigned>((n + kMmaColsPerBlock - 1) / kMmaColsPerBlock), static_cast<unsigned>(used));
+  const int tiles = static_cast<int>((m + 15) / 16);
+  if (tiles == 1) SkinnyGemmKernel<1><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 2) SkinnyGemmKernel<2><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 3) SkinnyGemmKernel<3><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 4) SkinnyGemmKernel<4><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (part)
+    SkinnyReduceKernel<<<static_cast<unsigned>((m * n + 255) / 256), 256, 0, s>>>(part, used, m * n, y, accumulate);
+  return true;
+}
 
 int64_t MoeMaxUnits(int64_t slots, int64_t num_experts, int rows_per_unit) {
   return (slots + rows_per_unit - 1) / rows_per_unit + (slots < num_experts ? slots : num_experts);
