@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
@@ -18,14 +19,6 @@ namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // G query heads per KV head, DL = head_dim / 32 dims per lane.
 template <int G, int DL>
@@ -36,7 +29,7 @@ __global__ void __launch_bounds__(kWarps * 32) GqaKernel(const AttentionParams* 
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, kvh = blockIdx.y, z = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t kv_dim = p.num_kv_heads * D, pos = p.first_pos + t, total = p.first_pos + p.T;
+  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
   int64_t last = pos;
   if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
   const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
@@ -59,18 +52,8 @@ __global__ void __launch_bounds__(kWarps * 32) GqaKernel(const AttentionParams* 
   for (int64_t tile = j_begin + warp * 32; tile < j_end; tile += kWarps * 32) {
     const int64_t j = tile + lane;
     const bool valid = j < j_end;
-    const float* kr = nullptr;
-    const float* vr = nullptr;
-    if (valid) {
-      if (j >= p.first_pos) {
-        kr = p.k + (j - p.first_pos) * p.kv_stride + kvh * D;
-        vr = p.v + (j - p.first_pos) * p.kv_stride + kvh * D;
-      } else {
-        const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-        kr = p.k_cache + row * kv_dim + kvh * D;
-        vr = p.v_cache + row * kv_dim + kvh * D;
-      }
-    }
+    const float* kr = valid ? KvRow(p, j, kvh, false) : nullptr;
+    const float* vr = valid ? KvRow(p, j, kvh, true) : nullptr;
     float s[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) s[g] = 0.0f;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
@@ -16,17 +17,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
-__device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float SigmoidF(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Block-wide sum (all threads get the result); `red` holds 32 floats.
 __device__ float BlockSum(float v, float* red) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
@@ -23,11 +24,6 @@ constexpr int kColsPerWarp = 4;    // output columns per warp: each activation l
 constexpr int kColsPerBlock = kWarps * kColsPerWarp;
 constexpr int kRows = kMoeUnitRows;
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }
 
 // 8 bf16 (one 16-byte load) to f32.
 __device__ __forceinline__ void Unpack8(const uint4 raw, float* w) {

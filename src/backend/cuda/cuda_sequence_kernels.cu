@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
@@ -16,10 +17,6 @@ constexpr int kAttnWarps = 8;
 constexpr int kMaxHeadDim = 256;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // One block per (query row, head[, key split]); each warp walks a strided subset of the block's keys
 // with its own online softmax (running max, sum, output accumulator: lane holds dims lane + 32 i);
@@ -34,7 +31,7 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   const int64_t t = rr.y, h = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t D = p.head_dim, group = p.num_heads / p.num_kv_heads, kvh = h / group;
-  const int64_t kv_dim = p.num_kv_heads * D, pos = p.first_pos + t, total = p.first_pos + p.T;
+  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
   int64_t last = pos;
   if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
   const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
@@ -50,16 +47,8 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
-    const float* kr;
-    const float* vr;
-    if (j >= p.first_pos) {
-      kr = p.k + (j - p.first_pos) * p.kv_stride + kvh * D;
-      vr = p.v + (j - p.first_pos) * p.kv_stride + kvh * D;
-    } else {
-      const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-      kr = p.k_cache + row * kv_dim + kvh * D;
-      vr = p.v_cache + row * kv_dim + kvh * D;
-    }
+    const float* kr = KvRow(p, j, kvh, false);
+    const float* vr = KvRow(p, j, kvh, true);
     float s = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
