@@ -132,7 +132,8 @@ std::string DefaultServedName(const std::string& path) {
 // engine.kv_cache_memory must fit in it. On the CPU: engine.kv_cache_memory, else 4 GiB.
 int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::EngineConfig& ec) {
   int64_t free_bytes = 0, total_bytes = 0;
-  if (!model.backend().MemoryInfo(&free_bytes, &total_bytes))
+  // Host memory, or a model without attention layers (no KV at all): the configured size.
+  if (!model.backend().MemoryInfo(&free_bytes, &total_bytes) || model.KvBytesPerTokenPerRank() <= 0)
     return cfg.engine.kv_cache_memory > 0 ? cfg.engine.kv_cache_memory : int64_t{4} << 30;
   const tessera::ModelConfig& mc = model.config();
   const int ranks = model.tensor_parallel_size();
