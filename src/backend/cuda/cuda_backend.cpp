@@ -80,7 +80,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
-  moe_device_max_slots_ = moe_tensor_cores_ ? 32768 : 4096;
+  moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;
   // TESSERA_CUDA_SKINNY_GEMM=0 keeps 9..64-row products on cuBLASLt (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM")) skinny_gemm_ = std::string(v) != "0";
   // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
@@ -698,7 +698,7 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
   const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
   // Unaligned shapes cannot take the grouped kernels' vector loads: the per-pair kernels up to the
   // CUDA-core limit, the host-grouped GEMMs above it.
-  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= 4096)) {
+  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeSimtMaxSlots)) {
     profiler_->Mark("MoeExperts fused");
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);

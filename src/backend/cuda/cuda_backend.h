@@ -92,6 +92,10 @@ class CudaBackend : public Backend {
   // streamed once per 16 rows, no host round trip); above it the host-grouped path: ids to the
   // host, gather, per-expert cuBLASLt GEMMs, scatter.
   static constexpr int64_t kMoeFusedMaxSlots = 16;
+  // Largest pair counts for the device-grouped kernels: on tensor cores (a 4,096-token prompt chunk
+  // of top-8) and on CUDA cores (also the limit of the per-pair kernels for unaligned shapes).
+  static constexpr int64_t kMoeMmaMaxSlots = 32768;
+  static constexpr int64_t kMoeSimtMaxSlots = 4096;
 
  private:
   struct GemmPlan;
@@ -121,7 +125,7 @@ class CudaBackend : public Backend {
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool skinny_gemm_ = true;                      // 9..64-row products on the few-row MMA kernel
-  int64_t moe_device_max_slots_ = 32768;         // 4096 tokens of top-8 (4096 pairs on CUDA cores)
+  int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   size_t workspace_bytes_ = 0;
