@@ -3,7 +3,8 @@
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite and the GPU golden
 # tests, compute-sanitizer memcheck on the golden tests, then the dummy-weight decode / prefill
 # micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS, default both; GPU_CHECK_PROFILE=1 adds
-# the per-op profiles of batch-1 and batch-64 decode). Results go under $OUT (or ./gpu-results/).
+# the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1 the
+# rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RES=${OUT:-$ROOT/gpu-results}
@@ -43,7 +44,7 @@ timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golde
 log "compute-sanitizer memcheck on the golden tests"
 if command -v compute-sanitizer >/dev/null; then
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
-    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*' >"$RES/memcheck.txt" 2>&1
+    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*:Fixtures/CudaGolden.StepGraphs*' >"$RES/memcheck.txt" 2>&1
   rc=$?
   tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
   log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
@@ -57,8 +58,15 @@ for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
   TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" \
     --gtest_filter='CudaBench.*' >"$RES/bench_$cfg.txt" 2>&1
   rc=$?
-  grep -E "^bench|Failure|error|what\(\)" "$RES/bench_$cfg.txt" | tr '\r' '\n' | grep -v "weights on" | tee -a "$SUMMARY"
+  grep -E "^bench|^  steps|Failure|error|what\(\)" "$RES/bench_$cfg.txt" | tr '\r' '\n' | grep -v "weights on" |
+    tee -a "$SUMMARY"
   [ $rc = 0 ] || { log "benchmark $cfg exit code $rc"; status=1; }
+  # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
+  if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
+    log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"
+    TESSERA_CUDA_GRAPHS=0 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_PREFILL=0 \
+      timeout 300 "$BIN" --gtest_filter='CudaBench.*' 2>&1 | grep -E "^bench-row" | tee -a "$SUMMARY"
+  fi
   # Where the time goes: the backend's per-op profile of batch-1 decode and of batch-64 decode.
   if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
     for shape in "1024 , 0" ", 64 0"; do

@@ -118,6 +118,15 @@ class Backend {
     (void)free_bytes, (void)total_bytes;
     return false;
   }
+  // The ops from BeginStep to EndStep (or to the next Download, Upload or Synchronize, which end
+  // the step first) form one step of a forward. A device backend may record them and queue the
+  // step as a whole: the CUDA backend replays a CUDA graph when the same step (same kernels,
+  // pointers, sizes and scalars) ran before. Results are the same either way; host backends run
+  // every op at once and ignore the marks.
+  virtual void BeginStep() {}
+  virtual void EndStep() {}
+  // One line on how steps were queued (the CUDA backend: graphs replayed, captured, op by op).
+  virtual std::string StepSummary() { return {}; }
   // Per-op profile (the CUDA backend with TESSERA_CUDA_PROFILE=1; others have none): start a fresh
   // one, and the table of what was recorded since (synchronises; empty when not profiling).
   virtual void ProfileReset() {}

@@ -275,6 +275,9 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     if (comm) comm->AllReduceSum(b.f32(), n);
   };
 
+  // One step for the backend (a CUDA graph when the same step ran before). Not with tensor
+  // parallelism: the collectives queue on the stream outside the backend's recording.
+  if (!comm) be.BeginStep();
   LayerContext ctx;
   ctx.be = &be;
   ctx.cfg = &rk.cfg;
@@ -347,6 +350,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   if (!sh.sharded()) {
     DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
     be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
+    be.EndStep();
     res->logits.resize(L * V);
     be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
     return;

@@ -275,7 +275,7 @@ class CudaBenchRun {
     const auto experts = ExpertsTouched(step(ctx + steps_ + 1));
     Print("decode b" + std::to_string(seqs.size()) + " ctx " + std::to_string(ctx), seconds,
           static_cast<double>(s.sequences), CountStep(cfg_, census_, s, experts));
-    std::printf("%s", profile.c_str());
+    std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
   // One denoising step of a 32-token block per sequence (block-diffusion): the block at positions
@@ -317,7 +317,7 @@ class CudaBenchRun {
     const std::string row =
         "denoise " + std::to_string(seqs.size()) + "x" + std::to_string(kDenoiseBlock) + " ctx " + std::to_string(ctx);
     Print(row, seconds, static_cast<double>(s.sequences * kDenoiseBlock), CountStep(cfg_, census_, s, experts));
-    std::printf("%s", profile.c_str());
+    std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
   // Prefill of one prompt in one forward (committed, logits of the last row).
@@ -342,7 +342,7 @@ class CudaBenchRun {
     s.attended_keys = (prompt + 1) / 2.0;
     Print("prefill " + std::to_string(prompt), seconds, static_cast<double>(prompt),
           CountStep(cfg_, census_, s, experts));
-    std::printf("%s", profile.c_str());
+    std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
  private:

@@ -1,12 +1,15 @@
 // tessera tests: the fixture models (tests/data/fixtures/models/*) on the CUDA backend against HF
 // transformers' references: argmax identical at >= 99% of positions and max |logit diff| <= 5e-2
 // (logits_long.npy), greedy continuation identical for its first 8 tokens through the paged cache,
-// and prefill + decode through the cache against the full forward. Skipped without a device.
+// and prefill + decode through the cache against the full forward; decode steps replayed as CUDA
+// graphs against the same steps queued op by op. Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,6 +131,57 @@ TEST_P(CudaGolden, PrefillThenDecodeMatchesReference) {
               GetParam().c_str(), static_cast<long>(P), static_cast<long>(T - P), d.max_abs, 100 * d.argmax_agree);
   EXPECT_LE(d.max_abs, 5e-2);
   EXPECT_GE(d.argmax_agree, 0.99);
+}
+
+// Decode steps of two sequences queued as CUDA graphs (captured on the second equal step, replayed
+// from the third) give the logits of the same steps queued op by op, bit for bit: a replay runs the
+// same kernels on the same arguments, with this step's ids, positions and page tables.
+TEST_P(CudaGolden, StepGraphsMatchOpByOp) {
+  auto decode = [&](Model& m, std::string* summary) {
+    m.AllocateCaches(64, 4, 3);
+    const bool has_state = m.config().NumLayersOf(LayerKind::kLinearAttention) > 0;
+    SequenceCache caches[2];
+    for (int s = 0; s < 2; ++s) {
+      for (int32_t p = 0; p < 32; ++p) caches[s].pages.push_back(32 * s + 31 - p);
+      caches[s].state_slot = has_state ? s + 1 : -1;
+      if (has_state) m.ResetStateSlot(s + 1);
+    }
+    const auto prompt = ref_["short_ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> prompts[2] = {prompt, {prompt.begin(), prompt.begin() + prompt.size() / 2}};
+    Batch pre;
+    for (int s = 0; s < 2; ++s) pre.segments.push_back(Seg(&caches[s], 0, prompts[s], false));
+    ForwardResult r = m.Forward(pre);
+    std::vector<float> all = r.logits;
+    int64_t pos[2] = {static_cast<int64_t>(prompts[0].size()), static_cast<int64_t>(prompts[1].size())};
+    for (int step = 0; step < 12; ++step) {
+      Batch b;
+      for (int s = 0; s < 2; ++s)
+        b.segments.push_back(Seg(&caches[s], pos[s]++, {ArgmaxRow(r.logits.data() + s * V_, V_)}, false));
+      r = m.Forward(b);
+      all.insert(all.end(), r.logits.begin(), r.logits.end());
+    }
+    *summary = m.backend().StepSummary();
+    return all;
+  };
+  std::string graphs_summary, eager_summary;
+  const std::vector<float> with_graphs = decode(*model_, &graphs_summary);
+  ::setenv("TESSERA_CUDA_GRAPHS", "0", 1);
+  LoadOptions o;
+  o.device = "cuda";
+  std::unique_ptr<Model> eager_model = Model::Load(FixtureDir(GetParam()), o);
+  ::unsetenv("TESSERA_CUDA_GRAPHS");
+  const std::vector<float> op_by_op = decode(*eager_model, &eager_summary);
+  std::printf("step graphs %s: %s | graphs off: %s\n", GetParam().c_str(), graphs_summary.c_str(),
+              eager_summary.c_str());
+  long replayed = 0, replayed_off = 0;
+  ASSERT_EQ(std::sscanf(graphs_summary.c_str(), "steps: %ld replayed", &replayed), 1) << graphs_summary;
+  ASSERT_EQ(std::sscanf(eager_summary.c_str(), "steps: %ld replayed", &replayed_off), 1) << eager_summary;
+  EXPECT_GE(replayed, 8) << "most decode steps should replay a graph";
+  EXPECT_EQ(replayed_off, 0);
+  ASSERT_EQ(with_graphs.size(), op_by_op.size());
+  int64_t differing = 0;
+  for (size_t i = 0; i < with_graphs.size(); ++i) differing += with_graphs[i] != op_by_op[i];
+  EXPECT_EQ(differing, 0) << "of " << with_graphs.size() << " logits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -21,6 +22,8 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr size_t kStagingBytes = 64u << 20;
 constexpr size_t kRingBytes = 8u << 20;  // two halves of 4 MiB: a forward's metadata many times over
+// Step graphs kept: the decode steps of the batch sizes and context lengths in use, denoise steps.
+constexpr size_t kMaxStepGraphs = 64;
 
 size_t RoundSize(size_t bytes) {
   if (bytes <= 256) return 256;
@@ -38,6 +41,24 @@ void CheckLt(cublasStatus_t st, const char* what) {
     Fail(ErrorKind::kInternal, "cuBLASLt error {} in {}", static_cast<int>(st), what);
 }
 
+// Stream copies as launchers that Enqueue can record (errors are read with cudaGetLastError).
+void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  cudaMemcpyAsync(dst, src, bytes, kind, s);
+}
+void Copy2DAsync(float* dst, size_t dst_pitch, const float* src, size_t src_pitch, size_t width, size_t rows,
+                 cudaStream_t s) {
+  cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, s);
+}
+void ZeroAsync(void* dst, size_t bytes, cudaStream_t s) { cudaMemsetAsync(dst, 0, bytes, s); }
+
+// Scratch copies are rounded up to powers of two (at least 256 bytes): a page table that grows by
+// a page keeps its copy size, and so the step's fingerprint (cuda_step_graph.h), most of the time.
+size_t ScratchBytes(size_t bytes) {
+  size_t n = 256;
+  while (n < bytes) n <<= 1;
+  return n;
+}
+
 }  // namespace
 
 struct CudaBackend::GemmPlan {
@@ -50,12 +71,6 @@ struct CudaBackend::GemmPlan {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (op) cublasLtMatmulDescDestroy(op);
   }
-};
-
-struct CudaBackend::ExpertTable {
-  std::vector<const void*> host;  // [gate..., up..., down...]
-  DeviceBuffer dev;
-  bool aligned = true;
 };
 
 int CudaDeviceCount() {
@@ -78,6 +93,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   Check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
+  graphs_ = std::make_unique<cuda::StepGraphs>(stream_, kMaxStepGraphs);
+  // TESSERA_CUDA_GRAPHS=0 queues every op at once (comparisons, tests).
+  if (const char* v = std::getenv("TESSERA_CUDA_GRAPHS")) step_graphs_ = std::string(v) != "0";
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;
@@ -100,6 +118,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 CudaBackend::~CudaBackend() {
+  graphs_.reset();  // a step still being recorded is dropped (the backend is going away)
   cudaStreamSynchronize(stream_);
   profiler_.reset();  // prints its table when enabled
   // Buffers owned by members go back to the allocator before it is torn down.
@@ -131,8 +150,8 @@ void* CudaBackend::Allocate(size_t bytes) {
   const size_t size = RoundSize(bytes);
   auto it = cached_.find(size);
   if (it != cached_.end() && !it->second.empty()) {
-    void* p = it->second.back();
-    it->second.pop_back();
+    void* p = *it->second.begin();
+    it->second.erase(it->second.begin());
     live_[p] = size;
     return p;
   }
@@ -140,7 +159,10 @@ void* CudaBackend::Allocate(size_t bytes) {
   cudaError_t e = cudaMalloc(&p, size);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    // Give the cached blocks back to the driver and try once more.
+    // Give the cached blocks back to the driver and try once more. Recorded work may use them: queue
+    // it first; graphs may point into them: drop those.
+    FlushStep();
+    graphs_->Clear();
     cudaStreamSynchronize(stream_);
     for (auto& [n, v] : cached_) {
       for (void* q : v) cudaFree(q), reserved_ -= n;
@@ -165,12 +187,13 @@ void CudaBackend::Free(void* p) {
   if (!p) return;
   auto it = live_.find(p);
   if (it == live_.end()) Fail(ErrorKind::kInternal, "CudaBackend::Free of a pointer it did not allocate");
-  cached_[it->second].push_back(p);  // reused in stream order: later work queues after earlier work
+  cached_[it->second].insert(p);  // reused in stream order: later work queues after earlier work
   live_.erase(it);
 }
 
 void CudaBackend::Upload(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  FlushStep();  // the copy reads `src` now (driver staging, or a synchronous chunked copy)
   if (bytes <= (1u << 20)) {
     Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
     return;
@@ -196,6 +219,7 @@ void CudaBackend::Upload(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::Download(void* dst, const void* src, size_t bytes) {
+  FlushStep();
   if (bytes == 0) return;
   profiler_->Mark("Download");
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
@@ -204,16 +228,52 @@ void CudaBackend::Download(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::CopyBuffer(void* dst, const void* src, size_t bytes) {
-  if (bytes) Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy");
+  if (bytes) Enqueue("device copy", CopyAsync, dst, src, bytes, cudaMemcpyDeviceToDevice, stream_);
 }
 
 void CudaBackend::Zero(void* dst, size_t bytes) {
-  if (bytes) Check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset");
+  if (bytes) Enqueue("memset", ZeroAsync, dst, bytes, stream_);
 }
 
 void CudaBackend::Synchronize() {
+  FlushStep();
   Check(cudaStreamSynchronize(stream_), "synchronize");
   profiler_->Collect();
+}
+
+void CudaBackend::FlushStep() {
+  if (!graphs_ || !graphs_->recording()) return;
+  // The step's scratch arrays were written to the ring from its start: one copy, first, brings them
+  // all to the device (a replayed graph copies what the host wrote for this step).
+  if (ring_head_ > 0)
+    graphs_->AddFirst("step scratch upload", CopyAsync, static_cast<void*>(ring_dev_),
+                      static_cast<const void*>(ring_host_), ring_head_, cudaMemcpyHostToDevice, stream_);
+  graphs_->Flush();
+}
+
+void CudaBackend::BeginStep() {
+  FlushStep();
+  if (!step_graphs_ || profiler_->enabled()) return;
+  // The step's scratch starts at the ring's start, so equal steps copy from equal offsets; the ring
+  // is free once the work queued before has run (a forward ends with a download: no wait).
+  Check(cudaStreamSynchronize(stream_), "step start");
+  ring_half_ = 0;
+  ring_head_ = 0;
+  graphs_->Begin();
+}
+
+void CudaBackend::EndStep() { FlushStep(); }
+
+void CudaBackend::SetStepGraphs(bool on) {
+  FlushStep();
+  step_graphs_ = on;
+}
+
+std::string CudaBackend::StepSummary() {
+  const cuda::StepGraphs::Stats& st = graphs_->stats();
+  return std::string("steps: ") + std::to_string(st.replayed) + " replayed as CUDA graphs, " +
+         std::to_string(st.captured) + " captured, " + std::to_string(st.eager) + " queued op by op (" +
+         std::to_string(graphs_->graphs()) + " graphs cached" + (step_graphs_ ? "" : ", graphs off") + ")";
 }
 
 bool CudaBackend::MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
@@ -240,13 +300,12 @@ std::string CudaBackend::ProfileReport() {
 void CudaBackend::FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) {
   if (dtype != DType::kBF16 && dtype != DType::kF32)
     Fail(ErrorKind::kUnsupported, "FillRandom: dtype {} is not supported", DTypeName(dtype));
-  cuda::FillRandom(dst, dtype == DType::kBF16, n, scale, offset, seed, stream_);
-  CheckLaunch("FillRandom");
+  Enqueue("FillRandom", cuda::FillRandom, dst, dtype == DType::kBF16, n, scale, offset, seed, stream_);
 }
 
 CudaBackend::ScratchArray CudaBackend::UploadScratch(const void* src, size_t bytes) {
   ScratchArray out;
-  const size_t half = kRingBytes / 2, n = (bytes + 255) / 256 * 256;
+  const size_t half = kRingBytes / 2, n = ScratchBytes(bytes);
   if (bytes == 0) return out;
   if (n > half) {
     out.owned = DeviceBuffer(*this, bytes);
@@ -257,6 +316,7 @@ CudaBackend::ScratchArray CudaBackend::UploadScratch(const void* src, size_t byt
   // The half in use is tracked explicitly: a half filled to its last byte leaves ring_head_ at the
   // start of the next one, which must still count as a switch (and record the event).
   if (ring_head_ + n > (ring_half_ + 1) * half) {
+    FlushStep();  // switching halves waits for the GPU: not within a recorded step
     // Leave this half; before reusing the other one, wait until the copies out of it have run.
     Check(cudaEventRecord(ring_half_done_[ring_half_], stream_), "cudaEventRecord (ring)");
     ring_half_ = 1 - ring_half_;
@@ -264,8 +324,10 @@ CudaBackend::ScratchArray CudaBackend::UploadScratch(const void* src, size_t byt
     ring_head_ = ring_half_ * half;
   }
   std::memcpy(ring_host_ + ring_head_, src, bytes);
-  Check(cudaMemcpyAsync(ring_dev_ + ring_head_, ring_host_ + ring_head_, bytes, cudaMemcpyHostToDevice, stream_),
-        "scratch upload");
+  // A recorded step copies its whole scratch at once when it ends (FlushStep).
+  if (!graphs_->recording())
+    Check(cudaMemcpyAsync(ring_dev_ + ring_head_, ring_host_ + ring_head_, bytes, cudaMemcpyHostToDevice, stream_),
+          "scratch upload");
   out.data = ring_dev_ + ring_head_;
   ring_head_ += n;
   return out;
@@ -326,10 +388,16 @@ void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int
     plan->algo = res.algo;
     it = plans_.emplace(key, std::move(plan)).first;
   }
-  const GemmPlan& p = *it->second;
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CheckLt(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
-                         &p.algo, workspace_.data(), workspace_bytes_, stream_),
+  Enqueue("cublasLtMatmul", RunGemm, lt_, it->second.get(), w, x, y, accumulate, workspace_.data(), workspace_bytes_,
+          stream_);
+}
+
+void CudaBackend::RunGemm(void* lt, const GemmPlan* plan, const void* w, const void* x, float* y, bool accumulate,
+                          void* workspace, size_t workspace_bytes, cudaStream_t s) {
+  // alpha and beta live in static storage: a recorded call runs after the caller's frame is gone.
+  static const float kOne = 1.0f, kZero = 0.0f;
+  CheckLt(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt), plan->op, &kOne, w, plan->a, x, plan->b,
+                         accumulate ? &kOne : &kZero, y, plan->c, y, plan->c, &plan->algo, workspace, workspace_bytes, s),
           "cublasLtMatmul");
 }
 
@@ -343,23 +411,20 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
   if (w.dtype == DType::kBF16) {
     const auto* wb = static_cast<const uint16_t*>(w.data);
     if (m <= cuda::kGemvMaxRows) {
-      cuda::GemvBf16(x, m, k, wb, n, y, accumulate, stream_);
-      CheckLaunch("GemvBf16");
+      Enqueue("GemvBf16", cuda::GemvBf16, x, m, k, wb, n, y, accumulate, stream_);
       return;
     }
-    if (const int splits = skinny_gemm_ ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0; splits > 0) {
+    if (const int splits = skinny_gemm_ ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
+        splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
       DeviceBuffer partial;
       if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
-      if (cuda::SkinnyGemm(x, m, k, wb, n, y, accumulate, splits, partial.f32(), stream_)) {
-        CheckLaunch("SkinnyGemm");
-        return;
-      }
+      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(), stream_);
+      return;
     }
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
     // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).
     DeviceBuffer hi(*this, static_cast<size_t>(m * k) * 2), lo(*this, static_cast<size_t>(m * k) * 2);
-    cuda::F32ToBf16Split(x, m * k, static_cast<uint16_t*>(hi.data()), static_cast<uint16_t*>(lo.data()), stream_);
-    CheckLaunch("F32ToBf16Split");
+    Enqueue("F32ToBf16Split", cuda::F32ToBf16Split, x, m * k, static_cast<uint16_t*>(hi.data()), static_cast<uint16_t*>(lo.data()), stream_);
     GemmLt(wb, true, hi.data(), m, k, n, y, accumulate);
     GemmLt(wb, true, lo.data(), m, k, n, y, true);
   } else if (w.dtype == DType::kF32) {
@@ -381,22 +446,19 @@ void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, 
     Fail(ErrorKind::kUnsupported, "embedding: dtype {} is not supported on cuda", DTypeName(table.dtype));
   if (n == 0) return;
   const ScratchArray d = UploadScratch(ids, n * sizeof(int32_t));
-  cuda::Embedding(table.data, table.dtype == DType::kBF16, d.i32(), n, dim, out, stream_);
-  CheckLaunch("Embedding");
+  Enqueue("Embedding", cuda::Embedding, table.data, table.dtype == DType::kBF16, d.i32(), n, dim, out, stream_);
 }
 
 void CudaBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
                           bool one_plus, float* y, int64_t y_stride) {
   profiler_->Mark("RmsNorm");
-  cuda::RmsNorm(x, rows, dim, x_stride, w, eps, one_plus, y, y_stride, stream_);
-  CheckLaunch("RmsNorm");
+  Enqueue("RmsNorm", cuda::RmsNorm, x, rows, dim, x_stride, w, eps, one_plus, y, y_stride, stream_);
 }
 
 void CudaBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                                float eps, float* y) {
   profiler_->Mark("GatedRmsNorm");
-  cuda::GatedRmsNorm(x, z, rows, dim, w, eps, y, stream_);
-  CheckLaunch("GatedRmsNorm");
+  Enqueue("GatedRmsNorm", cuda::GatedRmsNorm, x, z, rows, dim, w, eps, y, stream_);
 }
 
 void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
@@ -405,34 +467,28 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads
   if (rows == 0) return;
   const float* inv_freq = RopeInvFreq(theta, rotary_dim);
   const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
-  cuda::Rope(x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq,
-             stream_);
-  CheckLaunch("Rope");
+  Enqueue("Rope", cuda::Rope, x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq, stream_);
 }
 
 void CudaBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                               int64_t gate_stride) {
   profiler_->Mark("SigmoidGate");
-  cuda::SigmoidGate(x, rows, dim, x_stride, gate, gate_stride, stream_);
-  CheckLaunch("SigmoidGate");
+  Enqueue("SigmoidGate", cuda::SigmoidGate, x, rows, dim, x_stride, gate, gate_stride, stream_);
 }
 
 void CudaBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) {
   profiler_->Mark("SigmoidScaleRows");
-  cuda::SigmoidScaleRows(x, rows, dim, s, stream_);
-  CheckLaunch("SigmoidScaleRows");
+  Enqueue("SigmoidScaleRows", cuda::SigmoidScaleRows, x, rows, dim, s, stream_);
 }
 
 void CudaBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   profiler_->Mark("SiluMul");
-  cuda::SiluMul(gate, up, n, out, stream_);
-  CheckLaunch("SiluMul");
+  Enqueue("SiluMul", cuda::SiluMul, gate, up, n, out, stream_);
 }
 
 void CudaBackend::Add(const float* x, int64_t n, float* y) {
   profiler_->Mark("Add");
-  cuda::Add(x, n, y, stream_);
-  CheckLaunch("Add");
+  Enqueue("Add", cuda::Add, x, n, y, stream_);
 }
 
 void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
@@ -440,12 +496,11 @@ void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t s
   profiler_->Mark("Copy2D");
   if (rows == 0 || cols == 0) return;
   if (rows == 1) {
-    Check(cudaMemcpyAsync(dst, src, cols * 4, cudaMemcpyDeviceToDevice, stream_), "Copy2D");
+    Enqueue("Copy2D", CopyAsync, dst, src, static_cast<size_t>(cols) * 4, cudaMemcpyDeviceToDevice, stream_);
     return;
   }
-  Check(cudaMemcpy2DAsync(dst, dst_stride * 4, src, src_stride * 4, cols * 4, rows, cudaMemcpyDeviceToDevice,
-                          stream_),
-        "Copy2D");
+  Enqueue("Copy2D", Copy2DAsync, dst, static_cast<size_t>(dst_stride) * 4, src, static_cast<size_t>(src_stride) * 4,
+          static_cast<size_t>(cols) * 4, static_cast<size_t>(rows), stream_);
 }
 
 // --- Sequence ops ----------------------------------------------------------------------------
@@ -457,8 +512,7 @@ void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
-  cuda::KvWrite(k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache, stream_);
-  CheckLaunch("KvWrite");
+  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache, stream_);
 }
 
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
@@ -469,8 +523,7 @@ void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride,
   std::vector<int64_t> pairs(2 * n);
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
   const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
-  cuda::KvWriteRows(k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache, v_cache, stream_);
-  CheckLaunch("KvWriteRows");
+  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache, v_cache, stream_);
 }
 
 void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
@@ -520,13 +573,16 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks (whole
   // 128-key groups each, a warp-tile per warp) and merge. Grouped blocks are (row, KV head).
   const int64_t blocks = R * (grouped ? kv_heads : heads), want = (grouped ? 4 : 2) * sm_count_;
+  // One split takes every key: its chunk is a constant, not the growing context length, so that
+  // decode steps keep their graph (cuda_step_graph.h).
   int splits = 1;
-  int64_t chunk = max_keys;
+  int64_t chunk = std::numeric_limits<int64_t>::max();
   if (blocks < want && max_keys > 2 * kKeyChunk) {
     const int64_t groups = (max_keys + kKeyChunk - 1) / kKeyChunk;
     splits = static_cast<int>(std::min<int64_t>({64, groups, (want + blocks - 1) / blocks}));
     chunk = (groups + splits - 1) / splits * kKeyChunk;
     splits = static_cast<int>((max_keys + chunk - 1) / chunk);
+    if (splits == 1) chunk = std::numeric_limits<int64_t>::max();
   }
   const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
   const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
@@ -535,27 +591,24 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
   if (grouped) {
-    cuda::AttentionGqa(dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
-    cuda::AttentionMerge(dd, dr, R, heads, splits, partial.f32(), stream_);
+    Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
+    Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, splits, partial.f32(), stream_);
   } else {
-    cuda::AttentionBatch(dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
+    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
   }
-  CheckLaunch("Attention");
 }
 
 void CudaBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
                                    int64_t K, const float* state, float* y) {
   profiler_->Mark("CausalConv1dSilu");
-  cuda::CausalConv1dSilu(x, T, x_stride, channels, w, K, state, y, stream_);
-  CheckLaunch("CausalConv1dSilu");
+  Enqueue("CausalConv1dSilu", cuda::CausalConv1dSilu, x, T, x_stride, channels, w, K, state, y, stream_);
 }
 
 void CudaBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
                                           int64_t K, float* state) {
   profiler_->Mark("CausalConv1dUpdateState");
   if (K - 1 > 8) Fail(ErrorKind::kUnsupported, "cuda conv1d: kernel size {} > 9", K);
-  cuda::CausalConv1dUpdateState(x, T, x_stride, channels, K, state, stream_);
-  CheckLaunch("CausalConv1dUpdateState");
+  Enqueue("CausalConv1dUpdateState", cuda::CausalConv1dUpdateState, x, T, x_stride, channels, K, state, stream_);
 }
 
 void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
@@ -567,11 +620,8 @@ void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
     Fail(ErrorKind::kInvalidArgument, "gated delta rule: {} value heads over {} key heads", a.value_heads, a.key_heads);
   DeviceBuffer qn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
   DeviceBuffer kn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
-  cuda::GdnNormalizeQk(a.q, a.k, a.qk_stride, a.T, a.key_heads, a.key_dim, qn.f32(), kn.f32(), stream_);
-  CheckLaunch("GdnNormalizeQk");
-  cuda::GatedDeltaRecurrent(qn.f32(), kn.f32(), a.key_heads, a.v, a.v_stride, a.g, a.beta, a.T, a.value_heads,
-                            a.key_dim, a.value_dim, a.state, a.out, stream_);
-  CheckLaunch("GatedDeltaRecurrent");
+  Enqueue("GdnNormalizeQk", cuda::GdnNormalizeQk, a.q, a.k, a.qk_stride, a.T, a.key_heads, a.key_dim, qn.f32(), kn.f32(), stream_);
+  Enqueue("GatedDeltaRecurrent", cuda::GatedDeltaRecurrent, qn.f32(), kn.f32(), a.key_heads, a.v, a.v_stride, a.g, a.beta, a.T, a.value_heads, a.key_dim, a.value_dim, a.state, a.out, stream_);
 }
 
 void CudaBackend::CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_t channels, const float* w,
@@ -595,9 +645,7 @@ void CudaBackend::CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_
     }
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
   const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  cuda::CausalConv1dSiluBatch(x, R, x_stride, channels, w, K, static_cast<const int2*>(dr.data),
-                              static_cast<const cuda::ConvSegmentParams*>(dp.data), y, stream_);
-  CheckLaunch("CausalConv1dSiluBatch");
+  Enqueue("CausalConv1dSiluBatch", cuda::CausalConv1dSiluBatch, x, R, x_stride, channels, w, K, static_cast<const int2*>(dr.data), static_cast<const cuda::ConvSegmentParams*>(dp.data), y, stream_);
 }
 
 void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
@@ -608,9 +656,7 @@ void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride,
   std::vector<cuda::ConvSegmentParams> params;
   for (const ConvSegment& sg : segs) params.push_back({sg.row0, sg.T, sg.state});
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
-  cuda::CausalConv1dUpdateStateBatch(x, x_stride, channels, K, static_cast<const cuda::ConvSegmentParams*>(dp.data),
-                                     static_cast<int64_t>(params.size()), stream_);
-  CheckLaunch("CausalConv1dUpdateStateBatch");
+  Enqueue("CausalConv1dUpdateStateBatch", cuda::CausalConv1dUpdateStateBatch, x, x_stride, channels, K, static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), stream_);
 }
 
 void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
@@ -640,142 +686,23 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
   DeviceBuffer kn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::GdnRunParams));
   const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  cuda::GatedDeltaRuleBatch(static_cast<const cuda::GdnRunParams*>(dp.data), static_cast<int64_t>(params.size()),
-                            static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads, a0.key_dim,
-                            a0.value_dim, qn.f32(), kn.f32(), stream_);
-  CheckLaunch("GatedDeltaRuleBatch");
+  Enqueue("GatedDeltaRuleBatch", cuda::GatedDeltaRuleBatch, static_cast<const cuda::GdnRunParams*>(dp.data), static_cast<int64_t>(params.size()), static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads, a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
 }
 
 void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
                            int64_t b_stride, const float* a_log, const float* dt_bias) {
   profiler_->Mark("GdnGates");
-  cuda::GdnGates(a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log, dt_bias, stream_);
-  CheckLaunch("GdnGates");
-}
-
-// --- MoE -------------------------------------------------------------------------------------
-
-void CudaBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
-                           int32_t* idx, float* weights) {
-  profiler_->Mark("MoeRoute");
-  if (k > num_experts) Fail(ErrorKind::kInvalidArgument, "moe route: top-{} of {} experts", k, num_experts);
-  cuda::MoeRoute(logits, rows, num_experts, k, renormalize, idx, weights, stream_);
-  CheckLaunch("MoeRoute");
-}
-
-const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<ExpertWeights>& experts) {
-  const int64_t E = static_cast<int64_t>(experts.size());
-  std::vector<const void*> host(3 * E);
-  bool aligned = true;
-  for (int64_t e = 0; e < E; ++e) {
-    const ExpertWeights& x = experts[e];
-    if (x.gate.dtype != DType::kBF16 || x.up.dtype != DType::kBF16 || x.down.dtype != DType::kBF16)
-      Fail(ErrorKind::kUnsupported, "cuda MoE: expert {} weights are not bf16", e);
-    host[e] = x.gate.data;
-    host[E + e] = x.up.data;
-    host[2 * E + e] = x.down.data;
-  }
-  for (const void* p : host) aligned = aligned && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-  auto& slot = expert_tables_[experts.data()];
-  if (!slot || slot->host != host) {
-    slot = std::make_unique<ExpertTable>();
-    slot->host = host;
-    slot->aligned = aligned;
-    slot->dev = DeviceBuffer(*this, host.size() * sizeof(void*));
-    Upload(slot->dev.data(), host.data(), host.size() * sizeof(void*));
-  }
-  return *slot;
-}
-
-void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
-                             int64_t k, const std::vector<ExpertWeights>& experts, float* out) {
-  if (rows == 0) return;
-  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
-  const int64_t inter = experts.at(0).gate.dim(0);
-  const ExpertTable& table = ExpertPointers(experts);
-  const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
-  DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-  const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
-  // Unaligned shapes cannot take the grouped kernels' vector loads: the per-pair kernels up to the
-  // CUDA-core limit, the host-grouped GEMMs above it.
-  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeSimtMaxSlots)) {
-    profiler_->Mark("MoeExperts fused");
-    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
-    cuda::MoeGateUp(x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
-    CheckLaunch("MoeGateUp");
-    cuda::MoeDown(act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
-    CheckLaunch("MoeDown");
-  } else if (vec && slots <= moe_device_max_slots_) {
-    profiler_->Mark("MoeExperts device-grouped");
-    const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
-    const int unit_rows = cuda::MoeUnitRows(mma);
-    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-        num_units(*this, sizeof(int32_t));
-    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
-    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
-    Zero(slot_out.data(), slot_out.bytes());
-    cuda::MoeGroupByExpert(idx, slots, E, unit_rows, order.i32(), static_cast<int4*>(units.data()), num_units.i32(),
-                           stream_);
-    CheckLaunch("MoeGroupByExpert");
-    const auto* u = static_cast<const int4*>(units.data());
-    cuda::MoeGroupedGateUp(mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(),
-                           stream_);
-    CheckLaunch("MoeGroupedGateUp");
-    cuda::MoeGroupedDown(mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden,
-                         slot_out.f32(), stream_);
-    CheckLaunch("MoeGroupedDown");
-  } else {
-    // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
-    profiler_->Mark("MoeExperts host-grouped");
-    std::vector<int32_t> hidx(slots);
-    Download(hidx.data(), idx, slots * sizeof(int32_t));
-    std::vector<std::vector<int32_t>> by_expert(E);
-    for (int64_t i = 0; i < slots; ++i) {
-      if (hidx[i] < 0 || hidx[i] >= E) Fail(ErrorKind::kInternal, "expert id {} out of range", hidx[i]);
-      by_expert[hidx[i]].push_back(static_cast<int32_t>(i));
-    }
-    std::vector<int32_t> order;
-    std::vector<std::pair<int64_t, int64_t>> spans(E);  // offset, count
-    for (int64_t e = 0; e < E; ++e) {
-      spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
-      order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
-    }
-    const ScratchArray dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
-    DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
-    DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
-    DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);
-    cuda::GatherRows(x, hidden, dorder.i32(), slots, k, xs.f32(), stream_);
-    CheckLaunch("GatherRows");
-    for (int64_t e = 0; e < E; ++e) {
-      const auto [off, cnt] = spans[e];
-      if (cnt == 0) continue;
-      MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
-      MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
-    }
-    SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
-    for (int64_t e = 0; e < E; ++e) {
-      const auto [off, cnt] = spans[e];
-      if (cnt == 0) continue;
-      MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
-    }
-    cuda::ScatterScaledRows(d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(), stream_);
-    CheckLaunch("ScatterScaledRows");
-  }
-  cuda::MoeSumSlots(slot_out.f32(), rows, k, hidden, out, stream_);
-  CheckLaunch("MoeSumSlots");
+  Enqueue("GdnGates", cuda::GdnGates, a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log, dt_bias, stream_);
 }
 
 void CudaBackend::Softmax(float* x, int64_t rows, int64_t n) {
   profiler_->Mark("Softmax");
-  cuda::Softmax(x, rows, n, stream_);
-  CheckLaunch("Softmax");
+  Enqueue("Softmax", cuda::Softmax, x, rows, n, stream_);
 }
 
 void CudaBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
   profiler_->Mark("Argmax");
-  cuda::Argmax(x, rows, n, out, stream_);
-  CheckLaunch("Argmax");
+  Enqueue("Argmax", cuda::Argmax, x, rows, n, out, stream_);
 }
 
 }  // namespace tessera

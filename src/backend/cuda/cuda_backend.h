@@ -10,12 +10,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_op_profiler.h"
+#include "backend/cuda/cuda_step_graph.h"
 
 namespace tessera {
 
@@ -37,6 +41,13 @@ class CudaBackend : public Backend {
   void ProfileReset() override;
   std::string ProfileReport() override;
   void FillRandom(void* dst, DType dtype, int64_t n, float scale, float offset, uint64_t seed) override;
+  // Steps run as CUDA graphs (cuda_step_graph.h); TESSERA_CUDA_GRAPHS=0 or the profiler turns this
+  // off (the profile times ops one by one).
+  void BeginStep() override;
+  void EndStep() override;
+  std::string StepSummary() override;
+  void SetStepGraphs(bool on);
+  const cuda::StepGraphs::Stats& step_graph_stats() const { return graphs_->stats(); }
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
   void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;
@@ -99,7 +110,12 @@ class CudaBackend : public Backend {
 
  private:
   struct GemmPlan;
-  struct ExpertTable;
+  // The device array of a layer's expert weight pointers (MoeExperts' kernels index it).
+  struct ExpertTable {
+    std::vector<const void*> host;  // [gate..., up..., down...]
+    DeviceBuffer dev;
+    bool aligned = true;  // every pointer 16-byte aligned (vector loads)
+  };
   // A host array copied to device memory in stream order for the op being queued. Small arrays go
   // through the pinned scratch ring (a truly asynchronous copy: no driver staging, no stream sync);
   // larger ones get an owned buffer (freed after the op, reused in stream order).
@@ -111,6 +127,22 @@ class CudaBackend : public Backend {
   };
   void Check(cudaError_t e, const char* what) const;
   void CheckLaunch(const char* what) const;
+  // Queues fn(args...) on the stream now, or records it when a step is being recorded. Every stream
+  // operation of an op goes through here (a launcher called directly would run out of order).
+  template <class R, class... P, class... A>
+  void Enqueue(const char* what, R (*fn)(P...), A&&... args) {
+    if (graphs_->recording()) {
+      graphs_->Add(what, fn, std::forward<A>(args)...);
+      return;
+    }
+    fn(std::forward<A>(args)...);
+    CheckLaunch(what);
+  }
+  // Queues the step being recorded, if any (before anything that waits for the device or reads the
+  // host memory of the call).
+  void FlushStep();
+  static void RunGemm(void* lt, const GemmPlan* plan, const void* w, const void* x, float* y, bool accumulate,
+                      void* workspace, size_t workspace_bytes, cudaStream_t s);
   ScratchArray UploadScratch(const void* src, size_t bytes);
   // inv_freq of RoPE for (theta, rotary_dim), computed once and kept on the device.
   const float* RopeInvFreq(double theta, int64_t rotary_dim);
@@ -122,6 +154,8 @@ class CudaBackend : public Backend {
   int sm_count_ = 1;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
+  std::unique_ptr<cuda::StepGraphs> graphs_;
+  bool step_graphs_ = true;                      // TESSERA_CUDA_GRAPHS=0: every op queued at once
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool skinny_gemm_ = true;                      // 9..64-row products on the few-row MMA kernel
@@ -133,7 +167,9 @@ class CudaBackend : public Backend {
   std::unordered_map<const void*, std::unique_ptr<ExpertTable>> expert_tables_;
   // Caching allocator.
   std::unordered_map<void*, size_t> live_;
-  std::unordered_map<size_t, std::vector<void*>> cached_;
+  // Free blocks by size; the lowest address is handed out first, so a forward gets the same blocks
+  // whatever order the previous one freed them in (equal steps keep their CUDA graph).
+  std::unordered_map<size_t, std::set<void*>> cached_;
   size_t reserved_ = 0;
   void* staging_ = nullptr;  // pinned host buffer for uploads
   size_t staging_bytes_ = 0;

@@ -49,6 +49,12 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
 // bytes for x and w) does not fit.
 constexpr int64_t kSkinnyGemmMaxRows = 64;
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
+// Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
+// queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer.
+inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return m > 0 && m <= kSkinnyGemmMaxRows && k % 32 == 0 && aligned(x) && aligned(w);
+}
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);
 

@@ -1,0 +1,114 @@
+// tessera cuda backend: the MoE ops of CudaBackend (routing, and the expert paths by the number of
+// (row, expert) pairs: fused per pair, device-grouped, host-grouped). See cuda_backend.h.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+
+namespace tessera {
+
+// --- MoE -------------------------------------------------------------------------------------
+
+void CudaBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
+                           int32_t* idx, float* weights) {
+  profiler_->Mark("MoeRoute");
+  if (k > num_experts) Fail(ErrorKind::kInvalidArgument, "moe route: top-{} of {} experts", k, num_experts);
+  Enqueue("MoeRoute", cuda::MoeRoute, logits, rows, num_experts, k, renormalize, idx, weights, stream_);
+}
+
+const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<ExpertWeights>& experts) {
+  const int64_t E = static_cast<int64_t>(experts.size());
+  std::vector<const void*> host(3 * E);
+  bool aligned = true;
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& x = experts[e];
+    if (x.gate.dtype != DType::kBF16 || x.up.dtype != DType::kBF16 || x.down.dtype != DType::kBF16)
+      Fail(ErrorKind::kUnsupported, "cuda MoE: expert {} weights are not bf16", e);
+    host[e] = x.gate.data;
+    host[E + e] = x.up.data;
+    host[2 * E + e] = x.down.data;
+  }
+  for (const void* p : host) aligned = aligned && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+  auto& slot = expert_tables_[experts.data()];
+  if (!slot || slot->host != host) {
+    slot = std::make_unique<ExpertTable>();
+    slot->host = host;
+    slot->aligned = aligned;
+    slot->dev = DeviceBuffer(*this, host.size() * sizeof(void*));
+    Upload(slot->dev.data(), host.data(), host.size() * sizeof(void*));
+  }
+  return *slot;
+}
+
+void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                             int64_t k, const std::vector<ExpertWeights>& experts, float* out) {
+  if (rows == 0) return;
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  const int64_t inter = experts.at(0).gate.dim(0);
+  const ExpertTable& table = ExpertPointers(experts);
+  const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
+  DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  const bool vec = table.aligned && hidden % 8 == 0 && inter % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+  // Unaligned shapes cannot take the grouped kernels' vector loads: the per-pair kernels up to the
+  // CUDA-core limit, the host-grouped GEMMs above it.
+  if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeSimtMaxSlots)) {
+    profiler_->Mark("MoeExperts fused");
+    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
+    Enqueue("MoeGateUp", cuda::MoeGateUp, x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
+    Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned, slot_out.f32(), stream_);
+  } else if (vec && slots <= moe_device_max_slots_) {
+    profiler_->Mark("MoeExperts device-grouped");
+    const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
+    const int unit_rows = cuda::MoeUnitRows(mma);
+    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
+    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+        num_units(*this, sizeof(int32_t));
+    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
+    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
+    Zero(slot_out.data(), slot_out.bytes());
+    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(), static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    const auto* u = static_cast<const int4*>(units.data());
+    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(), stream_);
+    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden, slot_out.f32(), stream_);
+  } else {
+    // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
+    profiler_->Mark("MoeExperts host-grouped");
+    std::vector<int32_t> hidx(slots);
+    Download(hidx.data(), idx, slots * sizeof(int32_t));
+    std::vector<std::vector<int32_t>> by_expert(E);
+    for (int64_t i = 0; i < slots; ++i) {
+      if (hidx[i] < 0 || hidx[i] >= E) Fail(ErrorKind::kInternal, "expert id {} out of range", hidx[i]);
+      by_expert[hidx[i]].push_back(static_cast<int32_t>(i));
+    }
+    std::vector<int32_t> order;
+    std::vector<std::pair<int64_t, int64_t>> spans(E);  // offset, count
+    for (int64_t e = 0; e < E; ++e) {
+      spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
+      order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
+    }
+    const ScratchArray dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
+    DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
+    DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
+    DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);
+    Enqueue("GatherRows", cuda::GatherRows, x, hidden, dorder.i32(), slots, k, xs.f32(), stream_);
+    for (int64_t e = 0; e < E; ++e) {
+      const auto [off, cnt] = spans[e];
+      if (cnt == 0) continue;
+      MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
+      MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
+    }
+    SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
+    for (int64_t e = 0; e < E; ++e) {
+      const auto [off, cnt] = spans[e];
+      if (cnt == 0) continue;
+      MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
+    }
+    Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(), stream_);
+  }
+  Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out.f32(), rows, k, hidden, out, stream_);
+}
+
+}  // namespace tessera
