@@ -6,11 +6,19 @@
 // for all of its rows: gate/up (+ SiLU-mul) into a sorted activation buffer, then down scaled by the
 // routing weight into the pair's slot. Every row's dot products run in the same lane order whatever
 // unit it lands in, so the result does not depend on the (atomic) order of the grouping.
+// Tensor cores: the pipelined kernels (cp.async stages in shared memory, a resident grid taking
+// (unit, column tile) items in turn) for decode batches and diffusion blocks, the first ones for
+// prompt chunks (SelectedMoeMma).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -204,14 +212,11 @@ __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint
 }
 
 // A fragments (hi and lo) of both k-steps of a chunk from rows g and g + 8 (8 floats each at the
-// lane's k): a[step][reg] in the MMA's register order (row g, row g+8, row g +8k, row g+8 +8k).
-__device__ __forceinline__ void LoadA(const float* r0, const float* r1, bool ok0, bool ok1, uint32_t (&hi)[2][4],
-                                      uint32_t (&lo)[2][4]) {
+// lane's k; a, b: row g, c, d: row g + 8): a[step][reg] in the MMA's register order (row g, row g+8,
+// row g +8k, row g+8 +8k). LoadA: the same, reading the floats from global memory.
+__device__ __forceinline__ void SplitA(const float4 a, const float4 b, const float4 c, const float4 d,
+                                       uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
   float v0[8], v1[8];
-  const float4 a = ok0 ? *reinterpret_cast<const float4*>(r0) : make_float4(0, 0, 0, 0);
-  const float4 b = ok0 ? *reinterpret_cast<const float4*>(r0 + 4) : make_float4(0, 0, 0, 0);
-  const float4 c = ok1 ? *reinterpret_cast<const float4*>(r1) : make_float4(0, 0, 0, 0);
-  const float4 d = ok1 ? *reinterpret_cast<const float4*>(r1 + 4) : make_float4(0, 0, 0, 0);
   v0[0] = a.x, v0[1] = a.y, v0[2] = a.z, v0[3] = a.w, v0[4] = b.x, v0[5] = b.y, v0[6] = b.z, v0[7] = b.w;
   v1[0] = c.x, v1[1] = c.y, v1[2] = c.z, v1[3] = c.w, v1[4] = d.x, v1[5] = d.y, v1[6] = d.z, v1[7] = d.w;
 #pragma unroll
@@ -221,6 +226,15 @@ __device__ __forceinline__ void LoadA(const float* r0, const float* r1, bool ok0
     SplitPair(v0[4 * step + 2], v0[4 * step + 3], hi[step][2], lo[step][2]);
     SplitPair(v1[4 * step + 2], v1[4 * step + 3], hi[step][3], lo[step][3]);
   }
+}
+
+__device__ __forceinline__ void LoadA(const float* r0, const float* r1, bool ok0, bool ok1, uint32_t (&hi)[2][4],
+                                      uint32_t (&lo)[2][4]) {
+  const float4 a = ok0 ? *reinterpret_cast<const float4*>(r0) : make_float4(0, 0, 0, 0);
+  const float4 b = ok0 ? *reinterpret_cast<const float4*>(r0 + 4) : make_float4(0, 0, 0, 0);
+  const float4 c = ok1 ? *reinterpret_cast<const float4*>(r1) : make_float4(0, 0, 0, 0);
+  const float4 d = ok1 ? *reinterpret_cast<const float4*>(r1 + 4) : make_float4(0, 0, 0, 0);
+  SplitA(a, b, c, d, hi, lo);
 }
 
 __device__ __forceinline__ void MmaChunk(float* c, const uint32_t (&hi)[2][4], const uint32_t (&lo)[2][4],
@@ -317,6 +331,230 @@ __global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* or
   }
 }
 
+// --- Tensor-core variant 2 (default): the same MMA scheme and numerics, with the weights streamed
+// through a multi-stage cp.async pipeline in shared memory. Variant 1 above keeps one 16-byte load
+// per lane in flight and waits for it, and its grid (units x column tiles, ~1.4 waves at 4 blocks an
+// SM) leaves SMs idle in the last wave: it reaches ~0.5 of the bandwidth. Here:
+// - work item = (unit, tile of kItemRows weight rows: half gate half up, or down), items dealt to a
+//   grid of resident blocks in turn (item = blockIdx.x + i * gridDim.x; equal items, so the blocks
+//   finish together), and the pipeline runs across item boundaries without draining;
+// - a stage = kItemRows weight rows x kKt of k (16 KiB) plus the unit's 16 activation rows (f32,
+//   zero-filled past the unit's rows) for that k; kStages - 1 stages are in flight while one is
+//   multiplied (32-48 KiB of weights a block, two blocks an SM);
+// - the kKt / 32 chunks of a stage go to different warps (split k inside the block: a warp splits
+//   only its chunk's activations and keeps 8 n8 tiles of accumulators); the per-warp partial sums
+//   are added in chunk order at the end of the item, so a row's result depends only on its data,
+//   never on its unit, block or timing (deterministic, no atomics).
+// Weight rows in shared memory: kKt bf16, 16-byte chunk c of row R stored at chunk c ^ 4 (R & 1), so
+// a quarter-warp's fragment loads (rows R and R + 1, four chunks each) hit all 32 banks once.
+// Activation rows are padded by 4 floats for the same reason.
+constexpr int kV2Threads = 128;
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fill) {
+  // src-size 0 zero-fills the 16 bytes without reading (gmem must still be a valid address).
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// What the epilogue of an item needs, written when its first stage is issued. The producer runs at
+// most kStages - 1 stages ahead, so item i + kStages starts after item i's epilogue (a later loop
+// iteration, past a barrier) even with one stage an item: a ring of kStages + 1 has a slot to spare.
+struct MoeItemMeta {
+  int32_t pos0, rows, col0, pad;
+  int32_t slot[16];  // down: the pair of each row
+  float scale[16];   // down: its routing weight
+};
+
+template <int kKChunks, int kStages>
+struct MoeV2Shape {
+  static constexpr int kKt = 32 * kKChunks;              // k per stage
+  static constexpr int kItemRows = 64 * (4 / kKChunks);  // weight rows per item: 8 n8 tiles a warp
+  static constexpr int kRowBytes = 2 * kKt;
+  static constexpr int kChunksPerRow = kKt / 8;           // 16-byte chunks per weight row
+  static constexpr int kRowStep = kV2Threads / kChunksPerRow;  // rows one copy instruction covers
+  static constexpr int kAStride = kKt + 4;                // floats per activation row
+  static constexpr int kRedStride = kItemRows + 8;        // floats per row of a partial-sum tile
+  static constexpr int kBStage = kItemRows * kRowBytes;   // bytes
+  static constexpr int kAStage = 16 * kAStride * 4;       // bytes
+  static constexpr int kRing = kStages + 1;
+  static constexpr size_t kSmem = static_cast<size_t>(kStages) * (kBStage + kAStage) +
+                                  static_cast<size_t>(kKChunks) * 16 * kRedStride * 4 + kRing * sizeof(MoeItemMeta);
+  static_assert(kItemRows * kChunksPerRow == 8 * kV2Threads, "8 weight copies a thread a stage");
+  static_assert(kItemRows / 2 == 4 * kRowStep, "copies 0-3 cover the first half of the rows, 4-7 the second");
+};
+
+// kDown = false (gate/up): in = x [tokens, K = hidden] gathered through order / top_k, weight rows
+// = gate and up columns (item: kItemRows / 2 of each), out = act[pos, n = inter] = silu(g) * u.
+// kDown = true: in = act [pos, K = inter], weight rows = down columns, out = slot_out[slot, n =
+// hidden] = weight[slot] * d.
+template <bool kDown, int kKChunks, int kStages>
+__global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, int K, int n, int top_k,
+                                                             const int32_t* order, const int4* units,
+                                                             const int32_t* num_units, const float* weights,
+                                                             const uint16_t* const* ptrs, int64_t E, float* out) {
+  using S = MoeV2Shape<kKChunks, kStages>;
+  constexpr int kCols = kDown ? S::kItemRows : S::kItemRows / 2;  // output columns per item
+  constexpr int kHalf = S::kItemRows / 2;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sb = smem;                                             // [kStages][kItemRows][kRowBytes]
+  float* sa = reinterpret_cast<float*>(smem + kStages * S::kBStage);    // [kStages][16][kAStride]
+  float* red = sa + kStages * 16 * S::kAStride;                         // [kKChunks][16][kRedStride]
+  MoeItemMeta* ring = reinterpret_cast<MoeItemMeta*>(red + kKChunks * 16 * S::kRedStride);
+
+  const int tiles = (n + kCols - 1) / kCols;
+  const int total = *num_units * tiles;
+  if (static_cast<int>(blockIdx.x) >= total) return;
+  const int grid = static_cast<int>(gridDim.x);
+  const int mine = (total - 1 - static_cast<int>(blockIdx.x)) / grid + 1;  // items of this block
+  const int ks_per_item = (K + S::kKt - 1) / S::kKt;
+  const int stages = mine * ks_per_item;
+
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
+  const int kw = warp % kKChunks, nw = warp / kKChunks;  // this warp's k chunk and 64-row group
+  // Copy roles: weight rows wr + kRowStep * i (i < 8), 16-byte chunk wc; activation row ar, chunks
+  // (t & 7) + 8 m. ar is also the row this thread stores in the epilogue.
+  const int wc = t % S::kChunksPerRow, wr = t / S::kChunksPerRow, ar = t >> 3;
+  const int wswz = (wr & 1) << 2;
+
+  // Producer state: the item being issued (its unit prefetched one item ahead).
+  int p_item = blockIdx.x, p_ks = 0, p_local = 0;
+  int4 p_unit = units[p_item / tiles];
+  const uint16_t* w0 = nullptr;
+  const uint16_t* w1 = nullptr;
+  int col0 = 0, col1 = 0;
+  const float* arow = in;
+  bool a_ok = false;
+
+  auto start_item = [&]() {
+    const int4 unit = p_unit;
+    const int c0 = (p_item % tiles) * kCols;
+    if (p_item + grid < total) p_unit = units[(p_item + grid) / tiles];
+    a_ok = ar < unit.z;
+    const int pos = unit.y + (a_ok ? ar : 0);
+    const int32_t pair = order[pos];
+    if constexpr (kDown) {
+      w0 = w1 = ptrs[2 * E + unit.x];
+      col0 = c0 + wr;
+      col1 = c0 + kHalf + wr;
+      arow = in + static_cast<int64_t>(pos) * K;
+    } else {
+      w0 = ptrs[unit.x];
+      w1 = ptrs[E + unit.x];
+      col0 = col1 = c0 + wr;
+      arow = in + static_cast<int64_t>(pair / top_k) * K;
+    }
+    MoeItemMeta& m = ring[p_local % S::kRing];
+    if ((t & 7) == 0) {
+      m.slot[ar] = pair;
+      m.scale[ar] = kDown && a_ok ? weights[pair] : 0.0f;
+    }
+    if (t == 0) m.pos0 = unit.y, m.rows = unit.z, m.col0 = c0;
+  };
+
+  // Queues the copies of the producer's next stage into buffer `buf` (then steps the producer).
+  auto issue = [&](int buf) {
+    if (p_ks == 0) start_item();
+    const int k0 = p_ks * S::kKt;
+    unsigned char* b = sb + buf * S::kBStage;
+    if (k0 + 32 * (wc >> 2) < K) {  // K % kKt != 0: the last stage's chunks past K are skipped
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int row = wr + S::kRowStep * i;
+        const int col = (i < 4 ? col0 : col1) + S::kRowStep * (i & 3);
+        const bool ok = col < n;  // columns past the end: zeros (their outputs are not stored)
+        const uint16_t* src = (i < 4 ? w0 : w1) + static_cast<int64_t>(ok ? col : 0) * K + k0 + 8 * wc;
+        CpAsync16(b + row * S::kRowBytes + ((wc ^ wswz) << 4), src, ok);
+      }
+    }
+    float* a = sa + buf * 16 * S::kAStride + ar * S::kAStride;
+#pragma unroll
+    for (int m = 0; m < kKChunks; ++m) {
+      const int c = (t & 7) + 8 * m;
+      if (k0 + 32 * m < K) CpAsync16(a + 4 * c, arow + k0 + 4 * c, a_ok);  // rows past the unit: zeros
+    }
+    if (++p_ks == ks_per_item) p_ks = 0, p_item += grid, ++p_local;
+  };
+
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages) issue(s);
+    CpAsyncCommit();
+  }
+  float acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  int c_ks = 0, c_local = 0;
+  for (int s = 0; s < stages; ++s) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of stage s have landed
+    __syncthreads();             // everyone's have, and everyone is done with stage s - 1's buffer
+    if (s + kStages - 1 < stages) issue((s + kStages - 1) % kStages);
+    CpAsyncCommit();
+
+    const int buf = s % kStages;
+    if (c_ks * S::kKt + 32 * kw < K) {  // warp-uniform
+      const float* a0 = sa + buf * 16 * S::kAStride + g * S::kAStride + 32 * kw + 8 * q;
+      const float* a1 = a0 + 8 * S::kAStride;
+      uint32_t hi[2][4], lo[2][4];
+      SplitA(*reinterpret_cast<const float4*>(a0), *reinterpret_cast<const float4*>(a0 + 4),
+             *reinterpret_cast<const float4*>(a1), *reinterpret_cast<const float4*>(a1 + 4), hi, lo);
+      const int chunk = (4 * kw + q) ^ ((g & 1) << 2);  // rows 8j + g: the swizzle bit is g's
+      const unsigned char* b = sb + buf * S::kBStage + (nw * 64 + g) * S::kRowBytes + (chunk << 4);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) MmaChunk(acc[j], hi, lo, *reinterpret_cast<const uint4*>(b + 8 * j * S::kRowBytes));
+    }
+
+    if (++c_ks == ks_per_item) {
+      // End of an item: partial sums through shared memory, added in chunk order.
+      float* r = red + kw * 16 * S::kRedStride;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = nw * 64 + 8 * j + 2 * q;
+        *reinterpret_cast<float2*>(r + g * S::kRedStride + col) = make_float2(acc[j][0], acc[j][1]);
+        *reinterpret_cast<float2*>(r + (g + 8) * S::kRedStride + col) = make_float2(acc[j][2], acc[j][3]);
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+      }
+      __syncthreads();
+      const MoeItemMeta& m = ring[c_local % S::kRing];
+      if (ar < m.rows) {
+        float* dst = out + static_cast<int64_t>(kDown ? m.slot[ar] : m.pos0 + ar) * n + m.col0;
+        const float scale = m.scale[ar];
+#pragma unroll
+        for (int jj = 0; jj < kCols / 32; ++jj) {
+          const int col = 4 * (t & 7) + 32 * jj;
+          if (m.col0 + col >= n) continue;
+          auto sum = [&](int c) {
+            float4 v = *reinterpret_cast<const float4*>(red + ar * S::kRedStride + c);
+#pragma unroll
+            for (int k = 1; k < kKChunks; ++k) {
+              const float4 p = *reinterpret_cast<const float4*>(red + (k * 16 + ar) * S::kRedStride + c);
+              v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+            }
+            return v;
+          };
+          const float4 v = sum(col);
+          float4 o;
+          if constexpr (kDown) {
+            o = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
+          } else {
+            const float4 u = sum(kHalf + col);
+            o = make_float4(SiluF(v.x) * u.x, SiluF(v.y) * u.y, SiluF(v.z) * u.z, SiluF(v.w) * u.w);
+          }
+          *reinterpret_cast<float4*>(dst + col) = o;
+        }
+      }
+      c_ks = 0;
+      ++c_local;
+      // `red` is written again only at the next item's end, after the next iteration's barrier.
+    }
+  }
+  CpAsyncWait<0>();  // nothing is left in flight (only empty groups), but leave no copy behind
+}
+
 // Dense y[m, n] (+)= x[m, k] w[n, k]^T for a few rows (m <= 16 * RT): the MoE kernels' MMA scheme
 // with every row tile in the same warp, so each weight is read once whatever m is (cuBLASLt's
 // hi + lo GEMMs read it twice, and its tiles are sized for larger m).
@@ -381,6 +619,73 @@ __global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t
   y[i] = v;
 }
 
+// Which tensor-core kernels: v1 = the first ones (one load in flight a lane), v2 = the pipelined
+// ones with 64 of k a stage (128 weight rows an item, 4 stages), v2k128 = pipelined with 128 of k a
+// stage (64 rows, 3 stages). Measured on the H200 (docs/PERFORMANCE.md): v2k128 is fastest for decode
+// batches and diffusion blocks (b64 45 -> 33 ms a step), v1 for 4,096-token prompt chunks (whose
+// units are full: 697 against 753 ms). TESSERA_CUDA_MOE_MMA (read once) forces one for comparisons.
+enum class MoeMma { kV1, kV2, kV2K128 };
+constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, v1
+
+MoeMma SelectedMoeMma(int64_t max_units) {
+  static const int forced = [] {
+    const char* e = std::getenv("TESSERA_CUDA_MOE_MMA");
+    const std::string name = e ? e : "";
+    return name == "v1" ? 1 : name == "v2" ? 2 : name == "v2k128" ? 3 : 0;
+  }();
+  if (forced) return forced == 1 ? MoeMma::kV1 : forced == 2 ? MoeMma::kV2 : MoeMma::kV2K128;
+  return max_units > kMoePipelinedMaxUnits ? MoeMma::kV1 : MoeMma::kV2K128;
+}
+
+// Blocks of `kernel` resident on the current device at once (SMs x occupancy), cached per device;
+// also sets the kernel's shared memory limit and carveout there. Neither call is stream-ordered, so
+// they are allowed while a step is being captured into a graph.
+template <typename Kernel>
+int64_t ResidentBlocks(Kernel kernel, size_t smem) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout, for two blocks an SM.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Threads, smem);
+  const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  cache.emplace(key, blocks);
+  return blocks;
+}
+
+// The grid: as many blocks as are resident at once, fewer when there are fewer items even with
+// every unit of the bound present (blocks with no item return at once).
+template <bool kDown, int kKChunks, int kStages>
+void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order, const int4* units,
+                    const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
+                    int64_t E, float* out, cudaStream_t s) {
+  using S = MoeV2Shape<kKChunks, kStages>;
+  constexpr int64_t kCols = kDown ? S::kItemRows : S::kItemRows / 2;
+  const auto kernel = MoeMmaV2Kernel<kDown, kKChunks, kStages>;
+  const int64_t items = max_units * ((n + kCols - 1) / kCols);
+  const int64_t grid = std::min(items, ResidentBlocks(kernel, S::kSmem));
+  kernel<<<static_cast<unsigned>(grid), kV2Threads, S::kSmem, s>>>(
+      in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
+      out);
+}
+
+template <bool kDown>
+void LaunchMoeMmaV2(MoeMma v, const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order,
+                    const int4* units, const int32_t* num_units, int64_t max_units, const float* weights,
+                    const uint16_t* const* ptrs, int64_t E, float* out, cudaStream_t s) {
+  if (v == MoeMma::kV2K128)
+    LaunchMoeMmaV2<kDown, 4, 3>(in, K, n, top_k, order, units, num_units, max_units, weights, ptrs, E, out, s);
+  else
+    LaunchMoeMmaV2<kDown, 2, 4>(in, K, n, top_k, order, units, num_units, max_units, weights, ptrs, E, out, s);
+}
+
 }  // namespace
 
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
@@ -392,8 +697,7 @@ int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
 
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0 || !aligned(x) || !aligned(w) || splits < 1) return false;
+  if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
   const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
   const int64_t used = (k + k_chunk - 1) / k_chunk;  // splits that get at least one chunk
   float* part = used > 1 ? partial : nullptr;
@@ -424,6 +728,11 @@ void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
                       int64_t num_experts, int64_t inter, float* act, cudaStream_t s) {
   if (max_units <= 0) return;
+  if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
+    LaunchMoeMmaV2<false>(SelectedMoeMma(max_units), x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
+                          num_experts, act, s);
+    return;
+  }
   if (tensor_cores) {
     const dim3 grid(static_cast<unsigned>((inter + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
                     static_cast<unsigned>(max_units));
@@ -439,6 +748,11 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s) {
   if (max_units <= 0) return;
+  if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
+    LaunchMoeMmaV2<true>(SelectedMoeMma(max_units), act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
+                         num_experts, slot_out, s);
+    return;
+  }
   if (tensor_cores) {
     const dim3 grid(static_cast<unsigned>((hidden + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
                     static_cast<unsigned>(max_units));
