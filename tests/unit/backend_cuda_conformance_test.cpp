@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -107,6 +108,20 @@ TEST_F(CudaConformance, MatMulBf16AndF32) {
     float* dy = Dev(std::vector<float>(want.size()));
     gpu_->MatMul(Dev(x), m, DevBf16(ww, wn, wk), dy, false);
     Report("MatMul bf16 m=20 n=34816", RelErr(Host(dy, want.size()), want));
+  }
+  // Ragged shapes: n not a multiple of a column tile, k a multiple of 32 but not of 64, every
+  // kernel family (GEMV, few-row m <= 32 and 33..64, the 256-column variant for very wide outputs).
+  for (const auto [m, rn, rk] : {std::tuple<int64_t, int64_t, int64_t>{1, 517, 2080}, {3, 517, 2080}, {8, 517, 2080},
+                                 {9, 517, 2080}, {40, 517, 2080}, {64, 517, 2080}, {48, 34856, 288}}) {
+    const auto rw = Bf16s(Rand(rn * rk, -0.05f, 0.05f, 7 + m));
+    const auto x = Rand(m * rk, -1, 1, 20 + m);
+    std::vector<float> want(m * rn, -0.25f);
+    auto y = want;
+    cpu_->MatMul(x.data(), m, HostBf16(rw, rn, rk), want.data(), /*accumulate=*/true);
+    float* dy = Dev(y);
+    gpu_->MatMul(Dev(x), m, DevBf16(rw, rn, rk), dy, true);
+    Report(("MatMul bf16 m=" + std::to_string(m) + " n=" + std::to_string(rn) + " k=" + std::to_string(rk)).c_str(),
+           RelErr(Host(dy, m * rn), want));
   }
   const auto wf = Rand(256 * 512, -0.05f, 0.05f, 3);
   const auto x = Rand(16 * 512, -1, 1, 4);

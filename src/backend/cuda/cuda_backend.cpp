@@ -570,14 +570,17 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (R == 0) return;
   const int64_t kv_heads = args[0].num_kv_heads;
   const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
-  // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks (whole
-  // 128-key groups each, a warp-tile per warp) and merge. Grouped blocks are (row, KV head).
+  // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
+  // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks: whole 128-key groups.
   const int64_t blocks = R * (grouped ? kv_heads : heads), want = (grouped ? 4 : 2) * sm_count_;
   // One split takes every key: its chunk is a constant, not the growing context length, so that
-  // decode steps keep their graph (cuda_step_graph.h).
+  // decode steps keep their graph (cuda_step_graph.h). The grouped kernel's plan also moves in
+  // steps of the context (4 a doubling), not with every 128 keys.
   int splits = 1;
   int64_t chunk = std::numeric_limits<int64_t>::max();
-  if (blocks < want && max_keys > 2 * kKeyChunk) {
+  if (grouped) {
+    cuda::GqaSplitPlan(R, kv_heads, max_keys, sm_count_, &splits, &chunk);
+  } else if (blocks < want && max_keys > 2 * kKeyChunk) {
     const int64_t groups = (max_keys + kKeyChunk - 1) / kKeyChunk;
     splits = static_cast<int>(std::min<int64_t>({64, groups, (want + blocks - 1) / blocks}));
     chunk = (groups + splits - 1) / splits * kKeyChunk;

@@ -1,11 +1,17 @@
 // tessera cuda backend: element-wise / row-wise kernels, the few-row bf16 GEMV, dummy-weight fill,
-// softmax / argmax and the MoE kernels (routing, the fused few-token expert path, gather/scatter
-// for the grouped path). f32 activations, bf16 weights, f32 accumulation. See cuda_kernels.h.
+// softmax / argmax and the MoE routing and gather/scatter (grouped path) kernels; the fused
+// few-token expert path is in cuda_moe_fused.cu. f32 activations, bf16 weights, f32 accumulation.
+// See cuda_kernels.h.
+// Batch-1 decode is a chain of small launches: the GEMV is written to keep HBM busy (many 16-byte
+// weight loads in flight per warp, k split across the warps of a block for narrow outputs), and
+// the one-row kernels (RMSNorm, MoE routing) keep a row in registers of one warp or block.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -65,6 +71,47 @@ __global__ void RmsNormKernel(const float* x, int64_t dim, int64_t xs, const flo
   const float inv = rsqrtf(ss / dim + eps);
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
     yr[j] = xr[j] * inv * (one_plus ? 1.0f + w[j] : w[j]);
+}
+
+// RMSNorm with the row in registers: kTpr threads per row (32: a warp per row, several rows per
+// block, no block barrier; else the whole block), each holding kV float4 of x and w. x and w are
+// both loaded before the reduction, so a one-row call costs one memory round trip, not two. x may
+// alias y: each element is read and written by the same thread. Same arithmetic as RmsNormKernel.
+template <int kTpr, int kV>
+__global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t xs, const float* w, float eps,
+                                 bool one_plus, float* y, int64_t ys) {
+  __shared__ float red[32];
+  const int t = threadIdx.x % kTpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTpr) + threadIdx.x / kTpr;
+  if (kTpr == 32 && row >= rows) return;  // whole warps only; the block path has one row per block
+  const float* xr = x + row * xs;
+  float4 xv[kV], wv[kV];
+  float ss = 0;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int j = (v * kTpr + t) * 4;
+    if (j < dim) {
+      xv[v] = *reinterpret_cast<const float4*>(xr + j);
+      wv[v] = __ldg(reinterpret_cast<const float4*>(w + j));
+      ss += xv[v].x * xv[v].x + xv[v].y * xv[v].y + xv[v].z * xv[v].z + xv[v].w * xv[v].w;
+    }
+  }
+  ss = kTpr == 32 ? WarpSum(ss) : BlockSum(ss, red);
+  const float inv = rsqrtf(ss / dim + eps);
+  float* yr = y + row * ys;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int j = (v * kTpr + t) * 4;
+    if (j < dim) {
+      const float4 a = xv[v], b = wv[v];
+      float4 o;
+      o.x = a.x * inv * (one_plus ? 1.0f + b.x : b.x);
+      o.y = a.y * inv * (one_plus ? 1.0f + b.y : b.y);
+      o.z = a.z * inv * (one_plus ? 1.0f + b.z : b.z);
+      o.w = a.w * inv * (one_plus ? 1.0f + b.w : b.w);
+      *reinterpret_cast<float4*>(yr + j) = o;
+    }
+  }
 }
 
 __global__ void GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
@@ -218,7 +265,8 @@ __global__ void ArgmaxKernel(const float* x, int64_t n, int32_t* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
-// One warp per output column n; each lane reads 8 bf16 (16 bytes) of the weight row at a time.
+// GEMV v1: one warp per output column n; each lane reads 8 bf16 (16 bytes) of the weight row at a
+// time, one load in flight. Used for unaligned x / w or k % 8 != 0, and for TESSERA_CUDA_GEMV=v1.
 template <bool kVec>
 __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t* w, int64_t n, float* y,
                                bool accumulate) {
@@ -266,24 +314,120 @@ __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t*
   }
 }
 
-// Dot of an f32 row and a bf16 row of length k, summed over the warp (every lane gets it).
-__device__ __forceinline__ float WarpDotBf16(const float* x, const uint16_t* w, int64_t k, bool vec) {
-  const int lane = threadIdx.x & 31;
-  float acc = 0;
-  if (vec) {
-    for (int64_t c = lane * 8; c < k; c += 256) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(w + c);
-      const float4 a = *reinterpret_cast<const float4*>(x + c);
-      const float4 b = *reinterpret_cast<const float4*>(x + c + 4);
-      acc += __uint_as_float(raw.x << 16) * a.x + __uint_as_float(raw.x & 0xffff0000u) * a.y +
-             __uint_as_float(raw.y << 16) * a.z + __uint_as_float(raw.y & 0xffff0000u) * a.w +
-             __uint_as_float(raw.z << 16) * b.x + __uint_as_float(raw.z & 0xffff0000u) * b.y +
-             __uint_as_float(raw.w << 16) * b.z + __uint_as_float(raw.w & 0xffff0000u) * b.w;
-    }
-  } else {
-    for (int64_t c = lane; c < k; c += 32) acc += Bf16(w[c]) * x[c];
+// GEMV v2 (the default; v1 above stays for TESSERA_CUDA_GEMV=v1 and for unaligned / k % 8 != 0).
+// A block is kGemvWarps warps. Each warp owns C adjacent output columns and one of `splits` slices
+// of k; k is walked in segments of 256 (a lane's 16-byte load per column), segment s + j * splits
+// belonging to slice s. Each lane issues all of a step's U x C weight loads before using any, so a
+// warp keeps kGemvLoads * 512 bytes in flight: with one load at a time (v1) the loop waits on HBM
+// latency and q/o_proj reach ~20% of bandwidth. Narrow outputs (k/v_proj, router) use splits > 1 so
+// that every shape fills the GPU; the slices' partials are summed in slice order through shared
+// memory (deterministic, no atomics). x (f32, read by every warp) comes through L1; the weights,
+// read once, bypass it.
+constexpr int kGemvWarps = 8;
+constexpr int kGemvLoads = 8;           // 16-byte weight loads in flight per lane per step
+constexpr int64_t kGemvFillWarps = 4096;  // ~32 warps per SM on 132 SMs: split k until reached
+
+__device__ __forceinline__ uint4 LoadWeights16(const uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
+__device__ __forceinline__ float Dot8(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
+  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
+  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
+  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
+  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
+  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
+  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
+  acc = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
+  return acc;
+}
+
+// M rows of x, C columns per warp. Needs k % 8 == 0 and x, w 16-byte aligned.
+template <int M, int C>
+__global__ void __launch_bounds__(kGemvWarps * 32, 1)
+    GemvBf16TiledKernel(const float* __restrict__ x, int64_t k, const uint16_t* __restrict__ w, int64_t n,
+                        float* y, bool accumulate, int splits) {
+  constexpr int U = kGemvLoads / C;  // segments per step
+  __shared__ float part[kGemvWarps][M * C];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slice = warp % splits, group = warp / splits, groups = kGemvWarps / splits;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * C;
+  const int kk = static_cast<int>(k), segs = (kk + 255) / 256;  // k < 2^31 (a row of w)
+  const uint16_t* wc[C];
+  bool live[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    live[c] = col0 + c < n;
+    wc[c] = w + (live[c] ? col0 + c : 0) * k + lane * 8;
   }
-  return WarpSum(acc);
+  const float* xl = x + lane * 8;
+  float acc[M][C];
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
+
+  for (int seg0 = slice; seg0 < segs; seg0 += splits * U) {
+    uint4 wv[U][C];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u * splits;
+      const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        wv[u][c] = ok && live[c] ? LoadWeights16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u * splits;
+      if (seg >= segs || seg * 256 + lane * 8 >= kk) continue;
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        const float4* xp = reinterpret_cast<const float4*>(xl + r * kk + seg * 256);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[r][c] = Dot8(wv[u][c], a, b, acc[r][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = WarpSum(acc[r][c]);
+
+  if (splits == 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < M; ++r)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          if (live[c]) {
+            float& o = y[r * n + col0 + c];
+            o = accumulate ? o + acc[r][c] : acc[r][c];
+          }
+    return;
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < M; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) part[warp][r * C + c] = acc[r][c];
+  __syncthreads();
+  for (int i = threadIdx.x; i < groups * M * C; i += blockDim.x) {
+    const int g = i / (M * C), rc = i % (M * C), r = rc / C, c = rc % C;
+    const int64_t col = (static_cast<int64_t>(blockIdx.x) * groups + g) * C + c;
+    if (col >= n) continue;
+    float v = 0.0f;
+    for (int sl = 0; sl < splits; ++sl) v += part[g * splits + sl][rc];
+    float& o = y[r * n + col];
+    o = accumulate ? o + v : v;
+  }
 }
 
 __global__ void MoeRouteKernel(const float* logits, int64_t E, int64_t k, bool renormalize, int32_t* idx,
@@ -320,35 +464,65 @@ __global__ void MoeRouteKernel(const float* logits, int64_t E, int64_t k, bool r
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) weights[blockIdx.x * k + j] /= top_sum;
 }
 
-__global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* idx, int64_t k,
-                                const uint16_t* const* ptrs, int64_t E, int64_t inter, float* act, bool vec) {
-  const int64_t slot = blockIdx.y;
-  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (col >= inter) return;
-  const int64_t e = idx[slot];
-  const float* xr = x + (slot / k) * hidden;
-  const float g = WarpDotBf16(xr, ptrs[e] + col * hidden, hidden, vec);
-  const float u = WarpDotBf16(xr, ptrs[E + e] + col * hidden, hidden, vec);
-  if ((threadIdx.x & 31) == 0) act[slot * inter + col] = SiluF(g) * u;
+__device__ __forceinline__ double WarpSumD(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-__global__ void MoeDownKernel(const float* act, int64_t inter, const int32_t* idx, const float* weights,
-                              const uint16_t* const* ptrs, int64_t E, int64_t hidden, float* slot_out, bool vec) {
-  const int64_t slot = blockIdx.y;
-  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (col >= hidden) return;
-  const int64_t e = idx[slot];
-  const float d = WarpDotBf16(act + slot * inter, ptrs[2 * E + e] + col * inter, inter, vec);
-  if ((threadIdx.x & 31) == 0) slot_out[slot * hidden + col] = d * weights[slot];
-}
-
-__global__ void MoeSumSlotsKernel(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * hidden) return;
-  const int64_t r = i / hidden, c = i % hidden;
-  float s = 0;
-  for (int64_t j = 0; j < k; ++j) s += slot_out[(r * k + j) * hidden + c];
-  out[i] = s;
+// Routing with a warp per row (E <= 32 * kV, k <= 32): lane l holds experts l, l + 32, ... in
+// registers; each of the k rounds is a lane-local scan of kV values and two warp reductions
+// (redux.sync) instead of the block kernel's barriers and serial per-warp merge. Same selection as
+// MoeRouteKernel (largest p, ties -> lower index); the softmax sum and the renormalisation are in
+// double, in the CPU backend's order for the latter, so the weights follow the reference closely.
+template <int kV>
+__global__ void MoeRouteWarpKernel(const float* logits, int64_t rows, int E, int k, bool renormalize, int32_t* idx,
+                                   float* weights) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const float* l = logits + row * E;
+  float v[kV];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    v[i] = lane + 32 * i < E ? l[lane + 32 * i] : -INFINITY;
+    mx = fmaxf(mx, v[i]);
+  }
+  mx = WarpMax(mx);
+  double sum = 0;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    v[i] = lane + 32 * i < E ? expf(v[i] - mx) : 0.0f;
+    sum += v[i];
+  }
+  sum = WarpSumD(sum);
+  // p >= 0, so its bits order like the values as ints; -1 marks taken experts and padding.
+  int key[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i)
+    key[i] = lane + 32 * i < E ? __float_as_int(static_cast<float>(v[i] / sum)) : -1;
+  double top = 0;
+  int my_idx = 0;
+  float my_w = 0;
+  for (int j = 0; j < k; ++j) {
+    int best = -1, bi = 0x7fffffff;  // this lane's largest, lowest index among equals
+#pragma unroll
+    for (int i = 0; i < kV; ++i)
+      if (key[i] > best) best = key[i], bi = lane + 32 * i;
+    const int gbest = __reduce_max_sync(0xffffffffu, best);
+    const int gi = static_cast<int>(__reduce_min_sync(0xffffffffu, best == gbest ? static_cast<unsigned>(bi) : ~0u));
+    const float pv = __int_as_float(gbest);
+    top += pv;
+    if (lane == j) my_idx = gi, my_w = pv;
+    if ((gi & 31) == lane)
+#pragma unroll
+      for (int i = 0; i < kV; ++i)
+        if (i == (gi >> 5)) key[i] = -1;
+  }
+  if (lane < k) {
+    idx[row * k + lane] = my_idx;
+    weights[row * k + lane] = renormalize ? static_cast<float>(my_w / top) : my_w;
+  }
 }
 
 __global__ void GatherRowsKernel(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t div,
@@ -369,6 +543,29 @@ __global__ void ScatterScaledRowsKernel(const float* src, int64_t cols, const in
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// TESSERA_CUDA_GEMV=v1: the previous GEMV (warp per column, one load in flight), for A/B runs.
+// Read once; the choice depends on nothing recorded, so graphs replay what was captured.
+bool GemvV1() {
+  static const bool v1 = [] {
+    const char* e = std::getenv("TESSERA_CUDA_GEMV");
+    return e != nullptr && std::strcmp(e, "v1") == 0;
+  }();
+  return v1;
+}
+
+// Slices of k per column group: the fewest that give ~kGemvFillWarps warps, each with at least
+// one segment. Depends on the shape only, so the summation order is fixed for a shape.
+template <int M, int C>
+void LaunchGemvTiled(const float* x, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+                     cudaStream_t s) {
+  const int64_t groups = (n + C - 1) / C, segs = (k + 255) / 256;
+  int splits = 1;
+  while (splits < kGemvWarps && groups * splits < kGemvFillWarps && splits * 2 <= segs) splits *= 2;
+  const int64_t per_block = kGemvWarps / splits;
+  const unsigned blocks = static_cast<unsigned>((groups + per_block - 1) / per_block);
+  GemvBf16TiledKernel<M, C><<<blocks, kGemvWarps * 32, 0, s>>>(x, k, w, n, y, accumulate, splits);
+}
+
 }  // namespace
 
 void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int64_t dim, float* out,
@@ -378,9 +575,27 @@ void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int6
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
              bool one_plus, float* y, int64_t y_stride, cudaStream_t s) {
-  if (rows > 0)
-    RmsNormKernel<<<static_cast<unsigned>(rows), dim >= 512 ? 256 : 128, 0, s>>>(x, dim, x_stride, w, eps,
-                                                                                 one_plus, y, y_stride);
+  if (rows <= 0) return;
+  const bool vec = dim % 4 == 0 && x_stride % 4 == 0 && y_stride % 4 == 0 && Aligned16(x) && Aligned16(y) &&
+                   Aligned16(w);
+  const unsigned warp_blocks = static_cast<unsigned>((rows + 7) / 8), row_blocks = static_cast<unsigned>(rows);
+  const int d = static_cast<int>(dim);
+  if (vec && dim <= 128)
+    RmsNormVecKernel<32, 1><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 256)
+    RmsNormVecKernel<32, 2><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 512)
+    RmsNormVecKernel<32, 4><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 1024)
+    RmsNormVecKernel<256, 1><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 2048)
+    RmsNormVecKernel<256, 2><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 4096)
+    RmsNormVecKernel<256, 4><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else if (vec && dim <= 8192)
+    RmsNormVecKernel<256, 8><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+  else
+    RmsNormKernel<<<row_blocks, dim >= 512 ? 256 : 128, 0, s>>>(x, dim, x_stride, w, eps, one_plus, y, y_stride);
 }
 
 void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
@@ -451,8 +666,22 @@ void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t 
 void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
               cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
+  const bool vec = k % 8 == 0 && Aligned16(x) && Aligned16(w);
+  if (vec && !GemvV1()) {
+    switch (m) {
+      case 1: return LaunchGemvTiled<1, 2>(x, k, w, n, y, accumulate, s);
+      case 2: return LaunchGemvTiled<2, 4>(x, k, w, n, y, accumulate, s);
+      case 3: return LaunchGemvTiled<3, 4>(x, k, w, n, y, accumulate, s);
+      case 4: return LaunchGemvTiled<4, 4>(x, k, w, n, y, accumulate, s);
+      case 5: return LaunchGemvTiled<5, 4>(x, k, w, n, y, accumulate, s);
+      case 6: return LaunchGemvTiled<6, 4>(x, k, w, n, y, accumulate, s);
+      case 7: return LaunchGemvTiled<7, 4>(x, k, w, n, y, accumulate, s);
+      case 8: return LaunchGemvTiled<8, 4>(x, k, w, n, y, accumulate, s);
+      default: break;
+    }
+  }
   const unsigned blocks = static_cast<unsigned>((n + 7) / 8);
-  if (k % 8 == 0 && Aligned16(x) && Aligned16(w))
+  if (vec)
     GemvBf16Kernel<true><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
   else
     GemvBf16Kernel<false><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
@@ -460,31 +689,22 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
 
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize, int32_t* idx,
               float* weights, cudaStream_t s) {
-  if (rows > 0)
-    MoeRouteKernel<<<static_cast<unsigned>(rows), kThreads, num_experts * sizeof(float), s>>>(
-        logits, num_experts, k, renormalize, idx, weights);
-}
-
-void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
-               const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
-               cudaStream_t s) {
-  if (slots <= 0) return;
-  const dim3 grid(static_cast<unsigned>((inter + 7) / 8), static_cast<unsigned>(slots));
-  MoeGateUpKernel<<<grid, 256, 0, s>>>(x, hidden, idx, k, ptrs, num_experts, inter, act,
-                                       ptrs_aligned && hidden % 8 == 0 && Aligned16(x));
-}
-
-void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
-             const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
-             cudaStream_t s) {
-  if (slots <= 0) return;
-  const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));
-  MoeDownKernel<<<grid, 256, 0, s>>>(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
-                                     ptrs_aligned && inter % 8 == 0 && Aligned16(act));
-}
-
-void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s) {
-  if (rows * hidden > 0) MoeSumSlotsKernel<<<Blocks(rows * hidden), kThreads, 0, s>>>(slot_out, rows, k, hidden, out);
+  if (rows <= 0) return;
+  const unsigned warp_blocks = static_cast<unsigned>((rows + 3) / 4);
+  const int E = static_cast<int>(num_experts), kk = static_cast<int>(k);
+  if (k <= 32 && k <= num_experts && num_experts <= 512) {
+    if (num_experts <= 64)
+      MoeRouteWarpKernel<2><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+    else if (num_experts <= 128)
+      MoeRouteWarpKernel<4><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+    else if (num_experts <= 256)
+      MoeRouteWarpKernel<8><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+    else
+      MoeRouteWarpKernel<16><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+    return;
+  }
+  MoeRouteKernel<<<static_cast<unsigned>(rows), kThreads, num_experts * sizeof(float), s>>>(
+      logits, num_experts, k, renormalize, idx, weights);
 }
 
 void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,

@@ -1,5 +1,5 @@
 // tessera cuda backend: launchers of the CUDA kernels (cuda_kernels.cu, cuda_sequence_kernels.cu,
-// cuda_moe_grouped.cu).
+// cuda_moe_fused.cu, cuda_moe_grouped.cu).
 // Plain C++ declarations so that the backend class (cuda_backend.cpp) is compiled by the host
 // compiler; every pointer is device memory; every launch goes to `s` and is checked by the caller.
 // bf16 data is passed as uint16_t bit patterns.
@@ -43,10 +43,12 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
               cudaStream_t s);
 
 // y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= kSkinnyGemmMaxRows on tensor cores
-// (cuda_moe_grouped.cu: bf16 MMA, x split hi + lo, every weight read once). SkinnyGemmSplits: how
-// many k splits to run (0: the shape does not fit: m, k % 32); with more than one, `partial` holds
-// splits * m * n floats. SkinnyGemm returns false (nothing queued) when the shape or alignment (16
-// bytes for x and w) does not fit.
+// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, every weight read once, cp.async stages; narrow
+// outputs split k over a thread-block cluster summed through distributed shared memory).
+// SkinnyGemmSplits: 0 when the shape does not fit (m, k % 32), else how many k splits the caller's
+// `partial` must hold (splits * m * n floats when > 1; only TESSERA_CUDA_SKINNY=v1 asks for more than
+// one). SkinnyGemm returns false (nothing queued) when the shape or alignment (16 bytes for x and w)
+// does not fit.
 constexpr int64_t kSkinnyGemmMaxRows = 64;
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
@@ -58,7 +60,7 @@ inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t*
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);
 
-// --- MoE (cuda_kernels.cu).
+// --- MoE: routing (cuda_kernels.cu), the fused few-token path (cuda_moe_fused.cu).
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
               int32_t* idx, float* weights, cudaStream_t s);
 // Few-token path: per (row, slot) pair, act[slot] = silu(x gate_e^T) * (x up_e^T), then
@@ -72,6 +74,11 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s);
 void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s);
+// MoeDown then MoeSumSlots in one kernel where it can (aligned, k <= 32): out[row] = the sum of its k
+// slots in slot order. slot_out: [rows * k, hidden] scratch for the two-kernel fallback.
+void MoeDownSum(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t rows, int64_t k,
+                const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
+                float* out, cudaStream_t s);
 // Grouped path helpers: dst[i] = src[rows[i] ] (rows of `cols`); dst[rows[i]] = src[i] * scale[rows[i]].
 void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,
                 cudaStream_t s);
@@ -132,6 +139,10 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
 bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
                   int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
+// Key splits for AttentionGqa over R = rows query rows of kv_heads KV heads, the longest row seeing
+// max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
+// 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
+void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);

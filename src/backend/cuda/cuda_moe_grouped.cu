@@ -1,6 +1,6 @@
 // tessera cuda backend: the device-grouped MoE expert path for batched decode, diffusion blocks and
-// prompt chunks, on tensor cores (bf16 MMA, activations split hi + lo) or on CUDA cores, and the
-// dense few-row GEMM built on the same MMA helpers.
+// prompt chunks, on tensor cores (bf16 MMA, activations split hi + lo; helpers in cuda_mma_util.cuh)
+// or on CUDA cores. (The dense few-row GEMM on the same MMA helpers is in cuda_skinny_gemm.cu.)
 // The (row, slot) pairs are grouped by expert on the device (no host round trip), cut into work
 // units of up to kMoeUnitRows pairs of one expert, and each unit streams its expert's weights once
 // for all of its rows: gate/up (+ SiLU-mul) into a sorted activation buffer, then down scaled by the
@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma_util.cuh"
 
 namespace tessera::cuda {
 
@@ -183,67 +184,11 @@ __global__ void DownKernel(const float* act, int64_t inter, const int32_t* order
   }
 }
 
-// --- Tensor-core variant: one m16n8k16 bf16 MMA tile of 16 rows per unit. The f32 activations are
-// split into hi + lo bf16 parts (two MMAs), which keeps ~16 mantissa bits: a single bf16 rounding
-// of the activations costs ~1e-3 relative error per layer. Each lane loads 32 contiguous bytes of
-// k per 32-wide chunk (8 activations, 8 weights); both operands use the same permutation of the
-// chunk's k onto the MMA's logical k, so the products pair up and the sum over k is unchanged:
-// lane q (= lane % 4) supplies physical k 8q..8q+7, as logical (2q, 2q+1, 2q+8, 2q+9) of the first
-// k-step and of the second.
+// --- Tensor-core variant: one m16n8k16 bf16 MMA tile of 16 rows per unit, activations split hi + lo
+// (the scheme and its k permutation: cuda_mma_util.cuh).
 constexpr int kMmaWarps = 4;
 constexpr int kMmaTiles = 4;  // n8 tiles per warp: 32 output columns
 constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
-
-__device__ __forceinline__ void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as a bf16 pair (the first in the low half) and the pair of their rounding residues.
-__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float2 hf = __bfloat1622float2(h);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-// A fragments (hi and lo) of both k-steps of a chunk from rows g and g + 8 (8 floats each at the
-// lane's k; a, b: row g, c, d: row g + 8): a[step][reg] in the MMA's register order (row g, row g+8,
-// row g +8k, row g+8 +8k). LoadA: the same, reading the floats from global memory.
-__device__ __forceinline__ void SplitA(const float4 a, const float4 b, const float4 c, const float4 d,
-                                       uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
-  float v0[8], v1[8];
-  v0[0] = a.x, v0[1] = a.y, v0[2] = a.z, v0[3] = a.w, v0[4] = b.x, v0[5] = b.y, v0[6] = b.z, v0[7] = b.w;
-  v1[0] = c.x, v1[1] = c.y, v1[2] = c.z, v1[3] = c.w, v1[4] = d.x, v1[5] = d.y, v1[6] = d.z, v1[7] = d.w;
-#pragma unroll
-  for (int step = 0; step < 2; ++step) {
-    SplitPair(v0[4 * step], v0[4 * step + 1], hi[step][0], lo[step][0]);
-    SplitPair(v1[4 * step], v1[4 * step + 1], hi[step][1], lo[step][1]);
-    SplitPair(v0[4 * step + 2], v0[4 * step + 3], hi[step][2], lo[step][2]);
-    SplitPair(v1[4 * step + 2], v1[4 * step + 3], hi[step][3], lo[step][3]);
-  }
-}
-
-__device__ __forceinline__ void LoadA(const float* r0, const float* r1, bool ok0, bool ok1, uint32_t (&hi)[2][4],
-                                      uint32_t (&lo)[2][4]) {
-  const float4 a = ok0 ? *reinterpret_cast<const float4*>(r0) : make_float4(0, 0, 0, 0);
-  const float4 b = ok0 ? *reinterpret_cast<const float4*>(r0 + 4) : make_float4(0, 0, 0, 0);
-  const float4 c = ok1 ? *reinterpret_cast<const float4*>(r1) : make_float4(0, 0, 0, 0);
-  const float4 d = ok1 ? *reinterpret_cast<const float4*>(r1 + 4) : make_float4(0, 0, 0, 0);
-  SplitA(a, b, c, d, hi, lo);
-}
-
-__device__ __forceinline__ void MmaChunk(float* c, const uint32_t (&hi)[2][4], const uint32_t (&lo)[2][4],
-                                         const uint4 w) {
-  Mma(c, hi[0], w.x, w.y);
-  Mma(c, lo[0], w.x, w.y);
-  Mma(c, hi[1], w.z, w.w);
-  Mma(c, lo[1], w.z, w.w);
-}
 
 __global__ void GateUpMmaKernel(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                                 const int32_t* num_units, const uint16_t* const* ptrs, int64_t E, int64_t inter,
@@ -349,18 +294,6 @@ __global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* or
 // a quarter-warp's fragment loads (rows R and R + 1, four chunks each) hit all 32 banks once.
 // Activation rows are padded by 4 floats for the same reason.
 constexpr int kV2Threads = 128;
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fill) {
-  // src-size 0 zero-fills the 16 bytes without reading (gmem must still be a valid address).
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // What the epilogue of an item needs, written when its first stage is issued. The producer runs at
 // most kStages - 1 stages ahead, so item i + kStages starts after item i's epilogue (a later loop
@@ -555,70 +488,6 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
   CpAsyncWait<0>();  // nothing is left in flight (only empty groups), but leave no copy behind
 }
 
-// Dense y[m, n] (+)= x[m, k] w[n, k]^T for a few rows (m <= 16 * RT): the MoE kernels' MMA scheme
-// with every row tile in the same warp, so each weight is read once whatever m is (cuBLASLt's
-// hi + lo GEMMs read it twice, and its tiles are sized for larger m).
-// Block (column tile, k split): with splits, each writes its partial product to partial[split]
-// and SkinnyReduceKernel sums them in split order (deterministic, unlike atomics).
-template <int RT>
-__global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                                 bool accumulate, int64_t k_chunk, float* partial) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
-  if (n_base >= n) return;
-  const uint16_t* wr[kMmaTiles];
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) wr[j] = w + min(n_base + 8 * j + g, n - 1) * k + 8 * q;
-  const float* xr[RT][2];
-  bool ok[RT][2];
-#pragma unroll
-  for (int t = 0; t < RT; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = 16 * t + 8 * h + g;
-      ok[t][h] = row < m;
-      xr[t][h] = x + (ok[t][h] ? row : 0) * k + 8 * q;
-    }
-  float c[RT][kMmaTiles][4] = {};
-  const int64_t k_begin = blockIdx.y * k_chunk, k_end = min(k, k_begin + k_chunk);
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32) {
-    uint4 b[kMmaTiles];
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(wr[j] + k0);
-#pragma unroll
-    for (int t = 0; t < RT; ++t) {
-      uint32_t hi[2][4], lo[2][4];
-      LoadA(xr[t][0] + k0, xr[t][1] + k0, ok[t][0], ok[t][1], hi, lo);
-#pragma unroll
-      for (int j = 0; j < kMmaTiles; ++j) MmaChunk(c[t][j], hi, lo, b[j]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < RT; ++t)
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = 16 * t + g + (e >= 2 ? 8 : 0), col = n_base + 8 * j + 2 * q + (e & 1);
-        if (row < m && col < n) {
-          if (partial) {
-            partial[(blockIdx.y * m + row) * n + col] = c[t][j][e];
-          } else {
-            float* out = y + row * n + col;
-            *out = accumulate ? *out + c[t][j][e] : c[t][j][e];
-          }
-        }
-      }
-}
-
-__global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t count, float* y, bool accumulate) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= count) return;
-  float v = accumulate ? y[i] : 0.0f;
-  for (int64_t s = 0; s < splits; ++s) v += partial[s * count + i];
-  y[i] = v;
-}
-
 // Which tensor-core kernels: v1 = the first ones (one load in flight a lane), v2 = the pipelined
 // ones with 64 of k a stage (128 weight rows an item, 4 stages), v2k128 = pipelined with 128 of k a
 // stage (64 rows, 3 stages). Measured on the H200 (docs/PERFORMANCE.md): v2k128 is fastest for decode
@@ -687,30 +556,6 @@ void LaunchMoeMmaV2(MoeMma v, const float* in, int64_t K, int64_t n, int64_t top
 }
 
 }  // namespace
-
-int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
-  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0) return 0;
-  // Few column tiles (narrow outputs) would leave most SMs idle: split k across blocks.
-  const int64_t cols = (n + kMmaColsPerBlock - 1) / kMmaColsPerBlock, chunks = k / 32;
-  return static_cast<int>(std::min<int64_t>({16, chunks, std::max<int64_t>(1, (2 * sm_count + cols - 1) / cols)}));
-}
-
-bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                int splits, float* partial, cudaStream_t s) {
-  if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
-  const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
-  const int64_t used = (k + k_chunk - 1) / k_chunk;  // splits that get at least one chunk
-  float* part = used > 1 ? partial : nullptr;
-  const dim3 grid(static_cast<unsigned>((n + kMmaColsPerBlock - 1) / kMmaColsPerBlock), static_cast<unsigned>(used));
-  const int tiles = static_cast<int>((m + 15) / 16);
-  if (tiles == 1) SkinnyGemmKernel<1><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 2) SkinnyGemmKernel<2><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 3) SkinnyGemmKernel<3><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 4) SkinnyGemmKernel<4><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (part)
-    SkinnyReduceKernel<<<static_cast<unsigned>((m * n + 255) / 256), 256, 0, s>>>(part, used, m * n, y, accumulate);
-  return true;
-}
 
 int64_t MoeMaxUnits(int64_t slots, int64_t num_experts, int rows_per_unit) {
   return (slots + rows_per_unit - 1) / rows_per_unit + (slots < num_experts ? slots : num_experts);

@@ -103,29 +103,72 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   }
 }
 
-// Block per (row, head): combines the splits' (max, sum, output) in split order.
-__global__ void AttentionMergeKernel(const AttentionParams* descs, const int2* rows, int splits,
-                                     const float* partial) {
+// Block per (row, head): combines the splits' (max, sum, output). The splits are spread over the
+// warps (warp w takes z = w, w + 8, ...) so that a long split list is read with many loads in flight
+// instead of three serial passes; every reduction has a fixed order (max is exact in any order).
+constexpr int kMergeWarps = 8;
+constexpr int kMergeMaxSplits = 256;  // weights kept in shared memory; more are recomputed
+
+__global__ void __launch_bounds__(kMergeWarps * 32) AttentionMergeKernel(const AttentionParams* descs,
+                                                                         const int2* rows, int splits,
+                                                                         const float* partial) {
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, h = blockIdx.y, D = p.head_dim;
   const float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + h) * splits * (D + 2);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __shared__ float sw[kMergeMaxSplits];
+  __shared__ float sred[kMergeWarps];
+  __shared__ float sgl;
+  __shared__ float sacc[kMergeWarps][kMaxHeadDim];
+  // The largest max of a non-empty split (an empty one has sum 0 and no weight).
+  float mx = -INFINITY;
+  for (int z = tid; z < splits; z += kMergeWarps * 32)
+    if (part[z * (D + 2) + 1] > 0) mx = fmaxf(mx, part[z * (D + 2)]);
+  mx = WarpMax(mx);
+  if (lane == 0) sred[warp] = mx;
+  __syncthreads();
   float gm = -INFINITY;
-  for (int z = 0; z < splits; ++z)
-    if (part[z * (D + 2) + 1] > 0) gm = fmaxf(gm, part[z * (D + 2)]);
-  float gl = 0;
-  for (int z = 0; z < splits; ++z) {
+  for (int w = 0; w < kMergeWarps; ++w) gm = fmaxf(gm, sred[w]);
+  auto weight = [&](int z) {
     const float l = part[z * (D + 2) + 1];
-    if (l > 0) gl += l * expf(part[z * (D + 2)] - gm);
+    return l > 0 ? expf(part[z * (D + 2)] - gm) : 0.0f;
+  };
+  for (int z = tid; z < splits && z < kMergeMaxSplits; z += kMergeWarps * 32) sw[z] = weight(z);
+  __syncthreads();
+  auto w_of = [&](int z) { return z < kMergeMaxSplits ? sw[z] : weight(z); };
+  if (warp == 0) {
+    float gl = 0;  // lane-strided in split order, then a fixed butterfly
+    for (int z = lane; z < splits; z += 32) gl += part[z * (D + 2) + 1] * w_of(z);
+    gl = WarpSum(gl);
+    if (lane == 0) sgl = gl;
   }
-  float* o = p.out + t * p.out_stride + h * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float v = 0;
-    for (int z = 0; z < splits; ++z) {
-      const float l = part[z * (D + 2) + 1];
-      if (l > 0) v += part[z * (D + 2) + 2 + d] * expf(part[z * (D + 2)] - gm);
+  const int per = static_cast<int>((D + 31) / 32);
+  float acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
+#pragma unroll 2
+  for (int z = warp; z < splits; z += kMergeWarps) {
+    const float w = w_of(z);
+    if (w == 0.0f) continue;  // empty split (or a weight that underflowed: adds nothing)
+    const float* v = part + z * (D + 2) + 2;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per && d < D) acc[i] += v[d] * w;
     }
-    o[d] = v / gl;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (i < per && d < D) sacc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float* o = p.out + t * p.out_stride + h * D;
+  for (int64_t d = tid; d < D; d += kMergeWarps * 32) {
+    float v = 0;
+    for (int w = 0; w < kMergeWarps; ++w) v += sacc[w][d];
+    o[d] = v / sgl;
   }
 }
 
@@ -320,8 +363,8 @@ void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, i
 void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
                     const float* partial, cudaStream_t s) {
   if (R > 0 && heads > 0 && splits > 1)
-    AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), 128, 0, s>>>(
-        descs, rows, splits, partial);
+    AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), kMergeWarps * 32, 0,
+                           s>>>(descs, rows, splits, partial);
 }
 
 __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,

@@ -1,0 +1,327 @@
+// tessera cuda backend: the fused few-token MoE expert path (per (row, expert) pair, used for batch-1
+// decode and other steps of <= 16 pairs): gate/up + SiLU, down (per slot, or summed over a row's k
+// slots), and the slot sum. f32 activations, bf16 weights, f32 accumulation. See cuda_kernels.h.
+//
+// A decode step streams 8 experts' matrices once (Qwen3-30B-A3B: 50 MB gate/up, 25 MB down a layer),
+// so these kernels are HBM-bound and written like the tiled GEMV in cuda_kernels.cu: every lane
+// issues all 16-byte weight loads of a step (16 per lane) before using any of them, the weights
+// bypass L1 (read once), the f32 activations come through L1 (read by every warp of a pair), and the
+// expert-id -> pointer chain is paid once per warp, not per dot product. The v1 kernels (a warp per
+// column, one 16-byte load in flight, ~2.3-2.5 TB/s on an H200) stay for unaligned shapes and for
+// TESSERA_CUDA_MOE_FUSED=v1.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_device_util.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+
+// --- v1 (unaligned shapes, TESSERA_CUDA_MOE_FUSED=v1) ----------------------------------------------
+
+// Dot of an f32 row and a bf16 row of length k, summed over the warp (every lane gets it).
+__device__ __forceinline__ float WarpDotBf16(const float* x, const uint16_t* w, int64_t k, bool vec) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0;
+  if (vec) {
+    for (int64_t c = lane * 8; c < k; c += 256) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(w + c);
+      const float4 a = *reinterpret_cast<const float4*>(x + c);
+      const float4 b = *reinterpret_cast<const float4*>(x + c + 4);
+      acc += __uint_as_float(raw.x << 16) * a.x + __uint_as_float(raw.x & 0xffff0000u) * a.y +
+             __uint_as_float(raw.y << 16) * a.z + __uint_as_float(raw.y & 0xffff0000u) * a.w +
+             __uint_as_float(raw.z << 16) * b.x + __uint_as_float(raw.z & 0xffff0000u) * b.y +
+             __uint_as_float(raw.w << 16) * b.z + __uint_as_float(raw.w & 0xffff0000u) * b.w;
+    }
+  } else {
+    for (int64_t c = lane; c < k; c += 32) acc += Bf16(w[c]) * x[c];
+  }
+  return WarpSum(acc);
+}
+
+__global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* idx, int64_t k,
+                                const uint16_t* const* ptrs, int64_t E, int64_t inter, float* act, bool vec) {
+  const int64_t slot = blockIdx.y;
+  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (col >= inter) return;
+  const int64_t e = idx[slot];
+  const float* xr = x + (slot / k) * hidden;
+  const float g = WarpDotBf16(xr, ptrs[e] + col * hidden, hidden, vec);
+  const float u = WarpDotBf16(xr, ptrs[E + e] + col * hidden, hidden, vec);
+  if ((threadIdx.x & 31) == 0) act[slot * inter + col] = SiluF(g) * u;
+}
+
+__global__ void MoeDownKernel(const float* act, int64_t inter, const int32_t* idx, const float* weights,
+                              const uint16_t* const* ptrs, int64_t E, int64_t hidden, float* slot_out, bool vec) {
+  const int64_t slot = blockIdx.y;
+  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (col >= hidden) return;
+  const int64_t e = idx[slot];
+  const float d = WarpDotBf16(act + slot * inter, ptrs[2 * E + e] + col * inter, inter, vec);
+  if ((threadIdx.x & 31) == 0) slot_out[slot * hidden + col] = d * weights[slot];
+}
+
+__global__ void MoeSumSlotsKernel(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * hidden) return;
+  const int64_t r = i / hidden, c = i % hidden;
+  float s = 0;
+#pragma unroll 8  // the k loads are independent: issue them together, sum in slot order
+  for (int64_t j = 0; j < k; ++j) s += slot_out[(r * k + j) * hidden + c];
+  out[i] = s;
+}
+
+// --- v2 (16-byte aligned weights and activations, row lengths % 8 == 0) ----------------------------
+
+constexpr int kWarps = 4;   // small blocks: many of them per SM, so the last wave is short
+constexpr int kLoads = 16;  // 16-byte weight loads in flight per lane per step (8 KiB a warp)
+// Gate/up columns per warp: 4 columns = 8 weight rows x 2 segments a step.
+constexpr int kGateUpCols = 4;
+// Resident blocks an SM must hold (caps registers): 3 x 132 SMs = 396 >= the 384 gate/up blocks of
+// 8 pairs x 768 columns, 4 x 132 = 528 >= the 512 down blocks of one row x 2048 columns, so batch-1
+// decode runs in one wave (no tail of a few SMs) with 12-16 warps x 8 KiB in flight per SM.
+constexpr int kGateUpBlocksPerSm = 3;
+constexpr int kDownBlocksPerSm = 4;
+
+__device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
+__device__ __forceinline__ float DotBf16x8(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
+  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
+  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
+  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
+  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
+  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
+  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
+  acc = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
+  return acc;
+}
+
+// Gate/up: a warp owns C adjacent columns of one pair and computes both the gate and the up dot of
+// each (2C weight rows sharing the pair's x). hidden is walked in segments of 256 (a lane's 8 bf16
+// per row), U segments a step, so a lane has U * 2C = kLoads loads in flight; x is loaded once per
+// segment for all 2C rows. Warps are numbered pair-major, so a block's warps share a pair (one idx
+// / pointer fetch through L1) and its x row.
+template <int C>
+__global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
+    MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ idx, int k,
+                         const uint16_t* const* __restrict__ ptrs, int E, int inter, int pairs,
+                         float* __restrict__ act) {
+  constexpr int R = 2 * C, U = kLoads / R;
+  const int lane = threadIdx.x & 31;
+  const int groups = (inter + C - 1) / C;
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int pair = gw / groups;
+  if (pair >= pairs) return;  // whole warps only: the shuffles below see 32 lanes
+  const int col0 = (gw - pair * groups) * C;
+  const int e = __ldg(idx + pair);
+  const uint16_t* gate = ptrs[e];
+  const uint16_t* up = ptrs[E + e];
+  const uint16_t* wr[R];
+  bool live[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    live[c] = col0 + c < inter;
+    const int64_t off = static_cast<int64_t>(live[c] ? col0 + c : 0) * hidden + lane * 8;
+    wr[c] = gate + off;
+    wr[C + c] = up + off;
+  }
+  const float* xl = x + static_cast<int64_t>(pair / k) * hidden + lane * 8;
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+
+  const int segs = (hidden + 255) / 256;
+  for (int seg0 = 0; seg0 < segs; seg0 += U) {
+    uint4 wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u;
+      const bool ok = seg < segs && seg * 256 + lane * 8 < hidden;
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        wv[u][i] = ok && live[i % C] ? LoadStream16(wr[i] + seg * 256) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u;
+      if (seg >= segs || seg * 256 + lane * 8 >= hidden) continue;
+      const float4* xp = reinterpret_cast<const float4*>(xl + seg * 256);
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i] = DotBf16x8(wv[u][i], a, b, acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = WarpSum(acc[i]);
+#pragma unroll
+  for (int c = 0; c < C; ++c)  // lane c writes column c: C stores issued in parallel
+    if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = SiluF(acc[c]) * acc[C + c];
+}
+
+// Down: a warp owns one output column c of one row r and walks all k slots of the row: the items
+// (slot j, segment s) of the k down rows are streamed kLoads at a time (a step may span slots), so
+// even inter = 512 (2 segments) keeps 16 loads in flight. Lane j < k holds slot j's down-row
+// pointer and routing weight (fetched once, all slots in parallel) and hands them out by shuffle.
+// A slot's value is its warp-summed dot times its weight, rounded as v1 (d * w, no fma).
+// kSum: out[r, c] = 0 + v_0 + v_1 + ... + v_{k-1} in slot order, as MoeSumSlots adds slot_out;
+// else out is slot_out [rows * k, hidden] (v_j at row r * k + j).
+template <bool kSum>
+__global__ void __launch_bounds__(kWarps * 32, kDownBlocksPerSm)
+    MoeDownTiledKernel(const float* __restrict__ act, int inter, const int32_t* __restrict__ idx,
+                       const float* __restrict__ weights, const uint16_t* const* __restrict__ ptrs, int E,
+                       int hidden, int rows, int k, float* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int r = gw / hidden;
+  if (r >= rows) return;  // whole warps only
+  const int c = gw - r * hidden;
+  unsigned long long my_row = 0;  // slot `lane`'s down row for column c (lane < k)
+  float my_wt = 0.0f;
+  if (lane < k) {
+    const int e = __ldg(idx + r * k + lane);
+    my_row = reinterpret_cast<unsigned long long>(ptrs[2 * E + e] + static_cast<int64_t>(c) * inter);
+    my_wt = __ldg(weights + r * k + lane);
+  }
+  const float* al = act + static_cast<int64_t>(r) * k * inter + lane * 8;
+  const int segs = (inter + 255) / 256, n = k * segs;
+  float part = 0.0f, total = 0.0f;
+  int j0 = 0, s0 = 0;  // slot and segment of item t0
+  for (int t0 = 0; t0 < n; t0 += kLoads) {
+    uint4 wv[kLoads];
+    int j = j0, s = s0;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      // j may pass k (and 31) past the last item: the shuffle reads lane j % 32, the load is skipped.
+      const auto* p = reinterpret_cast<const uint16_t*>(__shfl_sync(kFull, my_row, j & 31));
+      const bool ok = t0 + u < n && s * 256 + lane * 8 < inter;
+      wv[u] = ok ? LoadStream16(p + s * 256 + lane * 8) : make_uint4(0, 0, 0, 0);
+      if (++s == segs) s = 0, ++j;
+    }
+    j = j0, s = s0;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (t0 + u < n) {  // warp-uniform
+        if (s * 256 + lane * 8 < inter) {
+          const float4* ap = reinterpret_cast<const float4*>(al + j * inter + s * 256);
+          part = DotBf16x8(wv[u], __ldg(ap), __ldg(ap + 1), part);
+        }
+        if (s == segs - 1) {  // slot j complete (warp-uniform)
+          const float v = __fmul_rn(WarpSum(part), __shfl_sync(kFull, my_wt, j));
+          part = 0.0f;
+          if (kSum)
+            total += v;
+          else if (lane == 0)
+            out[static_cast<int64_t>(r * k + j) * hidden + c] = v;
+        }
+      }
+      if (++s == segs) s = 0, ++j;
+    }
+    j0 = j, s0 = s;
+  }
+  if (kSum && lane == 0) out[static_cast<int64_t>(r) * hidden + c] = total;
+}
+
+// TESSERA_CUDA_MOE_FUSED=v1: the v1 kernels above, for A/B runs. Read once; the choice depends on
+// nothing recorded, so graphs replay what was captured.
+bool FusedV1() {
+  static const bool v1 = [] {
+    const char* e = std::getenv("TESSERA_CUDA_MOE_FUSED");
+    return e != nullptr && std::strcmp(e, "v1") == 0;
+  }();
+  return v1;
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot in the down kernel) and
+// int-sized offsets (the few-token path: <= 16 pairs here).
+bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, int64_t width, int64_t other) {
+  return !FusedV1() && aligned && len % 8 == 0 && Aligned16(a) && k >= 1 && k <= 32 && slots <= 1024 &&
+         slots * width < (int64_t{1} << 31) && slots * other < (int64_t{1} << 31) &&
+         width * other < (int64_t{1} << 31);
+}
+
+void LaunchDownV2(bool sum, const float* act, int64_t inter, const int32_t* idx, const float* weights,
+                  int64_t rows, int64_t k, const uint16_t* const* ptrs, int64_t E, int64_t hidden, float* out,
+                  cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((rows * hidden + kWarps - 1) / kWarps);
+  const int I = static_cast<int>(inter), H = static_cast<int>(hidden), R = static_cast<int>(rows),
+            K = static_cast<int>(k), EE = static_cast<int>(E);
+  if (sum)
+    MoeDownTiledKernel<true><<<blocks, kWarps * 32, 0, s>>>(act, I, idx, weights, ptrs, EE, H, R, K, out);
+  else
+    MoeDownTiledKernel<false><<<blocks, kWarps * 32, 0, s>>>(act, I, idx, weights, ptrs, EE, H, R, K, out);
+}
+
+}  // namespace
+
+void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
+               const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
+               cudaStream_t s) {
+  if (slots <= 0) return;
+  if (UseV2(ptrs_aligned, hidden, x, k, slots, hidden, inter) && num_experts < (int64_t{1} << 30)) {
+    constexpr int C = kGateUpCols;
+    const int64_t warps = slots * ((inter + C - 1) / C);
+    MoeGateUpTiledKernel<C><<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(
+        x, static_cast<int>(hidden), idx, static_cast<int>(k), ptrs, static_cast<int>(num_experts),
+        static_cast<int>(inter), static_cast<int>(slots), act);
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((inter + 7) / 8), static_cast<unsigned>(slots));
+  MoeGateUpKernel<<<grid, 256, 0, s>>>(x, hidden, idx, k, ptrs, num_experts, inter, act,
+                                       ptrs_aligned && hidden % 8 == 0 && Aligned16(x));
+}
+
+void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
+             const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
+             cudaStream_t s) {
+  if (slots <= 0) return;
+  // The launcher does not know k: all slots are taken as one "row" of `slots` slots (<= 32), so a
+  // warp streams every slot's row for its column (many loads in flight even at 2-3 segments a row)
+  // and writes slot_out[j] = d_j * w_j, as v1 does.
+  if (UseV2(ptrs_aligned, inter, act, slots, slots, hidden, inter) && num_experts < (int64_t{1} << 30))
+    return LaunchDownV2(false, act, inter, idx, weights, 1, slots, ptrs, num_experts, hidden, slot_out, s);
+  const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));
+  MoeDownKernel<<<grid, 256, 0, s>>>(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
+                                     ptrs_aligned && inter % 8 == 0 && Aligned16(act));
+}
+
+// out[row] = sum over the row's k slots of weight * (act down_e^T), in slot order, in one kernel
+// (v2): the fused path then needs no MoeSumSlots launch. Where v2 does not apply (unaligned, k > 32,
+// TESSERA_CUDA_MOE_FUSED=v1) it runs MoeDown into slot_out ([rows * k, hidden] scratch) and
+// MoeSumSlots. Declared for the backend in cuda_kernels.h next to MoeDown.
+void MoeDownSum(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t rows, int64_t k,
+                const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
+                float* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  if (UseV2(ptrs_aligned, inter, act, k, rows * k, hidden, inter) && num_experts < (int64_t{1} << 30))
+    return LaunchDownV2(true, act, inter, idx, weights, rows, k, ptrs, num_experts, hidden, out, s);
+  MoeDown(act, inter, idx, weights, rows * k, ptrs, num_experts, hidden, ptrs_aligned, slot_out, s);
+  MoeSumSlots(slot_out, rows, k, hidden, out, s);
+}
+
+void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s) {
+  if (rows * hidden > 0)
+    MoeSumSlotsKernel<<<static_cast<unsigned>((rows * hidden + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+        slot_out, rows, k, hidden, out);
+}
+
+}  // namespace tessera::cuda

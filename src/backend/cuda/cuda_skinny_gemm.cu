@@ -1,0 +1,371 @@
+// tessera cuda backend: the dense few-row GEMM y[m, n] (+)= x[m, k] w[n, k]^T for
+// kGemvMaxRows < m <= kSkinnyGemmMaxRows (decode batches of 9..64 sequences, diffusion blocks) on
+// tensor cores: f32 x split hi + lo into two bf16 MMAs, bf16 weights read once whatever m is
+// (cuBLASLt's hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and
+// cp.async helpers are shared with the MoE kernels (cuda_mma_util.cuh).
+//
+// Two kernels (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons):
+// - v2 (default): weights and activations streamed through cp.async stages in shared memory (a
+//   block keeps 2-3 stages of 16-32 KiB of weights in flight), k split across the blocks of a
+//   thread-block cluster for narrow outputs, the partial tiles summed in rank order through
+//   distributed shared memory in the same kernel (no partial buffer, no second launch).
+// - v1: one 16-byte weight load in flight a lane, k split across blocks with the partial products
+//   in a caller buffer summed by SkinnyReduceKernel. It reaches a fraction of the bandwidth.
+// Both are deterministic: every output element is summed in a fixed order, no atomics.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma_util.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+// --- v1: block (column tile of 128, k split); every row tile in the same warp.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaTiles = 4;  // n8 tiles per warp: 32 output columns
+constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
+
+// With splits, each block writes its partial product to partial[split] and SkinnyReduceKernel sums
+// them in split order (deterministic, unlike atomics).
+template <int RT>
+__global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                                 bool accumulate, int64_t k_chunk, float* partial) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
+  if (n_base >= n) return;
+  const uint16_t* wr[kMmaTiles];
+#pragma unroll
+  for (int j = 0; j < kMmaTiles; ++j) wr[j] = w + min(n_base + 8 * j + g, n - 1) * k + 8 * q;
+  const float* xr[RT][2];
+  bool ok[RT][2];
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = 16 * t + 8 * h + g;
+      ok[t][h] = row < m;
+      xr[t][h] = x + (ok[t][h] ? row : 0) * k + 8 * q;
+    }
+  float c[RT][kMmaTiles][4] = {};
+  const int64_t k_begin = blockIdx.y * k_chunk, k_end = min(k, k_begin + k_chunk);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32) {
+    uint4 b[kMmaTiles];
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(wr[j] + k0);
+#pragma unroll
+    for (int t = 0; t < RT; ++t) {
+      uint32_t hi[2][4], lo[2][4];
+      LoadA(xr[t][0] + k0, xr[t][1] + k0, ok[t][0], ok[t][1], hi, lo);
+#pragma unroll
+      for (int j = 0; j < kMmaTiles; ++j) MmaChunk(c[t][j], hi, lo, b[j]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < RT; ++t)
+#pragma unroll
+    for (int j = 0; j < kMmaTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = 16 * t + g + (e >= 2 ? 8 : 0), col = n_base + 8 * j + 2 * q + (e & 1);
+        if (row < m && col < n) {
+          if (partial) {
+            partial[(blockIdx.y * m + row) * n + col] = c[t][j][e];
+          } else {
+            float* out = y + row * n + col;
+            *out = accumulate ? *out + c[t][j][e] : c[t][j][e];
+          }
+        }
+      }
+}
+
+__global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t count, float* y, bool accumulate) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  float v = accumulate ? y[i] : 0.0f;
+  for (int64_t s = 0; s < splits; ++s) v += partial[s * count + i];
+  y[i] = v;
+}
+
+// --- v2. Block = W warps, output tile = kRows (32 RG) rows x kCols (32 W) columns, one k range
+// (its rank's share when the cluster splits k). Warp (rw, cw): rows 32 rw .. + 32 (two m16 tiles,
+// those wholly past m skipped) x columns 8 kTiles cw .. (kTiles = 4 RG n8 tiles), i.e. 32 x 32 for
+// m <= 32 and 32 x 64 for m <= 64: near-square warp tiles keep the shared-memory reads per MMA low
+// (at m = 64 the MMAs, not the bytes, are the limit). A stage = kKt of k: the block's kCols weight
+// rows (bf16, 16-byte chunk c of row R stored at chunk c ^ 4 (R & 1) so a quarter-warp's fragment
+// loads, rows R and R + 1, hit all 32 banks once) and its kRows activation rows (f32, rows padded by
+// 4 floats for the same reason; rows past m zero-filled); ST - 1 stages are in flight while one is
+// multiplied. The activations are split hi + lo as they are read (SplitA), as in the MoE kernels.
+constexpr int kKt = 64;            // k per stage: two 32-wide MMA chunks
+constexpr int kAStride = kKt + 4;  // floats per activation row in shared memory
+constexpr int kRowBytes = 2 * kKt;
+constexpr int kMaxSplits = 8;  // the portable cluster size
+
+template <int RG, int W, int ST>
+struct SkinnyShape {
+  static constexpr int kThreads = 32 * W;
+  static constexpr int kRows = 32 * RG;
+  static constexpr int kCols = 32 * W;
+  static constexpr int kTiles = 4 * RG;  // n8 tiles a warp
+  static constexpr int kColGroups = W / RG;
+  static constexpr int kRowStep = kThreads / (kKt / 8);      // weight rows one copy instruction covers
+  static constexpr int kACopies = kRows * (kKt / 4) / kThreads;  // 16-byte activation copies a thread
+  static constexpr int kBStage = kCols * kRowBytes;          // bytes
+  static constexpr int kAStage = kRows * kAStride * 4;       // bytes
+  static constexpr int kRedStride = kCols + 8;               // floats per row of the partial tile
+  static constexpr size_t kPipe = static_cast<size_t>(ST) * (kBStage + kAStage);
+  static constexpr size_t kRed = static_cast<size_t>(kRows) * kRedStride * 4;
+  static constexpr size_t kSmem = kPipe > kRed ? kPipe : kRed;
+  static_assert(kColGroups * 8 * kTiles == kCols, "the warps cover the tile's columns");
+  static_assert(kCols == 8 * kRowStep, "8 weight copies a thread a stage");
+  static_assert(kACopies * kThreads == kRows * (kKt / 4), "activation copies divide evenly");
+};
+
+// Grid: tiles x splits blocks, cluster = the splits of one column tile (rank r: k from r k_chunk).
+// Every block reaches both cluster barriers (no early return): a block's shared memory must stay
+// alive until the other ranks have read its partial tile.
+template <int RG, int W, int ST>
+__global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
+    SkinnyGemmV2Kernel(const float* x, int m, int k, const uint16_t* w, int n, float* y, bool accumulate,
+                       int k_chunk) {
+  using S = SkinnyShape<RG, W, ST>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sb = smem;                                        // [ST][kCols][kRowBytes]
+  float* sa = reinterpret_cast<float*>(smem + ST * S::kBStage);    // [ST][kRows][kAStride]
+  float* red = reinterpret_cast<float*>(smem);                     // [kRows][kRedStride], after the loop
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int col0 = static_cast<int>(blockIdx.x) / splits * S::kCols;
+  const int k_begin = rank * k_chunk, k_end = min(k, k_begin + k_chunk);
+  const int stages = k_end > k_begin ? (k_end - k_begin + kKt - 1) / kKt : 0;
+
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
+  const int cw = warp % S::kColGroups, rw = warp / S::kColGroups;
+  const int wc = t & 7, wr = t >> 3, wswz = (wr & 1) << 2;  // copy role: chunk wc of rows wr + kRowStep i
+
+  // Queues the copies of stage s into buffer s % ST. k_end is a multiple of 32: a stage's second
+  // 32-wide chunk may be past it (not copied, not multiplied).
+  auto issue = [&](int s) {
+    const int k0 = k_begin + s * kKt;
+    unsigned char* b = sb + (s % ST) * S::kBStage;
+    if (k0 + 32 * (wc >> 2) < k_end) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int row = wr + S::kRowStep * i, col = col0 + row;
+        const bool ok = col < n;  // columns past the end: zeros (their outputs are not stored)
+        CpAsync16(b + row * kRowBytes + ((wc ^ wswz) << 4),
+                  w + static_cast<int64_t>(ok ? col : 0) * k + k0 + 8 * wc, ok);
+      }
+    }
+    float* a = sa + (s % ST) * S::kRows * kAStride;
+#pragma unroll
+    for (int i = 0; i < S::kACopies; ++i) {
+      const int c = t + S::kThreads * i, row = c / (kKt / 4), ch = c % (kKt / 4);
+      const bool ok = row < m;  // rows past m: zeros
+      if (k0 + 4 * ch < k_end)
+        CpAsync16(a + row * kAStride + 4 * ch, x + static_cast<int64_t>(ok ? row : 0) * k + k0 + 4 * ch, ok);
+    }
+  };
+
+  float acc[2][S::kTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < S::kTiles; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
+
+  for (int s = 0; s < ST - 1; ++s) {
+    if (s < stages) issue(s);
+    CpAsyncCommit();
+  }
+  for (int s = 0; s < stages; ++s) {
+    CpAsyncWait<ST - 2>();  // this thread's copies of stage s have landed
+    __syncthreads();        // everyone's have, and everyone is done with stage s - 1's buffer
+    if (s + ST - 1 < stages) issue(s + ST - 1);
+    CpAsyncCommit();
+
+    const int k0 = k_begin + s * kKt;
+    const unsigned char* b = sb + (s % ST) * S::kBStage + (cw * 8 * S::kTiles + g) * kRowBytes;
+    const float* a = sa + (s % ST) * S::kRows * kAStride + (32 * rw + g) * kAStride + 8 * q;
+#pragma unroll
+    for (int kk = 0; kk < kKt / 32; ++kk) {
+      if (k0 + 32 * kk >= k_end) break;  // block-uniform
+      const int chunk = (4 * kk + q) ^ ((g & 1) << 2);  // rows 8j + g: the swizzle bit is g's
+      uint4 bw[S::kTiles];
+#pragma unroll
+      for (int j = 0; j < S::kTiles; ++j)
+        bw[j] = *reinterpret_cast<const uint4*>(b + 8 * j * kRowBytes + (chunk << 4));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        if (32 * rw + 16 * mt >= m) continue;  // warp-uniform: the m16 tile is wholly past m
+        const float* a0 = a + 16 * mt * kAStride + 32 * kk;
+        const float* a1 = a0 + 8 * kAStride;
+        uint32_t hi[2][4], lo[2][4];
+        SplitA(*reinterpret_cast<const float4*>(a0), *reinterpret_cast<const float4*>(a0 + 4),
+               *reinterpret_cast<const float4*>(a1), *reinterpret_cast<const float4*>(a1 + 4), hi, lo);
+#pragma unroll
+        for (int j = 0; j < S::kTiles; ++j) MmaChunk(acc[mt][j], hi, lo, bw[j]);
+      }
+    }
+  }
+  CpAsyncWait<0>();  // only empty groups can be left, but leave no copy behind
+  __syncthreads();   // the stage buffers are free: the partial tile goes there
+
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < S::kTiles; ++j) {
+      const int row = 32 * rw + 16 * mt + g, col = cw * 8 * S::kTiles + 8 * j + 2 * q;
+      *reinterpret_cast<float2*>(red + row * S::kRedStride + col) = make_float2(acc[mt][j][0], acc[mt][j][1]);
+      *reinterpret_cast<float2*>(red + (row + 8) * S::kRedStride + col) = make_float2(acc[mt][j][2], acc[mt][j][3]);
+    }
+  cluster.sync();  // every rank's partial tile is written (release / acquire across the cluster)
+
+  // Rank r sums every splits-th group of 4 outputs over the ranks in rank order, then stores it.
+  const bool vec = (n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
+  constexpr int kGroups = S::kCols / 4;  // per row
+  for (int i = rank * S::kThreads + t; i < m * kGroups; i += splits * S::kThreads) {
+    const int row = i / kGroups, c = 4 * (i % kGroups);
+    if (col0 + c >= n) continue;
+    const int off = row * S::kRedStride + c;
+    float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, 0) + off);
+    for (int r = 1; r < splits; ++r) {
+      const float4 p = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + off);
+      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
+    }
+    float* dst = y + static_cast<int64_t>(row) * n + col0 + c;
+    if (vec && col0 + c + 4 <= n) {
+      if (accumulate) {
+        const float4 o = *reinterpret_cast<const float4*>(dst);
+        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+      }
+      *reinterpret_cast<float4*>(dst) = v;
+    } else {
+      const float e[4] = {v.x, v.y, v.z, v.w};
+      for (int u = 0; u < 4 && col0 + c + u < n; ++u) dst[u] = accumulate ? dst[u] + e[u] : e[u];
+    }
+  }
+  cluster.sync();  // no block leaves while another may still read its partial tile
+}
+
+bool SkinnyV1() {
+  static const bool v1 = [] {
+    const char* e = std::getenv("TESSERA_CUDA_SKINNY");
+    return e && std::string(e) == "v1";
+  }();
+  return v1;
+}
+
+struct Residency {
+  int64_t sms = 1, blocks = 1;  // SMs, blocks resident at once
+};
+
+// Per device and kernel, cached: sets the kernel's shared memory limit and carveout, and counts the
+// blocks resident at once. None of these calls is stream-ordered, so they are allowed while a step
+// is being captured into a graph.
+template <typename Kernel>
+Residency KernelResidency(Kernel kernel, size_t smem, int threads) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, Residency> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  Residency r;
+  r.sms = std::max(1, sms);
+  r.blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  cache.emplace(key, r);
+  return r;
+}
+
+// Splits k (cluster size, up to kMaxSplits) so that tiles x splits fills the resident blocks once
+// without exceeding them (a second, partial wave would cost more than a smaller split gains); the k
+// ranges are whole stages except the last.
+template <int RG, int W, int ST>
+void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+                    cudaStream_t s) {
+  using S = SkinnyShape<RG, W, ST>;
+  const auto kernel = SkinnyGemmV2Kernel<RG, W, ST>;
+  const Residency res = KernelResidency(kernel, S::kSmem, S::kThreads);
+  const int64_t tiles = (n + S::kCols - 1) / S::kCols;
+  const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, kMaxSplits);
+  const int64_t k_chunk = (k + kKt * want - 1) / (kKt * want) * kKt;
+  const int64_t splits = (k + k_chunk - 1) / k_chunk;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles * splits));
+  cfg.blockDim = dim3(S::kThreads);
+  cfg.dynamicSmemBytes = S::kSmem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // A failed launch is left in cudaGetLastError for the backend's check, like a <<<>>> launch.
+  cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), w, static_cast<int>(n), y,
+                     accumulate, static_cast<int>(k_chunk));
+}
+
+}  // namespace
+
+int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
+  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0) return 0;
+  if (!SkinnyV1()) return 1;  // v2 splits k inside a cluster: no partial buffer
+  // Few column tiles (narrow outputs) would leave most SMs idle: split k across blocks.
+  const int64_t cols = (n + kMmaColsPerBlock - 1) / kMmaColsPerBlock, chunks = k / 32;
+  return static_cast<int>(std::min<int64_t>({16, chunks, std::max<int64_t>(1, (2 * sm_count + cols - 1) / cols)}));
+}
+
+bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
+                int splits, float* partial, cudaStream_t s) {
+  if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
+  if (!SkinnyV1()) {
+    // m <= 32: 32 x 128 tiles, 2 blocks an SM. m <= 64: 64 x 128 tiles, or 64 x 256 (1 block an SM,
+    // half the activation reads from L2 per weight byte) when the output alone fills the SMs (lm_head).
+    if (m <= 32) {
+      LaunchSkinnyV2<1, 4, 4>(x, m, k, w, n, y, accumulate, s);
+    } else {
+      const auto wide = SkinnyGemmV2Kernel<2, 8, 4>;
+      const Residency res = KernelResidency(wide, SkinnyShape<2, 8, 4>::kSmem, SkinnyShape<2, 8, 4>::kThreads);
+      if ((n + 255) / 256 >= res.sms)
+        LaunchSkinnyV2<2, 8, 4>(x, m, k, w, n, y, accumulate, s);
+      else
+        LaunchSkinnyV2<2, 4, 3>(x, m, k, w, n, y, accumulate, s);
+    }
+    return true;
+  }
+  const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
+  const int64_t used = (k + k_chunk - 1) / k_chunk;  // splits that get at least one chunk
+  float* part = used > 1 ? partial : nullptr;
+  const dim3 grid(static_cast<unsigned>((n + kMmaColsPerBlock - 1) / kMmaColsPerBlock), static_cast<unsigned>(used));
+  const int tiles = static_cast<int>((m + 15) / 16);
+  if (tiles == 1) SkinnyGemmKernel<1><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 2) SkinnyGemmKernel<2><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 3) SkinnyGemmKernel<3><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 4) SkinnyGemmKernel<4><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (part)
+    SkinnyReduceKernel<<<static_cast<unsigned>((m * n + 255) / 256), 256, 0, s>>>(part, used, m * n, y, accumulate);
+  return true;
+}
+
+}  // namespace tessera::cuda
