@@ -13,11 +13,13 @@
 // online softmax runs a head per lane; probabilities reach the value pass through shared memory.
 // The warps' states are merged by a fixed tree. GqaSplitPlan picks splits so that every SM gets work.
 //
-// The tile kernel serves calls of up to kTileMaxRows rows (decode of a few sequences, where the keys
-// of a row are split over many blocks); more rows take the first kernel (GqaKernel: 4 warps, a lane
-// per key over 32-key tiles, the values by lanes over dims), which measured faster there on the H200
-// (docs/PERFORMANCE.md: decode b8 12.2 vs 12.5 ms, denoise 1x32 13.3 vs 14.6 ms, at 8K 32.7 vs
-// 43.8 ms). TESSERA_CUDA_GQA=v1 selects the first kernel for every call (A/B comparisons).
+// Which kernel (measured on the H200, docs/PERFORMANCE.md): head_dim 256 always takes the tile kernel
+// (the first one spills there: Qwen3.5-35B-A3B decode b64 42.2 vs 51.6 ms, denoise 8x32 153 vs
+// 203 ms); head_dim 128 takes it for calls of up to kTileMaxRows rows (decode of a few sequences,
+// whose keys are split over many blocks: b1 4.75 vs 5.02 ms) and the first kernel (GqaKernel: 4
+// warps, a lane per key over 32-key tiles, the values by lanes over dims) for more rows, where it
+// was as fast or faster (b64 36.9 vs 36.5 ms, one 32-row diffusion block at 8K 37.2 vs 43.8 ms).
+// TESSERA_CUDA_GQA=v1 selects the first kernel for every call (A/B comparisons).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -379,13 +381,14 @@ void LaunchTile(const AttentionParams* descs, const int2* rows, int64_t R, int64
 
 constexpr int64_t kTileMaxRows = 4;
 
-// The first kernel for calls of many rows, or for all with TESSERA_CUDA_GQA=v1 (read once).
-bool UseV1(int64_t rows) {
+// The first kernel for head_dim 128 calls of many rows, or for all with TESSERA_CUDA_GQA=v1 (read
+// once).
+bool UseV1(int64_t rows, int64_t head_dim) {
   static const bool forced = [] {
     const char* e = std::getenv("TESSERA_CUDA_GQA");
     return e != nullptr && std::strcmp(e, "v1") == 0;
   }();
-  return forced || rows > kTileMaxRows;
+  return forced || (head_dim == 128 && rows > kTileMaxRows);
 }
 
 }  // namespace
@@ -424,7 +427,7 @@ void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int
                   int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  if (UseV1(R)) {
+  if (UseV1(R, head_dim)) {
     if (head_dim == 128 && G == 4) Launch<4, 4>(descs, rows, R, kv_heads, splits, chunk, partial, s);
     if (head_dim == 128 && G == 8) Launch<8, 4>(descs, rows, R, kv_heads, splits, chunk, partial, s);
     if (head_dim == 256 && G == 4) Launch<4, 8>(descs, rows, R, kv_heads, splits, chunk, partial, s);

@@ -58,10 +58,8 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
     profiler_->Mark("MoeExperts fused");
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     Enqueue("MoeGateUp", cuda::MoeGateUp, x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
-    // Down and the slot sum in one kernel (slot_out: scratch for its two-kernel fallback).
-    Enqueue("MoeDownSum", cuda::MoeDownSum, act.f32(), inter, idx, weights, rows, k, ptrs, E, hidden, table.aligned,
-            slot_out.f32(), out, stream_);
-    return;
+    Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
+            slot_out.f32(), stream_);
   } else if (vec && slots <= moe_device_max_slots_) {
     profiler_->Mark("MoeExperts device-grouped");
     const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;

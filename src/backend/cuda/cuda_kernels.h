@@ -74,11 +74,6 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s);
 void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s);
-// MoeDown then MoeSumSlots in one kernel where it can (aligned, k <= 32): out[row] = the sum of its k
-// slots in slot order. slot_out: [rows * k, hidden] scratch for the two-kernel fallback.
-void MoeDownSum(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t rows, int64_t k,
-                const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
-                float* out, cudaStream_t s);
 // Grouped path helpers: dst[i] = src[rows[i] ] (rows of `cols`); dst[rows[i]] = src[i] * scale[rows[i]].
 void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,
                 cudaStream_t s);

@@ -1,14 +1,15 @@
 // tessera cuda backend: the fused few-token MoE expert path (per (row, expert) pair, used for batch-1
-// decode and other steps of <= 16 pairs): gate/up + SiLU, down (per slot, or summed over a row's k
-// slots), and the slot sum. f32 activations, bf16 weights, f32 accumulation. See cuda_kernels.h.
+// decode and other steps of <= 16 pairs): gate/up + SiLU, down per slot, and the slot sum. f32
+// activations, bf16 weights, f32 accumulation. See cuda_kernels.h.
 //
 // A decode step streams 8 experts' matrices once (Qwen3-30B-A3B: 50 MB gate/up, 25 MB down a layer),
-// so these kernels are HBM-bound and written like the tiled GEMV in cuda_kernels.cu: every lane
-// issues all 16-byte weight loads of a step (16 per lane) before using any of them, the weights
+// so these kernels are HBM-bound. Gate/up is written like the tiled GEMV in cuda_kernels.cu: every
+// lane issues all 16-byte weight loads of a step (16 per lane) before using any of them, the weights
 // bypass L1 (read once), the f32 activations come through L1 (read by every warp of a pair), and the
-// expert-id -> pointer chain is paid once per warp, not per dot product. The v1 kernels (a warp per
-// column, one 16-byte load in flight, ~2.3-2.5 TB/s on an H200) stay for unaligned shapes and for
-// TESSERA_CUDA_MOE_FUSED=v1.
+// expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). The
+// v1 gate/up kernel (a warp per 8 columns, one 16-byte load in flight) stays for unaligned shapes and
+// TESSERA_CUDA_MOE_FUSED=v1; down is that kind of kernel (11.2 us a layer: a pipelined down that also
+// summed the slots measured 19.3 us and was removed).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,7 +24,6 @@ namespace tessera::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
@@ -88,10 +88,9 @@ constexpr int kLoads = 16;  // 16-byte weight loads in flight per lane per step 
 // Gate/up columns per warp: 4 columns = 8 weight rows x 2 segments a step.
 constexpr int kGateUpCols = 4;
 // Resident blocks an SM must hold (caps registers): 3 x 132 SMs = 396 >= the 384 gate/up blocks of
-// 8 pairs x 768 columns, 4 x 132 = 528 >= the 512 down blocks of one row x 2048 columns, so batch-1
-// decode runs in one wave (no tail of a few SMs) with 12-16 warps x 8 KiB in flight per SM.
+// 8 pairs x 768 columns, so batch-1 decode runs in one wave (no tail of a few SMs) with 12 warps x
+// 8 KiB in flight per SM.
 constexpr int kGateUpBlocksPerSm = 3;
-constexpr int kDownBlocksPerSm = 4;
 
 __device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
   uint4 v;
@@ -176,69 +175,6 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
     if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = SiluF(acc[c]) * acc[C + c];
 }
 
-// Down: a warp owns one output column c of one row r and walks all k slots of the row: the items
-// (slot j, segment s) of the k down rows are streamed kLoads at a time (a step may span slots), so
-// even inter = 512 (2 segments) keeps 16 loads in flight. Lane j < k holds slot j's down-row
-// pointer and routing weight (fetched once, all slots in parallel) and hands them out by shuffle.
-// A slot's value is its warp-summed dot times its weight, rounded as v1 (d * w, no fma).
-// kSum: out[r, c] = 0 + v_0 + v_1 + ... + v_{k-1} in slot order, as MoeSumSlots adds slot_out;
-// else out is slot_out [rows * k, hidden] (v_j at row r * k + j).
-template <bool kSum>
-__global__ void __launch_bounds__(kWarps * 32, kDownBlocksPerSm)
-    MoeDownTiledKernel(const float* __restrict__ act, int inter, const int32_t* __restrict__ idx,
-                       const float* __restrict__ weights, const uint16_t* const* __restrict__ ptrs, int E,
-                       int hidden, int rows, int k, float* __restrict__ out) {
-  const int lane = threadIdx.x & 31;
-  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int r = gw / hidden;
-  if (r >= rows) return;  // whole warps only
-  const int c = gw - r * hidden;
-  unsigned long long my_row = 0;  // slot `lane`'s down row for column c (lane < k)
-  float my_wt = 0.0f;
-  if (lane < k) {
-    const int e = __ldg(idx + r * k + lane);
-    my_row = reinterpret_cast<unsigned long long>(ptrs[2 * E + e] + static_cast<int64_t>(c) * inter);
-    my_wt = __ldg(weights + r * k + lane);
-  }
-  const float* al = act + static_cast<int64_t>(r) * k * inter + lane * 8;
-  const int segs = (inter + 255) / 256, n = k * segs;
-  float part = 0.0f, total = 0.0f;
-  int j0 = 0, s0 = 0;  // slot and segment of item t0
-  for (int t0 = 0; t0 < n; t0 += kLoads) {
-    uint4 wv[kLoads];
-    int j = j0, s = s0;
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      // j may pass k (and 31) past the last item: the shuffle reads lane j % 32, the load is skipped.
-      const auto* p = reinterpret_cast<const uint16_t*>(__shfl_sync(kFull, my_row, j & 31));
-      const bool ok = t0 + u < n && s * 256 + lane * 8 < inter;
-      wv[u] = ok ? LoadStream16(p + s * 256 + lane * 8) : make_uint4(0, 0, 0, 0);
-      if (++s == segs) s = 0, ++j;
-    }
-    j = j0, s = s0;
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      if (t0 + u < n) {  // warp-uniform
-        if (s * 256 + lane * 8 < inter) {
-          const float4* ap = reinterpret_cast<const float4*>(al + j * inter + s * 256);
-          part = DotBf16x8(wv[u], __ldg(ap), __ldg(ap + 1), part);
-        }
-        if (s == segs - 1) {  // slot j complete (warp-uniform)
-          const float v = __fmul_rn(WarpSum(part), __shfl_sync(kFull, my_wt, j));
-          part = 0.0f;
-          if (kSum)
-            total += v;
-          else if (lane == 0)
-            out[static_cast<int64_t>(r * k + j) * hidden + c] = v;
-        }
-      }
-      if (++s == segs) s = 0, ++j;
-    }
-    j0 = j, s0 = s;
-  }
-  if (kSum && lane == 0) out[static_cast<int64_t>(r) * hidden + c] = total;
-}
-
 // TESSERA_CUDA_MOE_FUSED=v1: the v1 kernels above, for A/B runs. Read once; the choice depends on
 // nothing recorded, so graphs replay what was captured.
 bool FusedV1() {
@@ -257,18 +193,6 @@ bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, 
   return !FusedV1() && aligned && len % 8 == 0 && Aligned16(a) && k >= 1 && k <= 32 && slots <= 1024 &&
          slots * width < (int64_t{1} << 31) && slots * other < (int64_t{1} << 31) &&
          width * other < (int64_t{1} << 31);
-}
-
-void LaunchDownV2(bool sum, const float* act, int64_t inter, const int32_t* idx, const float* weights,
-                  int64_t rows, int64_t k, const uint16_t* const* ptrs, int64_t E, int64_t hidden, float* out,
-                  cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((rows * hidden + kWarps - 1) / kWarps);
-  const int I = static_cast<int>(inter), H = static_cast<int>(hidden), R = static_cast<int>(rows),
-            K = static_cast<int>(k), EE = static_cast<int>(E);
-  if (sum)
-    MoeDownTiledKernel<true><<<blocks, kWarps * 32, 0, s>>>(act, I, idx, weights, ptrs, EE, H, R, K, out);
-  else
-    MoeDownTiledKernel<false><<<blocks, kWarps * 32, 0, s>>>(act, I, idx, weights, ptrs, EE, H, R, K, out);
 }
 
 }  // namespace
@@ -294,28 +218,11 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s) {
   if (slots <= 0) return;
-  // The launcher does not know k: all slots are taken as one "row" of `slots` slots (<= 32), so a
-  // warp streams every slot's row for its column (many loads in flight even at 2-3 segments a row)
-  // and writes slot_out[j] = d_j * w_j, as v1 does.
-  if (UseV2(ptrs_aligned, inter, act, slots, slots, hidden, inter) && num_experts < (int64_t{1} << 30))
-    return LaunchDownV2(false, act, inter, idx, weights, 1, slots, ptrs, num_experts, hidden, slot_out, s);
+  // The one-load-a-lane kernel: a pipelined variant that also summed the slots measured slower on the
+  // H200 (ncu: 19.3 us a layer against 11.2 + 2.9 us for this kernel and MoeSumSlots).
   const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));
   MoeDownKernel<<<grid, 256, 0, s>>>(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
                                      ptrs_aligned && inter % 8 == 0 && Aligned16(act));
-}
-
-// out[row] = sum over the row's k slots of weight * (act down_e^T), in slot order, in one kernel
-// (v2): the fused path then needs no MoeSumSlots launch. Where v2 does not apply (unaligned, k > 32,
-// TESSERA_CUDA_MOE_FUSED=v1) it runs MoeDown into slot_out ([rows * k, hidden] scratch) and
-// MoeSumSlots. Declared for the backend in cuda_kernels.h next to MoeDown.
-void MoeDownSum(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t rows, int64_t k,
-                const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
-                float* out, cudaStream_t s) {
-  if (rows <= 0) return;
-  if (UseV2(ptrs_aligned, inter, act, k, rows * k, hidden, inter) && num_experts < (int64_t{1} << 30))
-    return LaunchDownV2(true, act, inter, idx, weights, rows, k, ptrs, num_experts, hidden, out, s);
-  MoeDown(act, inter, idx, weights, rows * k, ptrs, num_experts, hidden, ptrs_aligned, slot_out, s);
-  MoeSumSlots(slot_out, rows, k, hidden, out, s);
 }
 
 void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s) {
