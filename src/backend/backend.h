@@ -230,6 +230,13 @@ class Backend {
   virtual void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
                         int64_t b_stride, const float* a_log, const float* dt_bias) = 0;
 
+  // counts[e] += how many of idx[0..n) equal e (ids outside [0, num_experts) are not counted): the
+  // routing statistics of a forward, kept in backend memory so that reading them costs one copy
+  // after the step, not a host round trip per layer.
+  virtual void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) {
+    for (int64_t i = 0; i < n; ++i)
+      if (idx[i] >= 0 && idx[i] < num_experts) ++counts[idx[i]];
+  }
   // Router: softmax (f32) over E logits per row, top-k (ties -> lower index), renormalised when
   // renormalize. idx/weights: [rows, k].
   virtual void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,

@@ -263,6 +263,26 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
   return res;
 }
 
+// The expert statistics of a forward from the per-layer counts (backend memory, [layers, experts]):
+// tokens per expert and the distinct experts of each MoE layer (-1 and no counts for dense layers).
+static void ReadExpertCounts(Backend& be, const ModelConfig& c, const ModelWeights& w, const DeviceBuffer& counts,
+                             ForwardResult* res) {
+  const int64_t E = c.num_experts;
+  std::vector<int32_t> host(static_cast<size_t>(c.num_layers * E));
+  if (!host.empty()) be.Download(host.data(), counts.data(), host.size() * sizeof(int32_t));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!w.layers[l].is_moe) {
+      res->distinct_experts_per_layer.push_back(-1);
+      res->expert_token_counts.emplace_back();
+      continue;
+    }
+    std::vector<int64_t> layer(host.begin() + l * E, host.begin() + (l + 1) * E);
+    res->distinct_experts_per_layer.push_back(
+        static_cast<int32_t>(std::count_if(layer.begin(), layer.end(), [](int64_t n) { return n > 0; })));
+    res->expert_token_counts.push_back(std::move(layer));
+  }
+}
+
 // One rank's forward; `res` (rank 0 only) receives the logits, hidden states and expert statistics.
 void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts, ForwardResult* res) {
   const ModelConfig& c = cfg_;
@@ -306,6 +326,16 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     be.Embedding(w.embed, p.tokens.data(), R, h.f32());
   }
   if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
+  // Expert statistics (routing is global and the same on every rank): token counts per layer and
+  // expert, counted in backend memory and read once after the step (a read per layer would end the
+  // step there: no CUDA graph, a host round trip per layer).
+  const bool stats_wanted = res && opts.collect_expert_stats;
+  const int64_t E = c.num_experts;
+  DeviceBuffer expert_counts;
+  if (stats_wanted && E > 0) {
+    expert_counts = DeviceBuffer(be, static_cast<size_t>(c.num_layers * E) * sizeof(int32_t));
+    be.Zero(expert_counts.data(), expert_counts.bytes());
+  }
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -318,22 +348,10 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     all_reduce(o, R * H);  // row-parallel o_proj / out_proj
     be.Add(o.f32(), R * H, h.f32());
     be.RmsNorm(h.f32(), R, H, H, lw.post_norm, eps, one_plus, x.f32(), H);
-    const bool stats_wanted = res && opts.collect_expert_stats;
-    if (lw.is_moe) {
-      MoeStats stats;
-      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? &stats : nullptr);
-      if (stats_wanted) {  // routing is global and the same on every rank
-        res->distinct_experts_per_layer.push_back(static_cast<int32_t>(
-            std::count_if(stats.token_counts.begin(), stats.token_counts.end(), [](int64_t n) { return n > 0; })));
-        res->expert_token_counts.push_back(std::move(stats.token_counts));
-      }
-    } else {
+    if (lw.is_moe)
+      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr);
+    else
       DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
-      if (stats_wanted) {
-        res->distinct_experts_per_layer.push_back(-1);
-        res->expert_token_counts.emplace_back();
-      }
-    }
     all_reduce(o, R * H);  // this rank's experts / FFN columns
     be.Add(o.f32(), R * H, h.f32());
     if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
@@ -353,6 +371,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     be.EndStep();
     res->logits.resize(L * V);
     be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
+    if (stats_wanted) ReadExpertCounts(be, c, w, expert_counts, res);
     return;
   }
   // Vocab-parallel lm_head: each rank's [L, its vocab share] padded to a block of L * vocab_stride,
@@ -362,6 +381,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   be.MatMul(sel.f32(), L, w.lm_head, part.f32());
   comm->AllGather(part.f32(), block, all.f32());
   if (!res) return;
+  if (stats_wanted) ReadExpertCounts(be, c, w, expert_counts, res);
   std::vector<float> host = all.ToHost();
   res->logits.resize(L * V);
   const std::vector<RankShard> plan = PlanShards(c, sh.size);

@@ -489,6 +489,26 @@ TEST_F(CudaConformance, GatedDeltaNetBatch) {
   Report("CausalConv1dUpdateStateBatch", RelErr(Host(dconv, conv_states.size()), conv_states), 1e-6);
 }
 
+// Expert statistics counted on the device (Backend::CountIds), ids out of range included: the same
+// totals as the CPU backend, added to counts already there.
+TEST_F(CudaConformance, CountIdsMatchesCpu) {
+  const int64_t E = 128, n = 5000;
+  std::mt19937 rng(77);
+  std::vector<int32_t> idx(n);
+  for (auto& id : idx) id = static_cast<int32_t>(rng() % (E + 4)) - 2;  // -2 .. E + 1
+  std::vector<int32_t> want(E);
+  for (int64_t e = 0; e < E; ++e) want[e] = static_cast<int32_t>(e % 3);
+  std::vector<int32_t> start = want;
+  cpu_->CountIds(idx.data(), n, E, want.data());
+  int32_t* dcounts = Dev(start);
+  gpu_->CountIds(Dev(idx), n, E, dcounts);
+  EXPECT_EQ(Host(dcounts, E), want);
+  int64_t counted = 0;
+  for (int64_t e = 0; e < E; ++e) counted += want[e] - start[e];
+  EXPECT_GT(counted, n * 9 / 10);  // the CPU reference counted the in-range ids
+  Report("CountIds", counted == std::count_if(idx.begin(), idx.end(), [&](int32_t i) { return i >= 0 && i < E; }) ? 0 : 1);
+}
+
 TEST_F(CudaConformance, MoeRouteAndExperts) {
   // Routing: Qwen3-30B-A3B (128 experts, top-8, renormalised), Qwen3-Next (512, top-10).
   for (auto [E, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true}, {512, 10, true}, {256, 8, false}}) {

@@ -85,6 +85,7 @@ class CudaBackend : public Backend {
   void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
                 const float* a_log, const float* dt_bias) override;
 
+  void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) override;
   void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                 int32_t* idx, float* weights) override;
   void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,

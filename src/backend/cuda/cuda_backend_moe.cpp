@@ -12,6 +12,11 @@ namespace tessera {
 
 // --- MoE -------------------------------------------------------------------------------------
 
+void CudaBackend::CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) {
+  profiler_->Mark("CountIds");
+  Enqueue("CountIds", cuda::CountIds, idx, n, num_experts, counts, stream_);
+}
+
 void CudaBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                            int32_t* idx, float* weights) {
   profiler_->Mark("MoeRoute");

@@ -430,6 +430,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
   }
 }
 
+__global__ void CountIdsKernel(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n && idx[i] >= 0 && idx[i] < num_experts) atomicAdd(counts + idx[i], 1);
+}
+
 __global__ void MoeRouteKernel(const float* logits, int64_t E, int64_t k, bool renormalize, int32_t* idx,
                                float* weights) {
   extern __shared__ float p[];  // [E]
@@ -685,6 +690,10 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
     GemvBf16Kernel<true><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
   else
     GemvBf16Kernel<false><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
+}
+
+void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts, cudaStream_t s) {
+  if (n > 0) CountIdsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(idx, n, num_experts, counts);
 }
 
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize, int32_t* idx,

@@ -61,6 +61,8 @@ bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
                 int splits, float* partial, cudaStream_t s);
 
 // --- MoE: routing (cuda_kernels.cu), the fused few-token path (cuda_moe_fused.cu).
+// counts[e] += how many of idx[0..n) equal e (integer atomics: the totals do not depend on order).
+void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts, cudaStream_t s);
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
               int32_t* idx, float* weights, cudaStream_t s);
 // Few-token path: per (row, slot) pair, act[slot] = silu(x gate_e^T) * (x up_e^T), then

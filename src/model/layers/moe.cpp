@@ -12,22 +12,17 @@ void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float
   be.MatMul(g.f32(), rows, w.down, out);
 }
 
-void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, MoeStats* stats) {
+void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts) {
   Backend& be = *ctx.be;
   const ModelConfig& c = *ctx.cfg;
   const int64_t R = ctx.rows, E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size;
-  // Router outputs stay in the backend's memory; expert statistics copy the ids to the host.
+  // Router outputs stay in the backend's memory, and so do the expert statistics.
   DeviceBuffer logits = DeviceBuffer::Floats(be, R * E), weights = DeviceBuffer::Floats(be, R * k);
   DeviceBuffer idx(be, static_cast<size_t>(R * k) * sizeof(int32_t));
   be.MatMul(x, R, w.router, logits.f32());
   be.MoeRoute(logits.f32(), R, E, k, c.norm_topk_prob, idx.i32(), weights.f32());
   be.MoeExperts(x, R, H, idx.i32(), weights.f32(), k, w.experts, out);
-  if (stats) {
-    std::vector<int32_t> host(R * k);
-    be.Download(host.data(), idx.data(), host.size() * sizeof(int32_t));
-    stats->token_counts.assign(E, 0);
-    for (int32_t e : host) stats->token_counts[e]++;
-  }
+  if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
   if (w.has_shared) {
     DeviceBuffer shared = DeviceBuffer::Floats(be, R * H), gate = DeviceBuffer::Floats(be, R);
     DenseMlpForward(be, w.shared, R, x, shared.f32());

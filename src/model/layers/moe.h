@@ -14,10 +14,7 @@ namespace tessera {
 // x: [rows, hidden] -> out: [rows, hidden].
 void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float* x, float* out);
 
-struct MoeStats {
-  std::vector<int64_t> token_counts;  // per expert
-};
-
-void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, MoeStats* stats);
+// expert_counts (backend memory, [num_experts], may be null): += the tokens routed to each expert.
+void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts);
 
 }  // namespace tessera
