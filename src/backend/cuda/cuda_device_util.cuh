@@ -1,5 +1,5 @@
-// tessera cuda backend: device helpers shared by the kernel files (warp reductions, SiLU, the paged
-// K/V row of a key). Header-only __device__ inline functions: every .cu gets its own copy, no
+// tessera cuda backend: device helpers shared by the kernel files (streamed 16-byte weight loads and
+// their bf16 dot products, warp reductions, SiLU, the paged K/V row of a key). Header-only __device__ inline functions: every .cu gets its own copy, no
 // relocatable device code needed.
 #pragma once
 
@@ -10,6 +10,28 @@
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
+
+// A 16-byte load of weights read once: through the non-coherent path, not kept in L1.
+__device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
+__device__ __forceinline__ float DotBf16x8(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
+  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
+  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
+  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
+  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
+  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
+  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
+  acc = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
+  return acc;
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -327,26 +327,6 @@ constexpr int kGemvWarps = 8;
 constexpr int kGemvLoads = 8;           // 16-byte weight loads in flight per lane per step
 constexpr int64_t kGemvFillWarps = 4096;  // ~32 warps per SM on 132 SMs: split k until reached
 
-__device__ __forceinline__ uint4 LoadWeights16(const uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
-__device__ __forceinline__ float Dot8(const uint4 w, const float4 a, const float4 b, float acc) {
-  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
-  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
-  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
-  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
-  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
-  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
-  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
-  acc = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
-  return acc;
-}
 
 // M rows of x, C columns per warp. Needs k % 8 == 0 and x, w 16-byte aligned.
 template <int M, int C>
@@ -381,7 +361,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
       const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
 #pragma unroll
       for (int c = 0; c < C; ++c)
-        wv[u][c] = ok && live[c] ? LoadWeights16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+        wv[u][c] = ok && live[c] ? LoadStream16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -392,7 +372,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
         const float4* xp = reinterpret_cast<const float4*>(xl + r * kk + seg * 256);
         const float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[r][c] = Dot8(wv[u][c], a, b, acc[r][c]);
+        for (int c = 0; c < C; ++c) acc[r][c] = DotBf16x8(wv[u][c], a, b, acc[r][c]);
       }
     }
   }

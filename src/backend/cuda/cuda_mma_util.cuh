@@ -1,6 +1,7 @@
 // tessera cuda backend: tensor-core and cp.async device helpers shared by the MoE expert kernels
-// (cuda_moe_grouped.cu) and the few-row dense GEMM (cuda_skinny_gemm.cu). Header-only __device__
-// inline functions: every .cu gets its own copy, no relocatable device code needed.
+// (cuda_moe_grouped.cu) and the few-row dense GEMM (cuda_skinny_gemm.cu), and their launchers'
+// residency query (KernelResidency). Header-only: every .cu gets its own copy of the __device__
+// inline functions, no relocatable device code needed.
 //
 // The MMA scheme: m16n8k16 bf16 MMA with f32 accumulation; the f32 activations are split into hi +
 // lo bf16 parts (two MMAs), which keeps ~16 mantissa bits (a single bf16 rounding of the activations
@@ -13,7 +14,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace tessera::cuda {
 
@@ -79,6 +84,36 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+struct Residency {
+  int64_t sms = 1, blocks = 1;  // SMs, blocks resident at once
+};
+
+// Per device and kernel, cached (host code, for the launchers of the pipelined kernels): sets the
+// kernel's dynamic shared memory limit and the whole carveout for shared memory (their weights
+// bypass L1 through cp.async.cg), and counts the blocks resident at once, which sizes their grids.
+// None of these calls is stream-ordered, so they are allowed while a step is captured into a graph.
+template <typename Kernel>
+Residency KernelResidency(Kernel kernel, size_t smem, int threads) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, Residency> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout.
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  Residency r;
+  r.sms = std::max(1, sms);
+  r.blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  cache.emplace(key, r);
+  return r;
 }
 
 }  // namespace tessera::cuda

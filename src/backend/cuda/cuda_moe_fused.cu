@@ -92,26 +92,6 @@ constexpr int kGateUpCols = 4;
 // 8 KiB in flight per SM.
 constexpr int kGateUpBlocksPerSm = 3;
 
-__device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
-__device__ __forceinline__ float DotBf16x8(const uint4 w, const float4 a, const float4 b, float acc) {
-  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
-  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
-  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
-  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
-  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
-  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
-  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
-  acc = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
-  return acc;
-}
 
 // Gate/up: a warp owns C adjacent columns of one pair and computes both the gate and the up dot of
 // each (2C weight rows sharing the pair's x). hidden is walked in segments of 256 (a lane's 8 bf16

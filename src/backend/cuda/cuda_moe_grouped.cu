@@ -506,28 +506,6 @@ MoeMma SelectedMoeMma(int64_t max_units) {
   return max_units > kMoePipelinedMaxUnits ? MoeMma::kV1 : MoeMma::kV2K128;
 }
 
-// Blocks of `kernel` resident on the current device at once (SMs x occupancy), cached per device;
-// also sets the kernel's shared memory limit and carveout there. Neither call is stream-ordered, so
-// they are allowed while a step is being captured into a graph.
-template <typename Kernel>
-int64_t ResidentBlocks(Kernel kernel, size_t smem) {
-  int dev = 0;
-  cudaGetDevice(&dev);
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int64_t> cache;
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout, for two blocks an SM.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Threads, smem);
-  const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
-  cache.emplace(key, blocks);
-  return blocks;
-}
 
 // The grid: as many blocks as are resident at once, fewer when there are fewer items even with
 // every unit of the bound present (blocks with no item return at once).
@@ -539,7 +517,7 @@ void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const 
   constexpr int64_t kCols = kDown ? S::kItemRows : S::kItemRows / 2;
   const auto kernel = MoeMmaV2Kernel<kDown, kKChunks, kStages>;
   const int64_t items = max_units * ((n + kCols - 1) / kCols);
-  const int64_t grid = std::min(items, ResidentBlocks(kernel, S::kSmem));
+  const int64_t grid = std::min(items, KernelResidency(kernel, S::kSmem, kV2Threads).blocks);
   kernel<<<static_cast<unsigned>(grid), kV2Threads, S::kSmem, s>>>(
       in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
       out);

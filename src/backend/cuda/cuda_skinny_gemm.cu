@@ -267,34 +267,6 @@ bool SkinnyV1() {
   return v1;
 }
 
-struct Residency {
-  int64_t sms = 1, blocks = 1;  // SMs, blocks resident at once
-};
-
-// Per device and kernel, cached: sets the kernel's shared memory limit and carveout, and counts the
-// blocks resident at once. None of these calls is stream-ordered, so they are allowed while a step
-// is being captured into a graph.
-template <typename Kernel>
-Residency KernelResidency(Kernel kernel, size_t smem, int threads) {
-  int dev = 0;
-  cudaGetDevice(&dev);
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, Residency> cache;
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(dev, reinterpret_cast<const void*>(kernel));
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-  Residency r;
-  r.sms = std::max(1, sms);
-  r.blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
-  cache.emplace(key, r);
-  return r;
-}
 
 // Splits k (cluster size, up to kMaxSplits) so that tiles x splits fills the resident blocks once
 // without exceeding them (a second, partial wave would cost more than a smaller split gains); the k
