@@ -111,7 +111,7 @@ TEST_F(CudaConformance, MatMulBf16AndF32) {
   }
   // Ragged shapes: n not a multiple of a column tile, k a multiple of 32 but not of 64, every
   // kernel family (GEMV, few-row m <= 32 and 33..64, the 256-column variant for very wide outputs).
-  for (const auto [m, rn, rk] : {std::tuple<int64_t, int64_t, int64_t>{1, 517, 2080}, {3, 517, 2080}, {8, 517, 2080},
+  for (const auto& [m, rn, rk] : {std::tuple<int64_t, int64_t, int64_t>{1, 517, 2080}, {3, 517, 2080}, {8, 517, 2080},
                                  {9, 517, 2080}, {40, 517, 2080}, {64, 517, 2080}, {48, 34856, 288}}) {
     const auto rw = Bf16s(Rand(rn * rk, -0.05f, 0.05f, 7 + m));
     const auto x = Rand(m * rk, -1, 1, 20 + m);

@@ -264,11 +264,6 @@ void CudaBackend::BeginStep() {
 
 void CudaBackend::EndStep() { FlushStep(); }
 
-void CudaBackend::SetStepGraphs(bool on) {
-  FlushStep();
-  step_graphs_ = on;
-}
-
 std::string CudaBackend::StepSummary() {
   const cuda::StepGraphs::Stats& st = graphs_->stats();
   return std::string("steps: ") + std::to_string(st.replayed) + " replayed as CUDA graphs, " +
@@ -396,9 +391,10 @@ void CudaBackend::RunGemm(void* lt, const GemmPlan* plan, const void* w, const v
                           void* workspace, size_t workspace_bytes, cudaStream_t s) {
   // alpha and beta live in static storage: a recorded call runs after the caller's frame is gone.
   static const float kOne = 1.0f, kZero = 0.0f;
-  CheckLt(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt), plan->op, &kOne, w, plan->a, x, plan->b,
-                         accumulate ? &kOne : &kZero, y, plan->c, y, plan->c, &plan->algo, workspace, workspace_bytes, s),
-          "cublasLtMatmul");
+  CheckLt(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(lt), plan->op, &kOne, w, plan->a, x, plan->b,
+                     accumulate ? &kOne : &kZero, y, plan->c, y, plan->c, &plan->algo, workspace, workspace_bytes, s),
+      "cublasLtMatmul");
 }
 
 void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
@@ -424,7 +420,8 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
     // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).
     DeviceBuffer hi(*this, static_cast<size_t>(m * k) * 2), lo(*this, static_cast<size_t>(m * k) * 2);
-    Enqueue("F32ToBf16Split", cuda::F32ToBf16Split, x, m * k, static_cast<uint16_t*>(hi.data()), static_cast<uint16_t*>(lo.data()), stream_);
+    Enqueue("F32ToBf16Split", cuda::F32ToBf16Split, x, m * k, static_cast<uint16_t*>(hi.data()),
+            static_cast<uint16_t*>(lo.data()), stream_);
     GemmLt(wb, true, hi.data(), m, k, n, y, accumulate);
     GemmLt(wb, true, lo.data(), m, k, n, y, true);
   } else if (w.dtype == DType::kF32) {
@@ -467,7 +464,8 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads
   if (rows == 0) return;
   const float* inv_freq = RopeInvFreq(theta, rotary_dim);
   const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
-  Enqueue("Rope", cuda::Rope, x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq, stream_);
+  Enqueue("Rope", cuda::Rope, x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data),
+          inv_freq, stream_);
 }
 
 void CudaBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
@@ -512,7 +510,8 @@ void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
-  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache, stream_);
+  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache,
+          stream_);
 }
 
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
@@ -523,7 +522,8 @@ void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride,
   std::vector<int64_t> pairs(2 * n);
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
   const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
-  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache, v_cache, stream_);
+  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache,
+          v_cache, stream_);
 }
 
 void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
@@ -571,8 +571,9 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   const int64_t kv_heads = args[0].num_kv_heads;
   const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
   // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
-  // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks: whole 128-key groups.
-  const int64_t blocks = R * (grouped ? kv_heads : heads), want = (grouped ? 4 : 2) * sm_count_;
+  // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole
+  // 128-key groups.
+  const int64_t blocks = R * heads, want = 2 * sm_count_;
   // One split takes every key: its chunk is a constant, not the growing context length, so that
   // decode steps keep their graph (cuda_step_graph.h). The grouped kernel's plan also moves in
   // steps of the context (4 a doubling), not with every 128 keys.
@@ -623,8 +624,10 @@ void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
     Fail(ErrorKind::kInvalidArgument, "gated delta rule: {} value heads over {} key heads", a.value_heads, a.key_heads);
   DeviceBuffer qn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
   DeviceBuffer kn = DeviceBuffer::Floats(*this, a.T * a.key_heads * a.key_dim);
-  Enqueue("GdnNormalizeQk", cuda::GdnNormalizeQk, a.q, a.k, a.qk_stride, a.T, a.key_heads, a.key_dim, qn.f32(), kn.f32(), stream_);
-  Enqueue("GatedDeltaRecurrent", cuda::GatedDeltaRecurrent, qn.f32(), kn.f32(), a.key_heads, a.v, a.v_stride, a.g, a.beta, a.T, a.value_heads, a.key_dim, a.value_dim, a.state, a.out, stream_);
+  Enqueue("GdnNormalizeQk", cuda::GdnNormalizeQk, a.q, a.k, a.qk_stride, a.T, a.key_heads, a.key_dim, qn.f32(),
+          kn.f32(), stream_);
+  Enqueue("GatedDeltaRecurrent", cuda::GatedDeltaRecurrent, qn.f32(), kn.f32(), a.key_heads, a.v, a.v_stride, a.g,
+          a.beta, a.T, a.value_heads, a.key_dim, a.value_dim, a.state, a.out, stream_);
 }
 
 void CudaBackend::CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_t channels, const float* w,
@@ -648,7 +651,8 @@ void CudaBackend::CausalConv1dSiluBatch(const float* x, int64_t x_stride, int64_
     }
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
   const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  Enqueue("CausalConv1dSiluBatch", cuda::CausalConv1dSiluBatch, x, R, x_stride, channels, w, K, static_cast<const int2*>(dr.data), static_cast<const cuda::ConvSegmentParams*>(dp.data), y, stream_);
+  Enqueue("CausalConv1dSiluBatch", cuda::CausalConv1dSiluBatch, x, R, x_stride, channels, w, K,
+          static_cast<const int2*>(dr.data), static_cast<const cuda::ConvSegmentParams*>(dp.data), y, stream_);
 }
 
 void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
@@ -659,7 +663,8 @@ void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride,
   std::vector<cuda::ConvSegmentParams> params;
   for (const ConvSegment& sg : segs) params.push_back({sg.row0, sg.T, sg.state});
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
-  Enqueue("CausalConv1dUpdateStateBatch", cuda::CausalConv1dUpdateStateBatch, x, x_stride, channels, K, static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), stream_);
+  Enqueue("CausalConv1dUpdateStateBatch", cuda::CausalConv1dUpdateStateBatch, x, x_stride, channels, K,
+          static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), stream_);
 }
 
 void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
@@ -689,7 +694,9 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
   DeviceBuffer kn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::GdnRunParams));
   const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  Enqueue("GatedDeltaRuleBatch", cuda::GatedDeltaRuleBatch, static_cast<const cuda::GdnRunParams*>(dp.data), static_cast<int64_t>(params.size()), static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads, a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
+  Enqueue("GatedDeltaRuleBatch", cuda::GatedDeltaRuleBatch, static_cast<const cuda::GdnRunParams*>(dp.data),
+          static_cast<int64_t>(params.size()), static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads,
+          a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
 }
 
 void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,

@@ -46,8 +46,6 @@ class CudaBackend : public Backend {
   void BeginStep() override;
   void EndStep() override;
   std::string StepSummary() override;
-  void SetStepGraphs(bool on);
-  const cuda::StepGraphs::Stats& step_graph_stats() const { return graphs_->stats(); }
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
   void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;

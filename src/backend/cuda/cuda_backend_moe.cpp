@@ -75,10 +75,13 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
     // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
     Zero(slot_out.data(), slot_out.bytes());
-    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(), static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
+            static_cast<int4*>(units.data()), num_units.i32(), stream_);
     const auto* u = static_cast<const int4*>(units.data());
-    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units, ptrs, E, inter, act.f32(), stream_);
-    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units, weights, ptrs, E, hidden, slot_out.f32(), stream_);
+    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
+            ptrs, E, inter, act.f32(), stream_);
+    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
+            weights, ptrs, E, hidden, slot_out.f32(), stream_);
   } else {
     // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
     profiler_->Mark("MoeExperts host-grouped");
@@ -112,7 +115,8 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
       if (cnt == 0) continue;
       MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
     }
-    Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(), stream_);
+    Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(),
+            stream_);
   }
   Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out.f32(), rows, k, hidden, out, stream_);
 }

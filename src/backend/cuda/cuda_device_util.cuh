@@ -1,6 +1,6 @@
 // tessera cuda backend: device helpers shared by the kernel files (streamed 16-byte weight loads and
-// their bf16 dot products, warp reductions, SiLU, the paged K/V row of a key). Header-only __device__ inline functions: every .cu gets its own copy, no
-// relocatable device code needed.
+// their bf16 dot products, warp reductions, SiLU, the paged K/V row of a key). Header-only __device__
+// inline functions: every .cu gets its own copy, no relocatable device code needed.
 #pragma once
 
 #include <cuda_runtime.h>
