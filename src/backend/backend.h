@@ -78,6 +78,24 @@ struct GatedDeltaArgs {
 
 enum class GdnMode { kAuto, kChunked, kRecurrent };
 
+// How one logits row becomes a token (Backend::SampleRows): the engine's Sampler rule without the
+// penalties (engine/sampler.h; backend/sampling.h holds the reference). temperature <= 0: greedy,
+// the largest logit other than `exclude` (ties: lowest id), whose probability is softmax(row) at
+// that id over the whole row. Otherwise: softmax(row / temperature) with `exclude` removed, sorted
+// by probability (ties: lower id), cut to the top_k first (0: all), renormalised, cut to the
+// shortest prefix whose probability reaches top_p (at least one), cut to the tokens of at least
+// min_p times the first one's, renormalised; the token is the first whose cumulative probability
+// exceeds `uniform` (none: the last one with a positive probability), and its probability is the
+// one in that final distribution.
+struct RowSampling {
+  float temperature = 0.f;
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  float min_p = 0.f;
+  int32_t exclude = -1;  // never chosen (the diffusion mask token); -1: none
+  double uniform = 0.0;  // the draw in [0, 1) from the sequence's generator (unused when greedy)
+};
+
 // Pointer conventions of the ops below. Activations (float*), weight data, caches and the MoE
 // routing outputs (idx / weights) live in the backend's memory: host memory on the CPU backend,
 // device memory on a GPU backend; allocate them through Allocate / DeviceBuffer. Integer metadata
@@ -171,6 +189,13 @@ class Backend {
   virtual void SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y += x, n elements.
   virtual void Add(const float* x, int64_t n, float* y) = 0;
+  // h += delta, then y = RmsNorm(h) (rows of dim, contiguous; y must not alias h or delta): a layer's
+  // residual add and the norm after it in one op. Same result as Add then RmsNorm.
+  virtual void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps,
+                          bool one_plus, float* y) {
+    Add(delta, rows * dim, h);
+    RmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim);
+  }
   // dst[r, 0:cols] = src[r, 0:cols] with row strides (gathers a column block or de-interleaves).
   virtual void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                       int64_t dst_stride) = 0;
@@ -248,6 +273,12 @@ class Backend {
 
   virtual void Softmax(float* x, int64_t rows, int64_t n) = 0;
   virtual void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
+  // One token per logits row by RowSampling (params: host, one per row); tokens / probs: backend
+  // memory, [rows]. A backend may answer token -1 for a sampled row it cannot finish on the device
+  // (more candidates than its kernel holds); the caller then samples that row from its logits with
+  // SampleRowReference. The default runs the reference on host memory (the CPU backend).
+  virtual void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params,
+                          int32_t* tokens, float* probs);
 };
 
 // An owned allocation in a backend's memory (RAII; move-only).

@@ -29,6 +29,36 @@ int64_t DiffusionDecoder::masks_left() const {
 }
 
 DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t vocab, Sampler& sampler) {
+  const int32_t mask = params_.mask_token_id;
+  return Apply([&](int64_t i, float* conf) {
+    return sampler.SampleWithConfidence(block_logits + i * vocab, vocab, conf, mask);
+  });
+}
+
+DiffusionStepView DiffusionDecoder::ApplyPickedStep(const int32_t* tokens, const float* probs) {
+  return Apply([&](int64_t i, float* conf) {
+    *conf = probs[i];
+    return tokens[i];
+  });
+}
+
+bool DiffusionDecoder::DrawsRow(int64_t i, bool any_masked) const {
+  if (any_masked) return block_[i] == params_.mask_token_id;
+  return params_.policy == DiffusionPolicy::kEditing && block_start_ + i >= prompt_len_;
+}
+
+std::vector<RowSampling> DiffusionDecoder::RulesForRows(Sampler& sampler) const {
+  const bool any_masked = masks_left() > 0;
+  std::vector<RowSampling> rules(params_.block_size);
+  for (int64_t i = 0; i < params_.block_size; ++i) {
+    rules[i].exclude = params_.mask_token_id;
+    if (DrawsRow(i, any_masked)) rules[i] = sampler.RowRule(params_.mask_token_id);
+  }
+  return rules;
+}
+
+template <typename PickFn>
+DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
   TESSERA_CHECK(!done_);
   const int64_t b = params_.block_size;
   const int32_t mask = params_.mask_token_id;
@@ -45,7 +75,7 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
   for (int64_t i = 0; i < b; ++i) {
     if (block_[i] != mask) continue;
     float conf = 0.f;
-    int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf, mask);
+    int32_t x0 = pick(i, &conf);
     masked.push_back({i, x0, conf});
   }
   // Most confident first; equal confidence -> lower position first.
@@ -77,7 +107,7 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
     for (int64_t i = 0; i < b; ++i) {
       if (block_start_ + i < prompt_len_) continue;  // never edit the prompt
       float conf = 0.f;
-      int32_t x0 = sampler.SampleWithConfidence(block_logits + i * vocab, vocab, &conf, mask);
+      int32_t x0 = pick(i, &conf);
       if (x0 != block_[i] && conf > params_.edit_threshold) {
         block_[i] = x0;
         view.unmasked.push_back(block_start_ + i);

@@ -36,6 +36,13 @@ class DiffusionDecoder {
   // Returns the step view (positions unmasked and their confidences). When the block completes,
   // block_done() turns true.
   DiffusionStepView ApplyStep(const float* block_logits, int64_t vocab, Sampler& sampler);
+  // The same step from tokens already drawn for every block row (tokens[i], probs[i]: row i's x0
+  // and its confidence) by the rules the engine made with RuleForRows (the backend's SampleRows).
+  DiffusionStepView ApplyPickedStep(const int32_t* tokens, const float* probs);
+  // One sampling rule per block row for the next step: the rows ApplyStep would draw from get
+  // sampler.RowRule(mask), in the order it draws them (so a seeded sampler gives the same draws);
+  // the others get a greedy rule whose result the step does not read.
+  std::vector<RowSampling> RulesForRows(Sampler& sampler) const;
   bool block_done() const { return done_; }
 
   // Moves to the next block (all masks) after a completed block; returns the completed block's
@@ -43,6 +50,11 @@ class DiffusionDecoder {
   std::vector<int32_t> AdvanceBlock();
 
  private:
+  // The step itself; pick(i, &conf) draws row i's x0 (called in row order, only for the rows read).
+  template <typename PickFn>
+  DiffusionStepView Apply(PickFn pick);
+  // Whether the next step draws row i: the masked rows, or in an editing pass the generated ones.
+  bool DrawsRow(int64_t i, bool any_masked) const;
   DiffusionParams params_;
   std::vector<int64_t> schedule_;
   int64_t prompt_len_ = 0;

@@ -477,6 +477,15 @@ bool Engine::Step() {
   plan.erase(std::remove_if(plan.begin(), plan.end(), [](const Planned& p) { return p.seq->finished; }), plan.end());
 
   if (!plan.empty()) {
+    // Rows without penalties or log-probabilities are drawn by the backend (only the tokens come
+    // back); the rules take the sequences' draws now, in the order the host sampler would.
+    for (auto& p : plan) {
+      Sequence& s = *p.seq;
+      if (p.prompt_chunk || p.segment.logits_rows.empty()) continue;
+      if (s.diffusion) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
+      else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0)
+        p.segment.sample = {s.sampler->RowRule()};
+    }
     Batch batch;
     for (auto& p : plan) batch.segments.push_back(p.segment);
     ForwardOptions opts;
@@ -495,12 +504,14 @@ bool Engine::Step() {
     }
 
     const int64_t vocab = model_->config().vocab_size;
-    size_t row = 0;
+    size_t row = 0, pick = 0;  // next row of result.logits / result.picks
     for (auto& p : plan) {
       Sequence& s = *p.seq;
       const Segment& seg = p.segment;
-      float* logits = result.logits.data() + row * vocab;
-      row += seg.logits_rows.size();
+      const bool sampled = !seg.sample.empty();
+      float* logits = sampled ? nullptr : result.logits.data() + row * vocab;
+      const ForwardResult::Pick* picks = sampled ? result.picks.data() + pick : nullptr;
+      (sampled ? pick : row) += seg.logits_rows.size();
       s.num_cached += seg.commit_len;
       if (prefix_cache_ && seg.commit_len > 0) OnCommitted(s);
       s.stats.forwards++;
@@ -511,7 +522,7 @@ bool Engine::Step() {
         // Log-probabilities are those of the model's distribution, before penalties.
         std::vector<float> raw;
         if (s.req.sampling.top_logprobs >= 0) raw.assign(logits, logits + vocab);
-        int32_t tok = s.sampler->Sample(logits, vocab);
+        int32_t tok = sampled ? picks[0].token : s.sampler->Sample(logits, vocab);
         std::vector<TokenLogprob> lps;
         if (s.req.sampling.top_logprobs >= 0)
           lps.push_back(ComputeLogprobs(raw.data(), vocab, tok, s.req.sampling.top_logprobs));
@@ -528,7 +539,15 @@ bool Engine::Step() {
           Finish(s, FinishReason::kLength);
       } else {
         DiffusionDecoder& d = *s.diffusion;
-        DiffusionStepView view = d.ApplyStep(logits, vocab, *s.sampler);
+        DiffusionStepView view;
+        if (sampled) {
+          std::vector<int32_t> tokens(seg.logits_rows.size());
+          std::vector<float> probs(seg.logits_rows.size());
+          for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = picks[i].token, probs[i] = picks[i].prob;
+          view = d.ApplyPickedStep(tokens.data(), probs.data());
+        } else {
+          view = d.ApplyStep(logits, vocab, *s.sampler);
+        }
         if (s.req.emit_steps && s.req.on_event) {
           GenerationEvent ev;
           ev.kind = GenerationEvent::Kind::kDiffusionStep;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/sampling.h"
+
 namespace tessera {
 
 int32_t ArgMax(const float* values, int64_t n) {
@@ -79,93 +81,37 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
   }
 }
 
-void Sampler::BuildDistribution(const float* logits, int64_t vocab) {
-  candidates_.clear();
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  const float inv_t = 1.0f / params_.temperature;
-  candidates_.reserve(vocab);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    float p = std::exp((logits[i] - mx) * inv_t);
-    candidates_.emplace_back(p, static_cast<int32_t>(i));
-    sum += p;
-  }
-  // Highest probability first; ties by lower id so results do not depend on sort stability.
-  auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = params_.top_k;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_prob);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_prob);
-  }
-  candidates_.resize(keep);
-  sum = 0;
-  for (auto& c : candidates_) sum += c.first;
-  for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
-  if (params_.top_p < 1.0f) {
-    double cum = 0;
-    size_t n = 0;
-    while (n < candidates_.size()) {
-      cum += candidates_[n].first;
-      ++n;
-      if (cum >= params_.top_p) break;
-    }
-    candidates_.resize(std::max<size_t>(n, 1));
-  }
-  if (params_.min_p > 0.f) {
-    float cut = candidates_.front().first * params_.min_p;
-    size_t n = 1;
-    while (n < candidates_.size() && candidates_[n].first >= cut) ++n;
-    candidates_.resize(n);
-  }
-  sum = 0;
-  for (auto& c : candidates_) sum += c.first;
-  for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
+RowSampling Sampler::RowRule(int32_t exclude) {
+  RowSampling r;
+  r.temperature = params_.temperature;
+  r.top_k = params_.top_k;
+  r.top_p = params_.top_p;
+  r.min_p = params_.min_p;
+  r.exclude = exclude;
+  if (!greedy()) r.uniform = NextUniform();
+  return r;
 }
 
-int32_t Sampler::Draw() {
+double Sampler::NextUniform() {
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  double r = u(rng_), cum = 0;
-  for (const auto& c : candidates_) {
-    cum += c.first;
-    if (r < cum) return c.second;
-  }
-  return candidates_.back().second;
+  return u(rng_);
+}
+
+bool Sampler::NextIsPlainRule() const {
+  const bool suppressing_end = generated_ < params_.min_tokens && !end_ids_.empty();
+  return !suppressing_end && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.f &&
+         params_.frequency_penalty == 0.f;
 }
 
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
   ApplyPenalties(logits, vocab);
   if (greedy()) return ArgMax(logits, vocab);
-  BuildDistribution(logits, vocab);
-  return Draw();
+  float prob = 0.f;
+  return SampleRowReference(logits, vocab, RowRule(), &prob, &candidates_);
 }
 
 int32_t Sampler::SampleWithConfidence(const float* logits, int64_t vocab, float* confidence, int32_t exclude) {
-  if (greedy()) {
-    int64_t best = exclude == 0 ? 1 : 0;
-    for (int64_t i = best + 1; i < vocab; ++i)
-      if (i != exclude && logits[i] > logits[best]) best = i;
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - logits[best]));
-    *confidence = static_cast<float>(1.0 / sum);
-    return static_cast<int32_t>(best);
-  }
-  const float* row = logits;
-  if (exclude >= 0 && exclude < vocab) {
-    scratch_.assign(logits, logits + vocab);
-    scratch_[exclude] = -std::numeric_limits<float>::infinity();
-    row = scratch_.data();
-  }
-  BuildDistribution(row, vocab);
-  int32_t t = Draw();
-  *confidence = 0.f;
-  for (const auto& c : candidates_)
-    if (c.second == t) *confidence = c.first;
-  return t;
+  return SampleRowReference(logits, vocab, RowRule(exclude), confidence, &candidates_);
 }
 
 }  // namespace tessera

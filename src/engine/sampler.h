@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "engine/request.h"
 
 namespace tessera {
@@ -34,11 +35,19 @@ class Sampler {
   bool greedy() const { return params_.temperature <= 0.f; }
   const SamplingParams& params() const { return params_; }
 
+ // The rule of the next draw without penalties (backend.h RowSampling): this request's temperature,
+  // top-k / top-p / min-p and `exclude`, with the next uniform of this sequence's generator when
+  // sampled (one per draw, the order Sample and SampleWithConfidence consume them in). The engine
+  // hands these rules to the model so the backend draws the tokens; the results equal Sample's and
+  // SampleWithConfidence's on the same logits when NextIsPlainRule().
+  RowSampling RowRule(int32_t exclude = -1);
+  // True when the next Sample(logits) is RowRule() applied to the raw logits: no repetition /
+  // presence / frequency penalty and no end-token suppression by min_tokens at this point.
+  bool NextIsPlainRule() const;
+
  private:
   void ApplyPenalties(float* logits, int64_t vocab) const;
-  // Fills probs_ / candidates_ with the filtered distribution of logits / temperature.
-  void BuildDistribution(const float* logits, int64_t vocab);
-  int32_t Draw();
+  double NextUniform();
 
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -46,9 +55,7 @@ class Sampler {
   int64_t generated_ = 0;
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<int32_t> seen_;  // prompt + output tokens, for the repetition penalty
-  std::vector<char> seen_mask_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // (prob, token) after filtering
-  std::vector<float> scratch_;
+  SamplingCandidates candidates_;  // scratch of the sampled rule (backend/sampling.h)
 };
 
 // Index of the largest value; ties go to the lowest index (as torch.argmax).

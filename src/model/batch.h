@@ -26,6 +26,10 @@ struct Segment {
   // position 0; a query sees every key in its own and earlier blocks).
   int64_t block_size = 0;
   std::vector<int32_t> logits_rows;  // indices into tokens whose logits are wanted, in this order
+  // Empty: the logits of logits_rows come back (ForwardResult::logits). Otherwise one rule per
+  // logits row: the backend draws the tokens where the logits are (Backend::SampleRows) and only the
+  // tokens and their probabilities come back (ForwardResult::picks), not the [rows, vocab] logits.
+  std::vector<RowSampling> sample;
 };
 
 struct Batch {
@@ -39,7 +43,14 @@ struct ForwardOptions {
 };
 
 struct ForwardResult {
-  std::vector<float> logits;  // [sum of logits_rows over segments, vocab], segments in order
+  // [logits rows of the segments without `sample`, vocab], segments in order.
+  std::vector<float> logits;
+  // The tokens drawn for the logits rows of the segments with `sample`, segments in order.
+  struct Pick {
+    int32_t token = -1;
+    float prob = 0.f;  // RowSampling's probability of the token
+  };
+  std::vector<Pick> picks;
   int64_t rows_processed = 0;  // token rows run through the layers
   // When capture_hidden: [num_layers + 1] of [rows, hidden]: embeddings, each layer's output, the
   // last one after the final norm (rows of all segments, in order).

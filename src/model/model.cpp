@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "backend/communicator.h"
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
@@ -41,7 +42,12 @@ struct Model::Rank {
 // A validated batch, shared read-only by the ranks.
 struct Model::Prepared {
   std::vector<int32_t> tokens;
-  std::vector<int64_t> positions, logit_rows;
+  std::vector<int64_t> positions;
+  // Rows whose logits are computed: those that come back as logits first (full_rows of them), then
+  // those the backend samples by `rules` (one each), both in segment order.
+  std::vector<int64_t> logit_rows;
+  int64_t full_rows = 0;
+  std::vector<RowSampling> rules;
   std::vector<SegmentRows> segments;
 };
 
@@ -253,11 +259,26 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
       p.tokens.push_back(s.tokens[t]);
       p.positions.push_back(s.first_pos + t);
     }
-    for (int32_t lr : s.logits_rows) {
+    if (!s.sample.empty() && s.sample.size() != s.logits_rows.size())
+      Fail(ErrorKind::kInvalidArgument, "segment {}: {} sampling rules for {} logits rows", si, s.sample.size(),
+           s.logits_rows.size());
+    for (const RowSampling& rule : s.sample)
+      if (!(rule.temperature <= 0.f || (rule.top_p > 0.f && rule.top_p <= 1.f && rule.min_p >= 0.f &&
+                                        rule.min_p <= 1.f && rule.top_k >= 0 && rule.uniform >= 0.0 &&
+                                        rule.uniform < 1.0)))
+        Fail(ErrorKind::kInvalidArgument, "segment {}: bad sampling rule", si);
+    for (int32_t lr : s.logits_rows)
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
-      p.logit_rows.push_back(r.row0 + lr);
-    }
   }
+  // Logits rows: the returned ones first, then the sampled ones (each class in segment order).
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t si = 0; si < batch.segments.size(); ++si) {
+      const Segment& s = batch.segments[si];
+      if (s.sample.empty() != (pass == 0)) continue;
+      for (int32_t lr : s.logits_rows) p.logit_rows.push_back(p.segments[si].row0 + lr);
+      p.rules.insert(p.rules.end(), s.sample.begin(), s.sample.end());
+      if (pass == 0) p.full_rows += static_cast<int64_t>(s.logits_rows.size());
+    }
   ForwardResult res;
   OnRanks([&](Rank& rk) { ForwardRank(rk, p, opts, rk.shard.rank == 0 ? &res : nullptr); });
   return res;
@@ -338,22 +359,26 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   }
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
+  // Each residual add runs fused with the norm that follows it (the next layer's input norm after
+  // the FFN), except after the last layer, whose norm is the final one over the logits rows only.
+  if (c.num_layers > 0) be.RmsNorm(h.f32(), R, H, H, w.layers[0].input_norm, eps, one_plus, x.f32(), H);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
-    be.RmsNorm(h.f32(), R, H, H, lw.input_norm, eps, one_plus, x.f32(), H);
     if (lw.kind == LayerKind::kFullAttention)
       AttentionForward(ctx, lw.attn, lw.cache_index, x.f32(), o.f32());
     else
       GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.f32(), o.f32());
     all_reduce(o, R * H);  // row-parallel o_proj / out_proj
-    be.Add(o.f32(), R * H, h.f32());
-    be.RmsNorm(h.f32(), R, H, H, lw.post_norm, eps, one_plus, x.f32(), H);
+    be.AddRmsNorm(o.f32(), h.f32(), R, H, lw.post_norm, eps, one_plus, x.f32());
     if (lw.is_moe)
       MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr);
     else
       DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
     all_reduce(o, R * H);  // this rank's experts / FFN columns
-    be.Add(o.f32(), R * H, h.f32());
+    if (l + 1 < c.num_layers)
+      be.AddRmsNorm(o.f32(), h.f32(), R, H, w.layers[l + 1].input_norm, eps, one_plus, x.f32());
+    else
+      be.Add(o.f32(), R * H, h.f32());
     if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   }
   if (res && opts.capture_hidden) {
@@ -361,16 +386,42 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     be.RmsNorm(h.f32(), R, H, H, w.final_norm, eps, one_plus, x.f32(), H);
     be.Download(res->hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
   }
-  const int64_t L = static_cast<int64_t>(p.logit_rows.size());
+  const int64_t L = static_cast<int64_t>(p.logit_rows.size()), F = p.full_rows, S = L - F;
   DeviceBuffer sel = DeviceBuffer::Floats(be, L * H);
-  for (int64_t i = 0; i < L; ++i) be.Copy2D(h.f32() + p.logit_rows[i] * H, 1, H, H, sel.f32() + i * H, H);
+  // One copy per run of consecutive rows (a diffusion block's rows are one run).
+  for (int64_t i = 0, run = 1; i < L; i += run) {
+    for (run = 1; i + run < L && p.logit_rows[i + run] == p.logit_rows[i] + run;) ++run;
+    be.Copy2D(h.f32() + p.logit_rows[i] * H, run, H, H, sel.f32() + i * H, H);
+  }
   be.RmsNorm(sel.f32(), L, H, H, w.final_norm, eps, one_plus, sel.f32(), H);
   if (!sh.sharded()) {
     DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
     be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
+    // Sampled rows: tokens and probabilities (S ints, then S floats) are all that leaves the device.
+    DeviceBuffer picked;
+    if (S > 0) {
+      picked = DeviceBuffer(be, static_cast<size_t>(S) * 8);
+      be.SampleRows(logits.f32() + F * V, S, V, p.rules.data(), picked.i32(), picked.f32() + S);
+    }
     be.EndStep();
-    res->logits.resize(L * V);
-    be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
+    res->logits.resize(F * V);
+    if (F > 0) be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
+    if (S > 0) {
+      std::vector<int32_t> host(static_cast<size_t>(S) * 2);
+      be.Download(host.data(), picked.data(), picked.bytes());
+      res->picks.resize(S);
+      std::vector<float> row;
+      for (int64_t i = 0; i < S; ++i) {
+        ForwardResult::Pick& pk = res->picks[i];
+        pk.token = host[i];
+        std::memcpy(&pk.prob, &host[S + i], sizeof(float));
+        if (pk.token >= 0) continue;
+        // A row the backend could not finish: sample it here from its logits.
+        row.resize(V);
+        be.Download(row.data(), logits.f32() + (F + i) * V, static_cast<size_t>(V) * sizeof(float));
+        pk.token = SampleRowReference(row.data(), V, p.rules[i], &pk.prob);
+      }
+    }
     if (stats_wanted) ReadExpertCounts(be, c, w, expert_counts, res);
     return;
   }
@@ -391,6 +442,13 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       std::memcpy(res->logits.data() + i * V + vr.begin, host.data() + r * block + i * vr.count,
                   static_cast<size_t>(vr.count) * sizeof(float));
   }
+  // The sampled rows of a split model are drawn here, from the gathered logits.
+  res->picks.resize(S);
+  SamplingCandidates scratch;
+  for (int64_t i = 0; i < S; ++i)
+    res->picks[i].token = SampleRowReference(res->logits.data() + (F + i) * V, V, p.rules[i], &res->picks[i].prob,
+                                             &scratch);
+  res->logits.resize(F * V);
 }
 
 }  // namespace tessera

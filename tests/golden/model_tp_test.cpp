@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "io/hf_config.h"
 #include "io/npy.h"
 #include "model/model.h"
@@ -164,6 +166,48 @@ TEST_P(TensorParallel, PerRankCacheSizesShrink) {
   if (c.NumLayersOf(LayerKind::kLinearAttention) > 0) {
     EXPECT_LT(p_.split->StateBytesPerSequencePerRank(), Model::StateBytesPerSequence(c));
   }
+}
+
+TEST_P(TensorParallel, SampledRowsAreDrawnFromTheirLogits) {
+  // A batch whose second segment has sampling rules (Segment::sample): its rows come back as
+  // tokens drawn by the backend (unsplit) or on rank 0 (split), equal to the reference rule on the
+  // same model's logits; the first segment's logits come back as without rules.
+  const auto ids = ref_["long_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> a(ids.begin(), ids.begin() + 7), b(ids.begin() + 3, ids.begin() + 15);
+  std::vector<RowSampling> rules(b.size());
+  for (size_t i = 0; i < rules.size(); ++i) {
+    rules[i].temperature = i % 3 == 0 ? 0.f : 0.6f + 0.2f * static_cast<float>(i % 4);
+    rules[i].top_k = i % 4 == 1 ? 5 : 0;
+    rules[i].top_p = i % 5 == 2 ? 0.8f : 1.f;
+    rules[i].exclude = i % 2 == 0 ? ids[i] : -1;
+    rules[i].uniform = static_cast<double>((i * 37) % 100) / 100.0;
+  }
+  for (Model* m : {p_.one.get(), p_.split.get()}) {
+    Batch plain;
+    plain.segments = {Seg(nullptr, 0, a, 0, true), Seg(nullptr, 0, b, 0, true)};
+    Batch drawn = plain;
+    drawn.segments[1].sample = rules;
+    const ForwardResult want = m->Forward(plain), got = m->Forward(drawn);
+    const int64_t A = static_cast<int64_t>(a.size());
+    ASSERT_EQ(got.logits.size(), static_cast<size_t>(A * V_));
+    EXPECT_EQ(MaxDiff(got.logits, want.logits.data(), got.logits.size()), 0.0);
+    ASSERT_EQ(got.picks.size(), rules.size());
+    std::set<int32_t> tokens;
+    for (size_t i = 0; i < rules.size(); ++i) {
+      float prob = 0.f;
+      const int32_t t = SampleRowReference(want.logits.data() + (A + i) * V_, V_, rules[i], &prob);
+      EXPECT_EQ(got.picks[i].token, t) << "row " << i;
+      EXPECT_NEAR(got.picks[i].prob, prob, 1e-6) << "row " << i;
+      EXPECT_NE(got.picks[i].token, rules[i].exclude) << "row " << i;
+      tokens.insert(t);
+    }
+    EXPECT_GT(tokens.size(), 3u);
+  }
+  // A rule count that does not match the logits rows is a clear error.
+  Batch bad;
+  bad.segments = {Seg(nullptr, 0, a, 0, true)};
+  bad.segments[0].sample.resize(2);
+  EXPECT_THROW(p_.one->Forward(bad), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallel,

@@ -4,7 +4,7 @@
 // block-diffusion denoising step of one 32-token block (and of 8 blocks of 8 sequences batched).
 // Not a timed test: it runs only when TESSERA_CUDA_BENCH_CONFIG names a directory holding a
 // config.json and a CUDA device exists (scripts/gpu_check.sh sets it), prints its numbers and
-// checks only that the logits are finite.
+// checks only that the logits are finite and the drawn tokens valid.
 //
 // Environment (defaults in brackets):
 //   TESSERA_CUDA_BENCH_CONFIG         config dir (required)
@@ -14,6 +14,8 @@
 //   TESSERA_CUDA_BENCH_DECODE         timed steps per decode row [64] (denoise rows: a quarter, >= 4)
 //   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096] (0: no prefill row)
 //   TESSERA_CUDA_BENCH_DENOISE_BATCH  sequences of the batched denoise row [8] (0: no such row)
+//   TESSERA_CUDA_BENCH_LOGITS         1: decode / denoise rows bring their logits to the host instead of
+//                                     greedy tokens drawn on the device (Segment::sample) [0]
 // An empty list (e.g. TESSERA_CUDA_BENCH_BATCHES=,) skips those rows; with TESSERA_CUDA_PROFILE=1
 // the backend prints its per-op profile of the whole run at the end (docs/CUDA.md).
 //
@@ -73,6 +75,13 @@ bool AllFinite(const std::vector<float>& v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
   return true;
+}
+
+// Finite logits, and drawn tokens in the vocabulary with a probability in (0, 1].
+bool ResultValid(const ForwardResult& r, int64_t vocab) {
+  for (const ForwardResult::Pick& p : r.picks)
+    if (p.token < 0 || p.token >= vocab || !(p.prob > 0.f && p.prob <= 1.f)) return false;
+  return AllFinite(r.logits);
 }
 
 // Parameter counts of a config, from the tensor list the loader expects.
@@ -208,7 +217,16 @@ class CudaBenchRun {
  public:
   CudaBenchRun(Model& m, std::string name, int64_t steps, double copy_bandwidth)
       : model_(m), cfg_(m.config()), census_(cfg_), pool_(m), name_(std::move(name)), steps_(steps),
-        bandwidth_(copy_bandwidth) {}
+        bandwidth_(copy_bandwidth), host_logits_(EnvInt("TESSERA_CUDA_BENCH_LOGITS", 0) != 0) {}
+
+  // Greedy tokens drawn on the device for every logits row (what a server does for greedy
+  // requests), unless TESSERA_CUDA_BENCH_LOGITS=1 asks for the logits themselves.
+  void DrawOnDevice(Segment& s, int32_t exclude = -1) const {
+    if (host_logits_) return;
+    RowSampling greedy;
+    greedy.exclude = exclude;
+    s.sample.assign(s.logits_rows.size(), greedy);
+  }
 
   CachePool& pool() { return pool_; }
 
@@ -252,8 +270,10 @@ class CudaBenchRun {
   void DecodeRow(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
     auto step = [&](int64_t pos) {
       Batch b;
-      for (int64_t i = 0; i < static_cast<int64_t>(seqs.size()); ++i)
+      for (int64_t i = 0; i < static_cast<int64_t>(seqs.size()); ++i) {
         b.segments.push_back(Committed(seqs[i], pos, {static_cast<int32_t>((pos * 31 + i) % cfg_.vocab_size)}));
+        DrawOnDevice(b.segments.back());
+      }
       return b;
     };
     model_.Forward(step(ctx));  // warm-up
@@ -265,7 +285,7 @@ class CudaBenchRun {
     model_.backend().Synchronize();
     const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0) / steps_;
-    EXPECT_TRUE(AllFinite(r.logits));
+    EXPECT_TRUE(ResultValid(r, cfg_.vocab_size));
     StepShape s;
     s.sequences = static_cast<int64_t>(seqs.size());
     s.logits_rows = s.sequences;
@@ -294,6 +314,7 @@ class CudaBenchRun {
         if (t % 4 != 0) s.tokens[t] = mask;  // a partly unmasked block: 3 of 4 rows still masked
       s.block_size = kDenoiseBlock;
       for (int32_t t = 0; t < kDenoiseBlock; ++t) s.logits_rows.push_back(t);
+      DrawOnDevice(s, mask);
       b.segments.push_back(std::move(s));
     }
     model_.Forward(b);  // warm-up
@@ -306,7 +327,7 @@ class CudaBenchRun {
     model_.backend().Synchronize();
     const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0) / repeats;
-    EXPECT_TRUE(AllFinite(r.logits));
+    EXPECT_TRUE(ResultValid(r, cfg_.vocab_size));
     StepShape s;
     s.sequences = static_cast<int64_t>(seqs.size());
     s.rows_per_sequence = kDenoiseBlock;
@@ -333,7 +354,7 @@ class CudaBenchRun {
     model_.backend().Synchronize();
     const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
     const double seconds = Seconds(t0);
-    EXPECT_TRUE(AllFinite(r.logits));
+    EXPECT_TRUE(ResultValid(r, cfg_.vocab_size));
     pool_.Restart(seq);
     const auto experts = ExpertsTouched(b);
     StepShape s;
@@ -362,6 +383,7 @@ class CudaBenchRun {
   const std::string name_;
   const int64_t steps_;
   const double bandwidth_;
+  const bool host_logits_;  // TESSERA_CUDA_BENCH_LOGITS=1
 };
 
 TEST(CudaBench, DummyDecodeAndPrefill) {

@@ -12,9 +12,11 @@
 #include <numeric>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/sampling.h"
 #include "core/dtype.h"
 
 namespace tessera {
@@ -206,6 +208,27 @@ TEST_F(CudaConformance, ElementwiseOps) {
   cpu_->Softmax(l.data(), 3, V);
   gpu_->Softmax(dl, 3, V);
   Report("Softmax vocab=151936", RelErr(Host(dl, l.size()), l), 1e-4);
+}
+
+TEST_F(CudaConformance, AddRmsNormMatchesAddThenRmsNorm) {
+  // The fused residual add + norm (hidden 2048 of both models, a 4096 width, and an odd width that
+  // takes the unfused fallback), both norm styles, 1 and 64 rows: h and y against the CPU's Add then
+  // RmsNorm.
+  for (const auto& [R, D] : {std::pair<int64_t, int64_t>{1, 2048}, {64, 2048}, {5, 4096}, {3, 8193}}) {
+    for (bool one_plus : {false, true}) {
+      auto h = Rand(R * D, -2, 2, 30 + R), delta = Rand(R * D, -1, 1, 31 + R);
+      const auto w = Rand(D, -1, 1, 32);
+      std::vector<float> y(R * D);
+      float* dh = Dev(h);
+      float* dy = Dev(y);
+      cpu_->Add(delta.data(), R * D, h.data());
+      cpu_->RmsNorm(h.data(), R, D, D, w.data(), 1e-6f, one_plus, y.data(), D);
+      gpu_->AddRmsNorm(Dev(delta), dh, R, D, Dev(w), 1e-6f, one_plus, dy);
+      const std::string what = "AddRmsNorm " + std::to_string(R) + "x" + std::to_string(D) + (one_plus ? " 1+w" : "");
+      Report((what + " h").c_str(), RelErr(Host(dh, h.size()), h), 1e-6);
+      Report((what + " y").c_str(), RelErr(Host(dy, y.size()), y), 1e-5);
+    }
+  }
 }
 
 TEST_F(CudaConformance, PagedAttention) {
@@ -625,6 +648,155 @@ TEST_F(CudaConformance, DummyFillIsNonZeroAndBounded) {
   EXPECT_LE(mx, 0.0201);
   EXPECT_GT(mx, 0.019);
   EXPECT_LT(std::fabs(sum / n), 1e-3);
+}
+
+
+// --- SampleRows: the device draw against SampleRowReference, row by row -------------------------
+
+// Logits rows: 0 "peaked" (normal, sd 2, a few strongly preferred tokens, like a model's), 1 "flat"
+// (uniform in [-1, 1]: top_p and the draw reach deep into the row), 2 "grid" (normal rounded to
+// halves: many tokens share each probability, so ties are ordered by id), 3 every logit equal.
+std::vector<float> SamplingRow(int kind, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  std::vector<float> v(V, 0.75f);
+  if (kind != 3)
+    for (auto& x : v) x = kind == 1 ? ud(rng) : nd(rng);
+  if (kind == 0)
+    for (int j = 0; j < 8; ++j) v[rng() % V] += 6.f + j;
+  if (kind == 2)
+    for (auto& x : v) x = std::round(x * 2.f) / 2.f;
+  return v;
+}
+
+// A sampled row's position of token t in the reference's order (probability desc, id asc).
+int64_t OrderPosition(const float* row, int64_t V, const RowSampling& p, int32_t t) {
+  auto logit = [&](int64_t i) { return i == p.exclude ? -INFINITY : row[i]; };
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logit(i));
+  const float inv_t = 1.0f / p.temperature;
+  auto prob = [&](int64_t i) { return std::exp((logit(i) - mx) * inv_t); };
+  const float pt = prob(t);
+  int64_t pos = 0;
+  for (int64_t i = 0; i < V; ++i) pos += prob(i) > pt || (prob(i) == pt && i < t);
+  return pos;
+}
+
+struct SampleStats {
+  int64_t rows = 0, mismatches = 0, unexplained = 0;
+  double max_prob_err = 0;
+};
+
+// Device tokens and probabilities against the reference on every row. A sampled row's token may
+// differ only where the draw sits on a boundary of the cumulative distribution within rounding
+// (expf's last bit on the device and the host, summation order): then the device's token must lie,
+// in the order, between the reference's for uniform -+ 1e-6. Each mismatch is printed.
+SampleStats CompareSampling(const std::vector<float>& logits, int64_t V, const std::vector<RowSampling>& rules,
+                            const std::vector<int32_t>& tokens, const std::vector<float>& probs) {
+  SampleStats st;
+  SamplingCandidates scratch;
+  for (size_t r = 0; r < rules.size(); ++r) {
+    const float* row = logits.data() + r * V;
+    const RowSampling& p = rules[r];
+    float want_prob = 0;
+    const int32_t want = SampleRowReference(row, V, p, &want_prob, &scratch);
+    ++st.rows;
+    if (tokens[r] == want) {
+      const double err = std::fabs(static_cast<double>(probs[r]) - want_prob) / std::max(1e-30, std::fabs(1.0 * want_prob));
+      st.max_prob_err = std::max(st.max_prob_err, std::isfinite(err) ? err : 1e30);
+      continue;
+    }
+    ++st.mismatches;
+    bool explained = false;
+    if (p.temperature > 0.f && tokens[r] >= 0 && tokens[r] < V) {
+      RowSampling lo = p, hi = p;
+      lo.uniform = std::max(0.0, p.uniform - 1e-6), hi.uniform = p.uniform + 1e-6;  // >= 1: the last token
+      float unused;
+      const int64_t a = OrderPosition(row, V, p, SampleRowReference(row, V, lo, &unused, &scratch));
+      const int64_t b = OrderPosition(row, V, p, SampleRowReference(row, V, hi, &unused, &scratch));
+      const int64_t g = OrderPosition(row, V, p, tokens[r]);
+      explained = a <= g && g <= b;
+    }
+    st.unexplained += !explained;
+    std::printf("SampleRows mismatch V=%lld row %zu: t=%g top_k=%d top_p=%g min_p=%g exclude=%d u=%.9f: device %d (p=%.9g), "
+                "reference %d (p=%.9g)%s\n",
+                static_cast<long long>(V), r, p.temperature, p.top_k, p.top_p, p.min_p, p.exclude, p.uniform, tokens[r],
+                probs[r], want, want_prob, explained ? " (within rounding of the draw)" : " UNEXPLAINED");
+  }
+  return st;
+}
+
+// Greedy rows (exclude none, id 0, the argmax) and sampled rows over a grid of temperature x top_k x
+// top_p x min_p, on each kind of row, with random draws and the edges 0, 0.999999 and 1.5 (past
+// every running sum: the reference's last token of the final distribution), all in one batch
+// (greedy and sampled interleaved). top_k 5000 is above the kernel's in-shared-memory K; the
+// flat rows take top_p, min_p and the draw past the kernel's 2,048 candidates.
+TEST_F(CudaConformance, SampleRowsMatchReference) {
+  for (const int64_t V : {151936, 1001}) {
+    std::mt19937_64 rng(300 + V);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    std::vector<float> logits;
+    std::vector<RowSampling> rules;
+    auto add = [&](int kind, RowSampling p) {
+      const auto row = SamplingRow(kind, V, rng());
+      if (p.exclude == -2) p.exclude = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      logits.insert(logits.end(), row.begin(), row.end());
+      rules.push_back(p);
+    };
+    for (int kind = 0; kind < 4; ++kind)
+      for (const int32_t ex : {-1, 0, -2}) add(kind, RowSampling{0.f, 0, 1.f, 0.f, ex, 0.0});
+    int combo = 0;
+    for (const float t : {0.3f, 0.7f, 1.0f, 1.5f})
+      for (const int32_t k : {0, 1, 20, 1000, 5000})
+        for (const float tp : {1.0f, 0.9f, 0.5f})
+          for (const float mp : {0.0f, 0.05f})
+            for (int rep = 0; rep < 3; ++rep, ++combo) {
+              const double draws[] = {uni(rng), 0.0, 0.999999, 1.5, uni(rng)};
+              const int32_t excludes[] = {-1, 0, static_cast<int32_t>(rng() % V), -2};
+              add((combo + rep) % 4, RowSampling{t, k, tp, mp, excludes[combo % 4], draws[(combo / 4 + rep) % 5]});
+            }
+    const int64_t R = static_cast<int64_t>(rules.size());
+    int32_t* dtok = Dev(std::vector<int32_t>(R, -7));
+    float* dprob = Dev(std::vector<float>(R));
+    gpu_->SampleRows(Dev(logits), R, V, rules.data(), dtok, dprob);
+    const SampleStats st = CompareSampling(logits, V, rules, Host(dtok, R), Host(dprob, R));
+    std::printf("conformance SampleRows V=%-6lld %lld rows, %lld token mismatches (%lld unexplained), max prob rel err %.3e\n",
+                static_cast<long long>(V), static_cast<long long>(st.rows), static_cast<long long>(st.mismatches),
+                static_cast<long long>(st.unexplained), st.max_prob_err);
+    EXPECT_EQ(st.unexplained, 0) << "V=" << V;
+    EXPECT_LE(st.mismatches * 100, st.rows) << "V=" << V;
+    EXPECT_LE(st.max_prob_err, 1e-5) << "V=" << V;
+  }
+}
+
+// A batch mixing greedy and sampled rows gives, row for row, what one-row calls give (and the
+// reference's tokens).
+TEST_F(CudaConformance, SampleRowsMixedBatchEqualsSingleRows) {
+  const int64_t V = 151936, R = 12;
+  std::vector<float> logits;
+  std::vector<RowSampling> rules;
+  for (int64_t r = 0; r < R; ++r) {
+    const auto row = SamplingRow(static_cast<int>(r % 4), V, 900 + r);
+    logits.insert(logits.end(), row.begin(), row.end());
+    const float t = r % 3 == 0 ? 0.f : 0.5f + 0.25f * static_cast<float>(r % 4);
+    rules.push_back(RowSampling{t, r % 2 ? 20 : 0, r % 5 ? 0.9f : 1.f, r % 4 == 1 ? 0.05f : 0.f,
+                                static_cast<int32_t>(r % 3) - 1, 0.1 + 0.07 * static_cast<double>(r)});
+  }
+  const float* dl = Dev(logits);
+  int32_t* dtok = Dev(std::vector<int32_t>(R));
+  float* dprob = Dev(std::vector<float>(R));
+  gpu_->SampleRows(dl, R, V, rules.data(), dtok, dprob);
+  const auto tokens = Host(dtok, R);
+  const auto probs = Host(dprob, R);
+  for (int64_t r = 0; r < R; ++r) {
+    gpu_->SampleRows(dl + r * V, 1, V, &rules[r], dtok, dprob);
+    EXPECT_EQ(Host(dtok, 1)[0], tokens[r]) << "row " << r;
+    EXPECT_EQ(Host(dprob, 1)[0], probs[r]) << "row " << r;
+  }
+  const SampleStats st = CompareSampling(logits, V, rules, tokens, probs);
+  EXPECT_EQ(st.mismatches, 0);
+  Report("SampleRows mixed batch (prob)", st.max_prob_err, 1e-5);
 }
 
 }  // namespace

@@ -262,8 +262,12 @@ TEST(GemmDispatch, UnknownOrUnsupportedNamesAreRefused) {
   EXPECT_FALSE(ForceGemmKernel("avx1024"));
   EXPECT_FALSE(ForceGemmKernel("AVX512"));
   EXPECT_STREQ(GemmKernelName(), "generic");
-  if (!CpuHasAvx512()) EXPECT_FALSE(ForceGemmKernel("avx512"));
-  if (!CpuHasAvx512Bf16()) EXPECT_FALSE(ForceGemmKernel("avx512bf16"));
+  if (!CpuHasAvx512()) {
+    EXPECT_FALSE(ForceGemmKernel("avx512"));
+  }
+  if (!CpuHasAvx512Bf16()) {
+    EXPECT_FALSE(ForceGemmKernel("avx512bf16"));
+  }
   EXPECT_TRUE(ForceGemmKernel(""));
 }
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <set>
 
+#include "backend/sampling.h"
 #include "engine/diffusion_decoder.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -189,6 +191,123 @@ TEST(EngineDiffusionDecoder, NeverPredictsTheMaskTokenSoEveryStepProgresses) {
   v = d.ApplyStep(logits.data(), 4, s);
   EXPECT_TRUE(d.block_done());
   EXPECT_EQ(v.block_tokens, (std::vector<int32_t>{1, 2}));
+}
+
+// Random logits rows (vocab n), with a few exact ties so the tie order matters.
+std::vector<float> RandomRows(int64_t rows, int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, 2.f);
+  std::vector<float> v(rows * n);
+  for (float& x : v) x = d(g);
+  for (int64_t r = 0; r < rows; ++r) v[r * n + 3] = v[r * n + 1];
+  return v;
+}
+
+TEST(EngineSampler, RowRuleDrawsWhatSampleDraws) {
+  // The backend samples by RowRule (backend/sampling.h); without penalties its draws must be
+  // Sample's, draw for draw, from the same seed: same filters, same generator consumption.
+  const int64_t n = 300;
+  const std::vector<float> rows = RandomRows(40, n, 7);
+  struct Case {
+    float t;
+    int k;
+    float p, min_p;
+  };
+  for (const Case c : {Case{0.f, 0, 1.f, 0.f}, Case{1.f, 0, 1.f, 0.f}, Case{0.7f, 20, 1.f, 0.f},
+                       Case{1.3f, 0, 0.8f, 0.f}, Case{1.f, 50, 0.9f, 0.05f}}) {
+    SamplingParams sp;
+    sp.temperature = c.t;
+    sp.top_k = c.k;
+    sp.top_p = c.p;
+    sp.min_p = c.min_p;
+    sp.seed = 1234;
+    Sampler host(sp, {}), device(sp, {});
+    ASSERT_TRUE(device.NextIsPlainRule());
+    // The draws are the seed's mt19937_64 uniforms in [0, 1), one per sampled token.
+    std::mt19937_64 gen(1234);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::set<int32_t> distinct;
+    for (int64_t r = 0; r < 40; ++r) {
+      std::vector<float> row(rows.begin() + r * n, rows.begin() + (r + 1) * n);
+      const int32_t want = host.Sample(row.data(), n);
+      const RowSampling rule = device.RowRule();
+      EXPECT_EQ(rule.temperature, c.t);
+      EXPECT_EQ(rule.top_k, c.k);
+      EXPECT_EQ(rule.top_p, c.p);
+      EXPECT_EQ(rule.min_p, c.min_p);
+      if (c.t > 0) {  // greedy takes no draw
+        EXPECT_EQ(rule.uniform, uniform(gen)) << "row " << r;
+      }
+      float prob = 0.f;
+      EXPECT_EQ(SampleRowReference(rows.data() + r * n, n, rule, &prob), want) << "t " << c.t << " row " << r;
+      EXPECT_GT(prob, 0.f);
+      distinct.insert(want);
+    }
+    if (c.t > 0) {
+      EXPECT_GT(distinct.size(), 5u);  // really sampled
+    }
+  }
+}
+
+TEST(EngineSampler, PlainRuleOnlyWithoutPenalties) {
+  SamplingParams sp;
+  EXPECT_TRUE(Sampler(sp, {}).NextIsPlainRule());
+  sp.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(sp, {}).NextIsPlainRule());
+  sp = {};
+  sp.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(sp, {}).NextIsPlainRule());
+  sp = {};
+  sp.frequency_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(sp, {}).NextIsPlainRule());
+  sp = {};
+  sp.min_tokens = 2;
+  Sampler s(sp, {}, {7});
+  EXPECT_FALSE(s.NextIsPlainRule());  // eos suppressed for two more tokens
+  s.Observe(1);
+  s.Observe(2);
+  EXPECT_TRUE(s.NextIsPlainRule());
+}
+
+TEST(EngineDiffusionDecoder, PickedStepsEqualLogitsSteps) {
+  // Decoding a block from tokens drawn by RulesForRows (as the backend draws them) must give the
+  // same steps as drawing from the logits on the host: sampled x0, editing passes included.
+  for (DiffusionPolicy policy : {DiffusionPolicy::kStatic, DiffusionPolicy::kThreshold, DiffusionPolicy::kEditing}) {
+    for (float t : {0.f, 0.9f}) {
+      DiffusionParams p;
+      p.block_size = 8;
+      p.steps = 3;
+      p.policy = policy;
+      p.threshold = 0.3f;
+      p.edit_threshold = 0.2f;
+      p.max_edit_steps = 2;
+      p.mask_token_id = 5;
+      SamplingParams sp;
+      sp.temperature = t;
+      sp.top_k = 40;
+      sp.seed = 99;
+      const int64_t n = 64;
+      const std::vector<int32_t> prompt = {1, 2, 3, 4, 6, 7, 8, 9, 10, 11};  // tail of 2 in the block
+      DiffusionDecoder host(p, prompt), device(p, prompt);
+      Sampler hs(sp, prompt), ds(sp, prompt);
+      for (int step = 0; step < 12 && !host.block_done(); ++step) {
+        const std::vector<float> logits = RandomRows(p.block_size, n, 100 + step);
+        const std::vector<RowSampling> rules = device.RulesForRows(ds);
+        ASSERT_EQ(static_cast<int64_t>(rules.size()), p.block_size);
+        std::vector<int32_t> tokens(p.block_size);
+        std::vector<float> probs(p.block_size);
+        for (int64_t i = 0; i < p.block_size; ++i)
+          tokens[i] = SampleRowReference(logits.data() + i * n, n, rules[i], &probs[i]);
+        const DiffusionStepView want = host.ApplyStep(logits.data(), n, hs);
+        const DiffusionStepView got = device.ApplyPickedStep(tokens.data(), probs.data());
+        EXPECT_EQ(got.unmasked, want.unmasked) << "step " << step;
+        EXPECT_EQ(got.conf, want.conf) << "step " << step;
+        EXPECT_EQ(got.block_tokens, want.block_tokens) << "step " << step;
+        EXPECT_EQ(device.block_done(), host.block_done());
+      }
+      EXPECT_TRUE(host.block_done()) << "policy " << static_cast<int>(policy) << " t " << t;
+    }
+  }
 }
 
 }  // namespace

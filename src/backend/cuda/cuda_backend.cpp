@@ -103,6 +103,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM")) skinny_gemm_ = std::string(v) != "0";
   // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
+  // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
+  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_FLASH")) flash_attention_ = std::string(v) != "0";
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
@@ -489,6 +491,12 @@ void CudaBackend::Add(const float* x, int64_t n, float* y) {
   Enqueue("Add", cuda::Add, x, n, y, stream_);
 }
 
+void CudaBackend::AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps,
+                             bool one_plus, float* y) {
+  profiler_->Mark("AddRmsNorm");
+  Enqueue("AddRmsNorm", cuda::AddRmsNorm, delta, h, rows, dim, w, eps, one_plus, y, stream_);
+}
+
 void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                          int64_t dst_stride) {
   profiler_->Mark("Copy2D");
@@ -569,6 +577,56 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return;
   const int64_t kv_heads = args[0].num_kv_heads;
+  // Flash-style kernel on tensor cores (cuda_attention_flash.cu): a block per (tile of rows of one
+  // sequence, KV head, key split), K/V read once per tile. Decode calls (every sequence fits one
+  // few-row tile) take its few-row block shape. Tiles are queued longest first (a prompt's last
+  // rows see the most keys), so the long blocks do not end up in the last wave.
+  if (flash_attention_ && gqa_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D)) {
+    const int64_t group = heads / kv_heads;
+    int64_t max_t = 0;
+    for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
+    const bool few_rows = max_t <= cuda::AttentionFlashTileRows(group, true);
+    const int64_t tile_rows = cuda::AttentionFlashTileRows(group, few_rows);
+    std::vector<int4> tiles;
+    std::vector<std::pair<int64_t, size_t>> order;  // (keys of the tile's last row, tile)
+    int64_t row0 = 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const AttentionArgs& a = args[i];
+      for (int64_t t0 = 0; t0 < a.T; t0 += tile_rows) {
+        const int64_t nr = std::min(tile_rows, a.T - t0), pos = a.first_pos + t0 + nr - 1;
+        const int64_t last =
+            a.block_size > 0 ? std::min(a.first_pos + a.T - 1, (pos / a.block_size + 1) * a.block_size - 1) : pos;
+        order.emplace_back(last + 1, tiles.size());
+        tiles.push_back(make_int4(static_cast<int>(i), static_cast<int>(t0), static_cast<int>(row0 + t0),
+                                  static_cast<int>(nr)));
+      }
+      row0 += a.T;
+    }
+    std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::vector<int4> sorted(tiles.size());
+    for (size_t i = 0; i < order.size(); ++i) sorted[i] = tiles[order[i].second];
+    const int64_t num_tiles = static_cast<int64_t>(sorted.size());
+    // Splits as for the grouped kernel, over tiles instead of rows (and at least 128 keys a split for
+    // many-row tiles): the plan moves in steps of the context (graph-friendly), and prompts (many
+    // tiles) take every key in one block.
+    int splits = 1;
+    int64_t chunk = std::numeric_limits<int64_t>::max();
+    cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
+    const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
+    const ScratchArray dtiles = UploadScratch(sorted.data(), sorted.size() * sizeof(int4));
+    const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
+    const auto* dt = static_cast<const int4*>(dtiles.data);
+    DeviceBuffer partial;
+    if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
+    Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, splits, chunk,
+            partial.f32(), stream_);
+    if (splits > 1) {
+      const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+      Enqueue("AttentionMerge", cuda::AttentionMerge, dd, static_cast<const int2*>(drows.data), R, heads, splits,
+              partial.f32(), stream_);
+    }
+    return;
+  }
   const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
   // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
   // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole

@@ -60,6 +60,8 @@ class CudaBackend : public Backend {
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
   void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
   void Add(const float* x, int64_t n, float* y) override;
+  void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
+                  float* y) override;
   void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
               int64_t dst_stride) override;
 
@@ -91,6 +93,9 @@ class CudaBackend : public Backend {
 
   void Softmax(float* x, int64_t rows, int64_t n) override;
   void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
+  // On the device (cuda_backend_sampling.cpp, cuda_sampling.cu): every row is finished there.
+  void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens,
+                  float* probs) override;
 
   cudaStream_t stream() const { return stream_; }
   // Bytes held by the caching allocator (in use + cached).
@@ -157,6 +162,7 @@ class CudaBackend : public Backend {
   bool step_graphs_ = true;                      // TESSERA_CUDA_GRAPHS=0: every op queued at once
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
+  bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool skinny_gemm_ = true;                      // 9..64-row products on the few-row MMA kernel
   int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels
   void* lt_ = nullptr;  // cublasLtHandle_t

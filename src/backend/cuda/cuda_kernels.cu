@@ -77,9 +77,11 @@ __global__ void RmsNormKernel(const float* x, int64_t dim, int64_t xs, const flo
 // block, no block barrier; else the whole block), each holding kV float4 of x and w. x and w are
 // both loaded before the reduction, so a one-row call costs one memory round trip, not two. x may
 // alias y: each element is read and written by the same thread. Same arithmetic as RmsNormKernel.
+// With `delta` (AddRmsNorm), x is first updated in place: x += delta (rows of xs; delta has the
+// same strides), the residual add of a layer fused with the norm that follows it.
 template <int kTpr, int kV>
 __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t xs, const float* w, float eps,
-                                 bool one_plus, float* y, int64_t ys) {
+                                 bool one_plus, float* y, int64_t ys, const float* delta) {
   __shared__ float red[32];
   const int t = threadIdx.x % kTpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTpr) + threadIdx.x / kTpr;
@@ -92,6 +94,11 @@ __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t 
     const int j = (v * kTpr + t) * 4;
     if (j < dim) {
       xv[v] = *reinterpret_cast<const float4*>(xr + j);
+      if (delta) {
+        const float4 d = *reinterpret_cast<const float4*>(delta + row * xs + j);
+        xv[v].x += d.x, xv[v].y += d.y, xv[v].z += d.z, xv[v].w += d.w;
+        *reinterpret_cast<float4*>(const_cast<float*>(xr) + j) = xv[v];
+      }
       wv[v] = __ldg(reinterpret_cast<const float4*>(w + j));
       ss += xv[v].x * xv[v].x + xv[v].y * xv[v].y + xv[v].z * xv[v].z + xv[v].w * xv[v].w;
     }
@@ -558,29 +565,53 @@ void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int6
   if (n > 0) EmbeddingKernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, bf16, ids, dim, out);
 }
 
-void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
-             bool one_plus, float* y, int64_t y_stride, cudaStream_t s) {
-  if (rows <= 0) return;
+namespace {
+
+// RmsNorm and AddRmsNorm: the row-in-registers kernel for every width it holds (x, y, w and delta
+// 16-byte aligned), else (no delta) the plain kernel. Returns false when neither fits a delta.
+bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
+                   bool one_plus, float* y, int64_t y_stride, const float* delta, cudaStream_t s) {
   const bool vec = dim % 4 == 0 && x_stride % 4 == 0 && y_stride % 4 == 0 && Aligned16(x) && Aligned16(y) &&
-                   Aligned16(w);
+                   Aligned16(w) && (!delta || Aligned16(delta));
   const unsigned warp_blocks = static_cast<unsigned>((rows + 7) / 8), row_blocks = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
+#define TESSERA_RMSNORM_VEC(TPR, V, BLOCKS) \
+  RmsNormVecKernel<TPR, V><<<BLOCKS, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride, delta)
   if (vec && dim <= 128)
-    RmsNormVecKernel<32, 1><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(32, 1, warp_blocks);
   else if (vec && dim <= 256)
-    RmsNormVecKernel<32, 2><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(32, 2, warp_blocks);
   else if (vec && dim <= 512)
-    RmsNormVecKernel<32, 4><<<warp_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(32, 4, warp_blocks);
   else if (vec && dim <= 1024)
-    RmsNormVecKernel<256, 1><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(256, 1, row_blocks);
   else if (vec && dim <= 2048)
-    RmsNormVecKernel<256, 2><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(256, 2, row_blocks);
   else if (vec && dim <= 4096)
-    RmsNormVecKernel<256, 4><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
+    TESSERA_RMSNORM_VEC(256, 4, row_blocks);
   else if (vec && dim <= 8192)
-    RmsNormVecKernel<256, 8><<<row_blocks, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride);
-  else
+    TESSERA_RMSNORM_VEC(256, 8, row_blocks);
+  else if (!delta)
     RmsNormKernel<<<row_blocks, dim >= 512 ? 256 : 128, 0, s>>>(x, dim, x_stride, w, eps, one_plus, y, y_stride);
+  else
+    return false;
+#undef TESSERA_RMSNORM_VEC
+  return true;
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
+             bool one_plus, float* y, int64_t y_stride, cudaStream_t s) {
+  if (rows > 0) LaunchRmsNorm(x, rows, dim, x_stride, w, eps, one_plus, y, y_stride, nullptr, s);
+}
+
+void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
+                float* y, cudaStream_t s) {
+  if (rows <= 0) return;
+  if (LaunchRmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim, delta, s)) return;
+  Add(delta, rows * dim, h, s);
+  LaunchRmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim, nullptr, s);
 }
 
 void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,

@@ -26,6 +26,10 @@ void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const fl
 void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s);
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
 void Add(const float* x, int64_t n, float* y, cudaStream_t s);
+// h += delta, then y = RmsNorm(h) (rows of dim, contiguous): one kernel where the row fits the
+// row-in-registers RmsNorm (dim % 4 == 0, <= 8192, 16-byte aligned), else Add then RmsNorm.
+void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
+                float* y, cudaStream_t s);
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
              const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache, cudaStream_t s);
 void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
@@ -140,6 +144,21 @@ void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int
 // max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
 // 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
 void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk);
+// Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
+// of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
+// K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
+// the call's rows[], rows in the tile <= AttentionFlashTileRows). few_rows picks the decode block shape
+// (AttentionFlashTileRows(G, true) rows a tile), else the prompt / diffusion-block one. Same partial
+// layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
+// K/V rows (kv_stride % 4 == 0) and a shape AttentionFlashSupported accepts; q / out any alignment.
+bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
+int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
+// Key splits for AttentionFlash (same contract as GqaSplitPlan, over num_tiles x kv_heads blocks).
+void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
+                             int* splits, int64_t* key_chunk);
+void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
+                    int64_t kv_heads, int64_t head_dim, bool few_rows, int splits, int64_t key_chunk, float* partial,
+                    cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);

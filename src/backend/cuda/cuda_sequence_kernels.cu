@@ -1,10 +1,13 @@
 // tessera cuda backend: the per-sequence kernels: paged attention (causal / block-causal, one pass
 // with an online softmax, the rows of several sequences in one launch, keys split across blocks for
 // decode), the KV row scatter, the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
-// in recurrent form (state in registers, one token after the other). See cuda_kernels.h.
+// in recurrent form (state in registers, one token after the other; a state column per thread for
+// key_dim <= 128). See cuda_kernels.h.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -349,6 +352,113 @@ __global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* q
                     r.T, vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
 }
 
+// Column-per-thread-pair recurrence for key_dim <= kGdnColKeyDim (Qwen3.5 / Qwen3-Next: 128), the
+// default: the two lanes 2c, 2c + 1 of block (value head, column tile[, run]) keep column c of the
+// state, S[:, c], in registers (64 rows each), so a token needs no barrier (kv_c = S[:, c] . k over
+// both halves with one shuffle, then S[:, c] += k * delta_c, o_c = S[:, c] . q the same way), where
+// the kernel above needs three. (One thread per column needs 128 state registers and spills.) The
+// tokens' q / k / decay / beta are staged in shared memory kGdnColTokens at a time: a 32-token
+// diffusion block is one pass. The step is latency-bound, not bandwidth-bound.
+constexpr int kGdnColKeyDim = 128;
+constexpr int kGdnColHalf = kGdnColKeyDim / 2;  // state rows per thread
+constexpr int kGdnColTokens = 32;
+constexpr int kGdnColColumns = 64;                   // value columns per block
+constexpr int kGdnColThreads = 2 * kGdnColColumns;  // two threads per column
+
+__device__ void GdnColumnBlock(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
+                               const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk, int64_t dv,
+                               float* state, float* out, int64_t hv, int64_t col_tile) {
+  const int64_t hk = hv / (vh / kh);
+  const int half = threadIdx.x & 1, row0 = half * kGdnColHalf;
+  const int64_t j = col_tile * kGdnColColumns + (threadIdx.x >> 1);
+  const bool col_ok = j < dv;
+  // This thread's rows of its column; rows past dk hold zero state and zero q / k, so they never
+  // contribute: no branch in the loops.
+  const int rows = col_ok ? static_cast<int>(dk - row0 < kGdnColHalf ? (dk - row0 > 0 ? dk - row0 : 0) : kGdnColHalf) : 0;
+  float* column = state + hv * dk * dv + row0 * dv + j;
+  float s[kGdnColHalf];
+#pragma unroll
+  for (int i = 0; i < kGdnColHalf; ++i) s[i] = i < rows ? column[i * dv] : 0.0f;
+  __shared__ __align__(16) float qs[kGdnColTokens][kGdnColKeyDim];
+  __shared__ __align__(16) float ks[kGdnColTokens][kGdnColKeyDim];
+  __shared__ float decay_s[kGdnColTokens], beta_s[kGdnColTokens];
+  const int64_t out_stride = vh * dv;
+  for (int64_t t0 = 0; t0 < T; t0 += kGdnColTokens) {
+    const int n = static_cast<int>(T - t0 < kGdnColTokens ? T - t0 : kGdnColTokens);
+    __syncthreads();  // the previous pass is done reading the staged tokens
+    for (int e = threadIdx.x; e < n * kGdnColKeyDim; e += blockDim.x) {
+      const int tt = e / kGdnColKeyDim, d = e % kGdnColKeyDim;
+      const int64_t src = ((t0 + tt) * kh + hk) * dk + d;
+      qs[tt][d] = d < dk ? qn[src] : 0.0f;
+      ks[tt][d] = d < dk ? kn[src] : 0.0f;
+    }
+    for (int tt = threadIdx.x; tt < n; tt += blockDim.x) {
+      decay_s[tt] = expf(g[(t0 + tt) * vh + hv]);
+      beta_s[tt] = beta[(t0 + tt) * vh + hv];
+    }
+    __syncthreads();
+    for (int tt = 0; tt < n; ++tt) {
+      const float decay = decay_s[tt], b = beta_s[tt];
+      const float4* k4 = reinterpret_cast<const float4*>(ks[tt] + row0);
+      const float4* q4 = reinterpret_cast<const float4*>(qs[tt] + row0);
+      float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int i = 0; i < kGdnColHalf / 4; ++i) {
+        const float4 kk = k4[i];
+        s[4 * i] *= decay, s[4 * i + 1] *= decay, s[4 * i + 2] *= decay, s[4 * i + 3] *= decay;
+        kv[0] += s[4 * i] * kk.x, kv[1] += s[4 * i + 1] * kk.y, kv[2] += s[4 * i + 2] * kk.z,
+            kv[3] += s[4 * i + 3] * kk.w;
+      }
+      float kv_half = (kv[0] + kv[1]) + (kv[2] + kv[3]);
+      const float kv_sum = half == 0 ? kv_half + __shfl_xor_sync(0xffffffffu, kv_half, 1)
+                                     : __shfl_xor_sync(0xffffffffu, kv_half, 1) + kv_half;
+      const float vj = col_ok ? v[(t0 + tt) * v_stride + hv * dv + j] : 0.0f;
+      const float delta = (vj - kv_sum) * b;
+      float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int i = 0; i < kGdnColHalf / 4; ++i) {
+        const float4 kk = k4[i], qq = q4[i];
+        s[4 * i] += kk.x * delta, s[4 * i + 1] += kk.y * delta, s[4 * i + 2] += kk.z * delta,
+            s[4 * i + 3] += kk.w * delta;
+        o[0] += s[4 * i] * qq.x, o[1] += s[4 * i + 1] * qq.y, o[2] += s[4 * i + 2] * qq.z, o[3] += s[4 * i + 3] * qq.w;
+      }
+      const float o_half = (o[0] + o[1]) + (o[2] + o[3]);
+      const float o_other = __shfl_xor_sync(0xffffffffu, o_half, 1);
+      if (col_ok && half == 0) out[(t0 + tt) * out_stride + hv * dv + j] = o_half + o_other;
+    }
+  }
+  // A fresh pointer: the prologue's addresses are not kept live across the token loop.
+  asm volatile("" : "+l"(column));
+#pragma unroll
+  for (int i = 0; i < kGdnColHalf; ++i)
+    if (i < rows) column[i * dv] = s[i];
+}
+
+__global__ void __launch_bounds__(kGdnColThreads) GdnColumnKernel(const float* qn, const float* kn, int64_t kh,
+                                                                  const float* v, int64_t v_stride, const float* g,
+                                                                  const float* beta, int64_t T, int64_t vh,
+                                                                  int64_t dk, int64_t dv, float* state, float* out) {
+  GdnColumnBlock(qn, kn, kh, v, v_stride, g, beta, T, vh, dk, dv, state, out, blockIdx.x, blockIdx.y);
+}
+
+__global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const GdnRunParams* runs, const float* qn,
+                                                                       const float* kn, int64_t kh, int64_t vh,
+                                                                       int64_t dk, int64_t dv) {
+  const GdnRunParams& r = runs[blockIdx.z];
+  GdnColumnBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta, r.T,
+                 vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
+}
+
+// The column kernel for key_dim <= 128 unless TESSERA_CUDA_GDN=v1 (A/B runs; read once, so graphs
+// replay what was captured).
+bool UseGdnColumnKernel(int64_t dk) {
+  static const bool v1 = [] {
+    const char* e = std::getenv("TESSERA_CUDA_GDN");
+    return e != nullptr && std::strcmp(e, "v1") == 0;
+  }();
+  return !v1 && dk <= kGdnColKeyDim;
+}
+
 }  // namespace
 
 void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
@@ -406,6 +516,12 @@ void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, co
                          const float* g, const float* beta, int64_t T, int64_t value_heads, int64_t dk,
                          int64_t dv, float* state, float* out, cudaStream_t s) {
   if (T <= 0) return;
+  if (UseGdnColumnKernel(dk)) {
+    const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns));
+    GdnColumnKernel<<<grid, kGdnColThreads, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk, dv,
+                                                    state, out);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
   GdnRecurrentKernel<<<grid, kGdnWarps * 32, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk,
                                                      dv, state, out);
@@ -431,6 +547,12 @@ void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, 
   if (n <= 0 || R <= 0) return;
   const int64_t warps = R * key_heads;
   NormalizeQkBatchKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(runs, rows, R, key_heads, dk, qn, kn);
+  if (UseGdnColumnKernel(dk)) {
+    const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns),
+                    static_cast<unsigned>(n));
+    GdnColumnBatchKernel<<<grid, kGdnColThreads, 0, s>>>(runs, qn, kn, key_heads, value_heads, dk, dv);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols),
                   static_cast<unsigned>(n));
   GdnRecurrentBatchKernel<<<grid, kGdnWarps * 32, 0, s>>>(runs, qn, kn, key_heads, value_heads, dk, dv);

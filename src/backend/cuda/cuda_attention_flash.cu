@@ -1,0 +1,450 @@
+// tessera cuda backend: flash-style attention on tensor cores for every attention call whose shape it
+// supports (AttentionFlashSupported). One block serves a tile of query rows of one sequence times all
+// G query heads of one KV head (the MMA's M dimension is (row, head) pairs), so each K/V tile is read
+// from memory once per tile of rows instead of once per row (the grouped kernels of
+// cuda_attention_gqa.cu read it once per row: 32 times for a diffusion block, 4,096 for a prompt).
+//
+// Per block: key tiles of NK keys are copied (cp.async, f32 as stored) into two shared-memory stages,
+// the next tile's copy in flight while the current one is used. Each warp owns 16 query vectors and a
+// slice of NKW keys of every tile: S = Q K^T on bf16 m16n8k16 MMAs, an online softmax in f32 on the
+// accumulators (base 2: log2(e) is folded into the query scale), O += P V on MMAs. Precision: every
+// f32 operand is split into hi + lo bf16 parts and a product is hi*hi + hi*lo + lo*hi (3 MMAs, ~16
+// mantissa bits; a plain bf16 rounding costs ~1e-3 per layer). Q is split once into shared memory;
+// K and V are split as their fragments are read (cheap next to the copies for few rows; for many
+// rows each of the 4 query warps splits the tile again: a bf16 copy of the tile is a possible step).
+//
+// Fragment layouts (lane = 4 g + q): S reads K rows with the MoE kernels' permutation of k
+// (cuda_mma_util.cuh: lane q holds d 8q..8q+7 of a 32-wide chunk, the same for Q), so a lane's K
+// fragment is two 16-byte reads. P V permutes the output columns: B column n of n-tile 4 i + e is
+// d = 32 i + 4 n + e, so lane g reads V as float4s at d = 32 i + 4 g and an accumulator lane holds
+// d = 32 i + 8 q .. 8 q + 7. Staged rows are D + 4 floats apart: both reads are free of bank conflicts.
+//
+// Masks per element (causal, or block-causal with blocks from position 0); a key tile past every row
+// of the tile is never loaded. Keys split across blocks (decode, few sequences:
+// AttentionFlashSplitPlan over tiles x KV heads) write (max, sum, unnormalised output) per (row,
+// head, split) exactly like the other attention kernels, and AttentionMerge combines them.
+//
+// Shapes: head_dim 128 or 256, G = 4, 8 or 16. Two block shapes: many rows (4 query warps, M = 64:
+// 64 / G rows a tile; head_dim 256 adds a second key warp per query warp to keep 8 warps an SM)
+// and few rows (decode: 1 query warp, M = 16 = 16 / G rows, two key warps merged at the end).
+//
+// H200, one layer's AttentionBatch call (host-timed mean, CudaAttention.Timing), flash vs grouped:
+// 32/4 heads of 128 at 1K context: decode b1 23 vs 24 us, b64 125 vs 206 us, denoise 1x32 50 vs
+// 92 us, 8x32 190 vs 491 us, prefill 4096 2.09 vs 8.16 ms; 16/2 heads of 256: b1 25 vs 28 us, b64
+// 161 vs 178 us, 1x32 59 vs 93 us, 8x32 195 vs 497 us, prefill 4096 2.09 vs 9.76 ms.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_device_util.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma_util.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// G query heads per KV head, head_dim D, QW query warps (16 query vectors each) x KW key warps (NKW
+// keys each of a tile) per block.
+template <int G, int D, int QW, int KW, int NKW>
+struct FlashShape {
+  static constexpr int kWarps = QW * KW, kThreads = 32 * kWarps;
+  static constexpr int M = 16 * QW;    // query vectors (row, head) of a block
+  static constexpr int TR = M / G;     // query rows of a tile
+  static constexpr int NK = NKW * KW;  // keys of a shared-memory tile
+  static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA; float4 groups of V)
+  static constexpr int SK = D + 4;     // staged row stride in floats (conflict-free fragment reads)
+  static constexpr int kStageFloats = 2 * NK * SK;  // a tile's K rows, then its V rows
+  static constexpr size_t kKvBytes = 2 * size_t{kStageFloats} * 4;
+  static constexpr size_t kQBytes = size_t{QW} * NC * 4 * 32 * 16;  // Q fragments, hi and lo
+  static constexpr size_t kStatBytes = 2 * size_t{kWarps} * 16 * 4;  // (max, sum) per warp row: merge
+  static constexpr size_t kSmem = kKvBytes + kQBytes + kStatBytes;
+  static_assert(M % G == 0 && TR >= 1, "a warp's 16 vectors are whole rows of G heads");
+  static_assert(NKW % 16 == 0, "P V takes the keys 16 at a time");
+  static_assert(2 * NK % kWarps == 0 && 2 * NK / kWarps <= 32, "a lane per row a warp copies");
+  static_assert(KW == 1 || size_t{KW - 1} * QW * D * 64 <= kKvBytes, "the merge reuses the K/V stages");
+  static_assert(kSmem <= 227 * 1024, "shared memory of one block");
+};
+
+template <int G, int D, int QW, int KW, int NKW>
+__global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
+    FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
+  using S = FlashShape<G, D, QW, KW, NKW>;
+  constexpr int NK = S::NK, NC = S::NC, SK = S::SK;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* kv = reinterpret_cast<float*>(smem);                                       // [stage][K|V][NK][SK]
+  uint4* qf = reinterpret_cast<uint4*>(smem + S::kKvBytes);                         // [QW][NC][4][32]
+
+  // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in the tile).
+  const int4 tile = tiles[blockIdx.x];
+  const AttentionParams& p = descs[tile.x];
+  const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
+  const int nr = tile.w;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qw = warp / KW, kw = warp % KW, g = lane >> 2, q = lane & 3;
+  const int64_t total = p.first_pos + p.T;
+  auto last_key = [&](int64_t t) {  // the last key row t sees
+    const int64_t pos = p.first_pos + t;
+    return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
+  };
+  // splits == 1: every key (key_chunk is INT64_MAX, z = 0).
+  const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
+  const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
+  const int64_t j_end = min(last_key(t0 + nr - 1) + 1, split_end);  // rows' last keys grow with t
+  const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + NK - 1) / NK) : 0;
+
+  // This lane's two accumulator rows: warp vectors g and g + 8 = (tile row, head) pairs.
+  int rrow[2], head[2];
+  int64_t row_end[2];  // keys < row_end[h] are visible to the row (and in this split)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = 16 * qw + g + 8 * h;
+    rrow[h] = m / G, head[h] = m % G;
+    row_end[h] = rrow[h] < nr ? min(last_key(t0 + rrow[h]) + 1, split_end) : 0;
+  }
+
+  // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows) is copied by
+  // warp rho % kWarps, a 16-byte piece a lane (one 512- or 1024-byte row an instruction). Lane l of
+  // a warp finds the address of the warp's row l of a tile (page table lookup) one tile ahead, and the
+  // copy loop takes it by shuffle, so no memory access sits between the copies. Keys past j_end get
+  // nullptr: zero-filled, never read from memory.
+  constexpr int kRowsPerWarp = 2 * NK / S::kWarps, CH = D / 4;  // rows a warp copies; pieces of a row
+  auto row_pointer = [&](int n) -> const float* {
+    const int rho = warp + lane * S::kWarps;
+    if (n >= ntiles || lane >= kRowsPerWarp) return nullptr;
+    const int64_t j = j_begin + int64_t{n} * NK + rho % NK;
+    if (j >= j_end) return nullptr;
+    const bool value = rho >= NK;
+    if (j >= p.first_pos) return (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D;
+    const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
+    return (value ? p.v_cache : p.k_cache) + (row * p.num_kv_heads + kvh) * D;
+  };
+  const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
+  // Tile n into stage n % 2 as one cp.async group (an empty group past the last tile, so that the
+  // wait below counts the same every iteration); rows: this lane's row_pointer(n).
+  auto issue = [&](int n, const float* rows) {
+    if (n < ntiles) {
+      float* st = kv + (n & 1) * S::kStageFloats;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows), r);
+        const float* src = reinterpret_cast<const float*>(bits);
+        float* dst = st + (warp + r * S::kWarps) * SK;
+#pragma unroll
+        for (int cc = 0; cc < CH / 32; ++cc) {
+          const int col = lane + 32 * cc;
+          CpAsync16(dst + 4 * col, src ? src + 4 * col : dummy, src != nullptr);
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  issue(0, row_pointer(0));
+  issue(1, row_pointer(1));
+
+  // Q (scaled by scale * log2 e) as A fragments, hi and lo, in the order the score loop reads them:
+  // qf[qw][c][r][lane], r = hi of k-step 0, hi of 1, lo of 0, lo of 1. The KW warps of a query warp
+  // share its chunks. Rows past the tile are zero (their scores are masked anyway).
+  {
+    const float qscale = p.scale * kLog2e;
+    for (int c = kw; c < NC; c += KW) {
+      float v[2][8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool ok = rrow[h] < nr;
+        const float* qr = p.q + (t0 + (ok ? rrow[h] : 0)) * p.q_stride + (kvh * G + head[h]) * D + 32 * c + 8 * q;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[h][e] = ok ? qr[e] * qscale : 0.0f;
+      }
+      uint32_t hi[2][4], lo[2][4];
+      SplitA(make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), make_float4(v[0][4], v[0][5], v[0][6], v[0][7]),
+             make_float4(v[1][0], v[1][1], v[1][2], v[1][3]), make_float4(v[1][4], v[1][5], v[1][6], v[1][7]), hi,
+             lo);
+      uint4* dst = qf + (qw * NC + c) * 4 * 32 + lane;
+      dst[0] = make_uint4(hi[0][0], hi[0][1], hi[0][2], hi[0][3]);
+      dst[32] = make_uint4(hi[1][0], hi[1][1], hi[1][2], hi[1][3]);
+      dst[64] = make_uint4(lo[0][0], lo[0][1], lo[0][2], lo[0][3]);
+      dst[96] = make_uint4(lo[1][0], lo[1][1], lo[1][2], lo[1][3]);
+    }
+  }
+
+  // Running state of the lane's two rows: max (base 2), this lane's part of the sum, and the output
+  // accumulators acc[t] of n-tile t (c0, c1: row g; c2, c3: row g + 8).
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float acc[D / 8][4];
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  const int kb = kw * NKW;  // this warp's first key in a tile
+  const uint4* qg = qf + qw * NC * 4 * 32 + lane;
+
+  for (int n = 0; n < ntiles; ++n) {
+    CpAsyncWait<1>();  // this thread's pieces of tile n have landed (tile n + 1 may be in flight)
+    __syncthreads();   // ... and everyone's (and Q, the first time)
+    const float* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
+    const float* Ks = kv + (n & 1) * S::kStageFloats;
+    const float* Vs = Ks + NK * SK;
+    const int64_t key0 = j_begin + int64_t{n} * NK;
+    int lim[2];  // keys of this tile visible to the lane's rows: tile positions < lim[h]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lim[h] = static_cast<int>(max(int64_t{0}, min(int64_t{NK}, row_end[h] - key0)));
+    if (__any_sync(0xffffffffu, lim[0] > kb || lim[1] > kb)) {
+      // S = Q K^T over the warp's NKW keys: n-tile j holds keys kb + 8 j .. + 7.
+      // Even and odd chunks accumulate apart: twice the independent MMA chains (latency-bound else).
+      float sa[2][NKW / 8][4];
+#pragma unroll
+      for (int j = 0; j < NKW / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sa[0][j][e] = sa[1][j][e] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const uint4 h0 = qg[(c * 4 + 0) * 32], h1 = qg[(c * 4 + 1) * 32];
+        const uint4 l0 = qg[(c * 4 + 2) * 32], l1 = qg[(c * 4 + 3) * 32];
+        const uint32_t qh0[4] = {h0.x, h0.y, h0.z, h0.w}, qh1[4] = {h1.x, h1.y, h1.z, h1.w};
+        const uint32_t ql0[4] = {l0.x, l0.y, l0.z, l0.w}, ql1[4] = {l1.x, l1.y, l1.z, l1.w};
+#pragma unroll
+        for (int j = 0; j < NKW / 8; ++j) {
+          // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's.
+          const float* kr = Ks + (kb + 8 * j + g) * SK + 32 * c + 8 * q;
+          const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
+          uint32_t bh[4], bl[4];
+          SplitPair(x0.x, x0.y, bh[0], bl[0]);
+          SplitPair(x0.z, x0.w, bh[1], bl[1]);
+          SplitPair(x1.x, x1.y, bh[2], bl[2]);
+          SplitPair(x1.z, x1.w, bh[3], bl[3]);
+          float* sj = sa[c & 1][j];
+          Mma(sj, qh0, bh[0], bh[1]);
+          Mma(sj, qh0, bl[0], bl[1]);
+          Mma(sj, ql0, bh[0], bh[1]);
+          Mma(sj, qh1, bh[2], bh[3]);
+          Mma(sj, qh1, bl[2], bl[3]);
+          Mma(sj, ql1, bh[2], bh[3]);
+        }
+      }
+      float s[NKW / 8][4];
+#pragma unroll
+      for (int j = 0; j < NKW / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = sa[0][j][e] + sa[1][j][e];
+      // Mask, then the online softmax per row: s[j][e] is row g + 8 (e / 2), key kb + 8 j + 2 q + e % 2.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < NKW / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          if (kb + 8 * j + 2 * q + (e & 1) >= lim[h]) s[j][e] = -INFINITY;
+          mx[h] = fmaxf(mx[h], s[j][e]);
+        }
+      float corr[2], mbase[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));  // the 4 lanes of a row
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_new = fmaxf(m_run[h], mx[h]);
+        // No visible key yet (m_new = -inf): nothing to rescale, every p is 0 (no -inf - -inf).
+        corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
+        mbase[h] = m_new == -INFINITY ? 0.0f : m_new;
+        m_run[h] = m_new;
+        l_run[h] *= corr[h];
+      }
+#pragma unroll
+      for (int j = 0; j < NKW / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - mbase[e >> 1]);  // masked: exp2(-inf) = 0
+          l_run[e >> 1] += s[j][e];
+        }
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t) {
+        acc[t][0] *= corr[0], acc[t][1] *= corr[0];
+        acc[t][2] *= corr[1], acc[t][3] *= corr[1];
+      }
+      // O += P V, 16 keys a k-step: the A fragment of keys 16 kk .. + 15 is S n-tiles 2 kk (a0, a1)
+      // and 2 kk + 1 (a2, a3); lane (g, q) needs V rows 16 kk + 2q, + 1, + 8, + 9.
+#pragma unroll
+      for (int kk = 0; kk < NKW / 16; ++kk) {
+        uint32_t ph[4], pl[4];
+        SplitPair(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        SplitPair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        const float* vb = Vs + (kb + 16 * kk + 2 * q) * SK + 4 * g;
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+          const float4 v0 = *reinterpret_cast<const float4*>(vb + 32 * i);
+          const float4 v1 = *reinterpret_cast<const float4*>(vb + SK + 32 * i);
+          const float4 v8 = *reinterpret_cast<const float4*>(vb + 8 * SK + 32 * i);
+          const float4 v9 = *reinterpret_cast<const float4*>(vb + 9 * SK + 32 * i);
+          const float a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
+          const float a8[4] = {v8.x, v8.y, v8.z, v8.w}, a9[4] = {v9.x, v9.y, v9.z, v9.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            uint32_t bh0, bl0, bh1, bl1;
+            SplitPair(a0[e], a1[e], bh0, bl0);  // b0: keys 2q, 2q + 1 of column d = 32 i + 4 g + e
+            SplitPair(a8[e], a9[e], bh1, bl1);  // b1: keys 2q + 8, 2q + 9
+            Mma(acc[4 * i + e], ph, bh0, bh1);
+            Mma(acc[4 * i + e], ph, bl0, bl1);
+            Mma(acc[4 * i + e], pl, bh0, bh1);
+          }
+        }
+      }
+    }
+    __syncthreads();  // everyone is done with stage n % 2
+    issue(n + 2, next_rows);
+  }
+
+  // The rows' sums over their 4 lanes (a fixed butterfly: all 4 end with the same value).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  float m_fin[2] = {m_run[0], m_run[1]}, l_fin[2] = {l_run[0], l_run[1]};
+  if constexpr (KW > 1) {
+    // Merge the key warps of a query warp: common max, each warp scales its accumulators, warps
+    // kw > 0 leave them in the (now idle) K/V stages, warp kw = 0 adds them in kw order.
+    CpAsyncWait<0>();  // only empty groups can be pending: nothing writes the stages any more
+    float* stat_m = reinterpret_cast<float*>(smem + S::kKvBytes + S::kQBytes);  // [warps][16]
+    float* stat_l = stat_m + S::kWarps * 16;
+    if (q == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) stat_m[warp * 16 + g + 8 * h] = m_run[h], stat_l[warp * 16 + g + 8 * h] = l_run[h];
+    __syncthreads();
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      float gm = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < KW; ++k)
+        if (stat_l[(qw * KW + k) * 16 + row] > 0) gm = fmaxf(gm, stat_m[(qw * KW + k) * 16 + row]);
+      float gl = 0.0f;
+#pragma unroll
+      for (int k = 0; k < KW; ++k) {
+        const float lk = stat_l[(qw * KW + k) * 16 + row];
+        if (lk > 0) gl += lk * exp2f(stat_m[(qw * KW + k) * 16 + row] - gm);
+      }
+      f[h] = l_run[h] > 0 ? exp2f(m_run[h] - gm) : 0.0f;
+      m_fin[h] = gm, l_fin[h] = gl;
+    }
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) acc[t][0] *= f[0], acc[t][1] *= f[0], acc[t][2] *= f[1], acc[t][3] *= f[1];
+    float4* red = reinterpret_cast<float4*>(kv);  // [QW][KW - 1][D / 8][32]
+    if (kw > 0) {
+      float4* dst = red + ((qw * (KW - 1) + kw - 1) * (D / 8)) * 32 + lane;
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t) dst[t * 32] = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+    }
+    __syncthreads();
+    if (kw > 0) return;
+#pragma unroll
+    for (int k = 1; k < KW; ++k) {
+      const float4* src = red + ((qw * (KW - 1) + k - 1) * (D / 8)) * 32 + lane;
+#pragma unroll
+      for (int t = 0; t < D / 8; ++t) {
+        const float4 r = src[t * 32];
+        acc[t][0] += r.x, acc[t][1] += r.y, acc[t][2] += r.z, acc[t][3] += r.w;
+      }
+    }
+  }
+
+  // Output: row half h of lane (g, q) holds d = 32 i + 8 q + e (acc[4 i + e][2 h]) and
+  // d = 32 i + 8 q + 4 + e (acc[4 i + e][2 h + 1]).
+  const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rrow[h] >= nr) continue;
+    const int64_t hq = kvh * G + head[h];
+    float* o;
+    if (splits == 1) {
+      o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + 8 * q;
+    } else {
+      // A split with no keys for this row writes sum 0: the merge gives it no weight.
+      float* part = partial + (((r0 + rrow[h]) * heads + hq) * splits + z) * (D + 2);
+      if (q == 0) part[0] = l_fin[h] > 0 ? m_fin[h] * kLn2 : -INFINITY, part[1] = l_fin[h];
+      o = part + 2 + 8 * q;
+    }
+    const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
+#pragma unroll
+    for (int i = 0; i < NC; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        o[32 * i + e] = acc[4 * i + e][2 * h] * inv;
+        o[32 * i + 4 + e] = acc[4 * i + e][2 * h + 1] * inv;
+      }
+  }
+}
+
+template <int G, int D, int QW, int KW, int NKW>
+void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
+                 int64_t key_chunk, float* partial, cudaStream_t s) {
+  using S = FlashShape<G, D, QW, KW, NKW>;
+  auto* kernel = FlashKernel<G, D, QW, KW, NKW>;
+  // Sets the kernel's dynamic shared memory limit once per device (not stream-ordered: allowed while
+  // a step is captured).
+  KernelResidency(kernel, S::kSmem, S::kThreads);
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
+  kernel<<<grid, S::kThreads, S::kSmem, s>>>(descs, tiles, splits, key_chunk, partial);
+}
+
+// Block shapes (shared memory, blocks an SM; ptxas: 167-168 registers at head_dim 128, 247-253 at
+// 256, no spills): many rows, head_dim 128: 4 query warps, 32-key tiles (98.5 KiB, 2); head_dim
+// 256: 4 query warps x 2 key warps, 32-key tiles (195 KiB, 1). Few rows: one query warp x 2 key
+// warps, 32-key tiles (head_dim 128: 74 KiB, 3; 256: 146 KiB, 1).
+using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
+
+template <int G>
+Launcher PickLauncher(bool few_rows, int64_t head_dim) {
+  if (head_dim == 128) return few_rows ? LaunchFlash<G, 128, 1, 2, 16> : LaunchFlash<G, 128, 4, 1, 32>;
+  return few_rows ? LaunchFlash<G, 256, 1, 2, 16> : LaunchFlash<G, 256, 4, 2, 16>;
+}
+
+}  // namespace
+
+bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  if (kv_heads <= 0 || heads % kv_heads != 0) return false;
+  const int64_t G = heads / kv_heads;
+  return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8 || G == 16);
+}
+
+int64_t AttentionFlashTileRows(int64_t group, bool few_rows) { return (few_rows ? 16 : 64) / group; }
+
+void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
+                             int* splits, int64_t* key_chunk) {
+  // GqaSplitPlan's stepping (~4 blocks an SM, <= 64 splits, the key count rounded up to 2^k {1, 1.25,
+  // 1.5, 1.75} so that decode steps keep their graph), with a larger least chunk for tiles of many
+  // rows: their partials are 64 query vectors x (head_dim + 2) floats a split, and every block
+  // stages 64 query vectors, so a split should bring a few K/V tiles (decode tiles: 16 vectors).
+  const int64_t min_chunk = few_rows ? 32 : 128, max_splits = 64;
+  *splits = 1;
+  *key_chunk = INT64_MAX;
+  const int64_t blocks = num_tiles * kv_heads > 0 ? num_tiles * kv_heads : 1;
+  const int64_t want = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
+  if (blocks >= want || max_keys <= min_chunk) return;
+  int64_t top = 16;
+  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
+  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
+  const int64_t target = (want + blocks - 1) / blocks < max_splits ? (want + blocks - 1) / blocks : max_splits;
+  const int64_t chunk = ((keys + target - 1) / target + min_chunk - 1) / min_chunk * min_chunk;
+  const int64_t n = (keys + chunk - 1) / chunk;
+  if (n <= 1) return;
+  *splits = static_cast<int>(n);
+  *key_chunk = chunk;
+}
+
+void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
+                    int64_t kv_heads, int64_t head_dim, bool few_rows, int splits, int64_t key_chunk, float* partial,
+                    cudaStream_t s) {
+  if (num_tiles <= 0) return;
+  const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
+  const Launcher launch = G == 4 ? PickLauncher<4>(few_rows, head_dim)
+                          : G == 8 ? PickLauncher<8>(few_rows, head_dim)
+                                   : PickLauncher<16>(few_rows, head_dim);
+  launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+}
+
+}  // namespace tessera::cuda

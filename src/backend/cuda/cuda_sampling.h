@@ -1,0 +1,32 @@
+// tessera cuda backend: the launcher of the row-sampling kernel (cuda_sampling.cu), which draws one
+// token per logits row on the device by the rule of backend.h's RowSampling, so that only tokens and
+// probabilities leave the GPU. Plain C++ (the backend class, compiled by the host compiler, calls it);
+// every pointer is device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+// One row's rule, as the kernel reads it from the step's scratch (the backend copies RowSampling
+// field by field, so this layout does not depend on RowSampling's).
+struct SampleRowParams {
+  float temperature;  // <= 0: greedy
+  int32_t top_k;      // 0 (or >= vocab): off
+  float top_p;        // >= 1: off
+  float min_p;        // <= 0: off
+  int32_t exclude;    // never chosen; -1: none
+  int32_t unused;
+  double uniform;  // the draw in [0, 1)
+};
+static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams is copied as raw bytes");
+
+// Rows per call and vocabulary sizes are not limited by the kernel (ids must fit int32), and it needs
+// no scratch memory. tokens[row] = -1 only when a row has no token to give (vocab 1 with that token
+// excluded); the caller then asks the reference, as backend.h allows.
+void SampleRows(const float* logits, int64_t rows, int64_t vocab, const SampleRowParams* params, int32_t* tokens,
+                float* probs, cudaStream_t s);
+
+}  // namespace tessera::cuda

@@ -1,0 +1,100 @@
+// tessera backend: SampleRowReference (sampling.h) and the host-memory default of Backend::SampleRows.
+#include "backend/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tessera {
+namespace {
+
+// Greedy: the largest logit other than `exclude` (ties: lowest id) and softmax(row) there, summed in
+// double over the whole row (the mask token included: it is the model's probability).
+int32_t GreedyPick(const float* row, int64_t vocab, int32_t exclude, float* prob) {
+  int64_t best = exclude == 0 ? 1 : 0;
+  for (int64_t i = best + 1; i < vocab; ++i)
+    if (i != exclude && row[i] > row[best]) best = i;
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - row[best]));
+  *prob = static_cast<float>(1.0 / sum);
+  return static_cast<int32_t>(best);
+}
+
+void Renormalize(SamplingCandidates& c) {
+  double sum = 0;
+  for (const auto& x : c) sum += x.first;
+  for (auto& x : c) x.first = static_cast<float>(x.first / sum);
+}
+
+}  // namespace
+
+int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p, float* prob,
+                           SamplingCandidates* scratch) {
+  if (p.temperature <= 0.f) return GreedyPick(row, vocab, p.exclude, prob);
+  SamplingCandidates local;
+  SamplingCandidates& cand = scratch ? *scratch : local;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  auto logit = [&](int64_t i) { return i == p.exclude ? kNegInf : row[i]; };
+  float mx = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logit(i));
+  const float inv_t = 1.0f / p.temperature;
+  cand.clear();
+  cand.reserve(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) cand.emplace_back(std::exp((logit(i) - mx) * inv_t), static_cast<int32_t>(i));
+  // Highest probability first; ties by lower id so results do not depend on sort stability.
+  auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = cand.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
+    keep = static_cast<size_t>(p.top_k);
+    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(), by_prob);
+  } else {
+    std::sort(cand.begin(), cand.end(), by_prob);
+  }
+  cand.resize(keep);
+  Renormalize(cand);
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < cand.size()) {
+      cum += cand[n].first;
+      ++n;
+      if (cum >= p.top_p) break;
+    }
+    cand.resize(std::max<size_t>(n, 1));
+  }
+  if (p.min_p > 0.f) {
+    const float cut = cand.front().first * p.min_p;
+    size_t n = 1;
+    while (n < cand.size() && cand[n].first >= cut) ++n;
+    cand.resize(n);
+  }
+  Renormalize(cand);
+  double cum = 0;
+  for (const auto& c : cand) {
+    cum += c.first;
+    if (p.uniform < cum) {
+      *prob = c.first;
+      return c.second;
+    }
+  }
+  // `uniform` at or above the total (its rounding): the last token with a positive probability (never
+  // a zero-probability tail such as the excluded id).
+  for (auto it = cand.rbegin(); it != cand.rend(); ++it)
+    if (it->first > 0.f) {
+      *prob = it->first;
+      return it->second;
+    }
+  *prob = cand.back().first;
+  return cand.back().second;
+}
+
+void Backend::SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params,
+                         int32_t* tokens, float* probs) {
+  SamplingCandidates scratch;
+  for (int64_t r = 0; r < rows; ++r)
+    tokens[r] = SampleRowReference(logits + r * vocab, vocab, params[r], &probs[r], &scratch);
+}
+
+}  // namespace tessera

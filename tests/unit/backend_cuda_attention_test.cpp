@@ -1,0 +1,300 @@
+// tessera tests: the CUDA backend's AttentionBatch against the CPU backend's per-sequence Attention on
+// random non-zero inputs, for both target attention shapes (32 / 4 heads of 128, 16 / 2 heads of 256)
+// and the call shapes that pick different kernels and block shapes: a prompt (tiles of rows, key
+// splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
+// splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
+// tensor-core flash kernel (TESSERA_CUDA_ATTENTION_FLASH=1) and without it (the grouped kernels), and
+// prints the relative error (max |gpu - cpu| / max |cpu|). Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kTol = 1e-4;
+
+std::vector<float> Rand(size_t n, float lo, float hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = u(rng);
+    if (x == 0.0f) x = 1e-3f;
+  }
+  return v;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, ref = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / ref;
+}
+
+// Sets an environment variable for the lifetime of the object, then restores the old value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = std::string(old);
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+struct Shape {
+  int64_t heads, kv_heads, hd;
+};
+struct Seq {
+  int64_t first_pos, T, block;
+};
+
+// One AttentionBatch call: host inputs, the CPU reference output, and what the device run needs.
+// Rows are padded (q, k/v, out strides a little wider than the heads) so strides are exercised;
+// the paged caches hold random values everywhere, prefixes on pages of 16 in a shuffled order.
+class Call {
+ public:
+  // reference = false skips the CPU run (timing only).
+  Call(const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed, bool reference = true) : sh_(sh), seqs_(seqs) {
+    kv_dim_ = sh.kv_heads * sh.hd;
+    q_stride_ = sh.heads * sh.hd + 8;
+    kv_stride_ = kv_dim_ + 4;  // keeps K/V rows 16-byte aligned (the tensor-core kernel needs it)
+    out_stride_ = sh.heads * sh.hd + 4;
+    for (const Seq& s : seqs) {
+      rows_ += s.T;
+      pages_total_ += (s.first_pos + s.T + kPage - 1) / kPage + 1;
+    }
+    q_ = Rand(rows_ * q_stride_, -2, 2, seed);
+    k_ = Rand(rows_ * kv_stride_, -1, 1, seed + 1);
+    v_ = Rand(rows_ * kv_stride_, -1, 1, seed + 2);
+    kc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 3);
+    vc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 4);
+    std::vector<int32_t> perm(pages_total_);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<unsigned>(seed)));
+    int64_t next = 0;
+    for (const Seq& s : seqs) {
+      const int64_t np = (s.first_pos + s.T + kPage - 1) / kPage + 1;
+      pages_.emplace_back(perm.begin() + next, perm.begin() + next + np);
+      next += np;
+    }
+    want_.assign(rows_ * out_stride_, 0.0f);
+    if (!reference) return;
+    auto cpu = MakeCpuBackend();
+    for (const AttentionArgs& a : Args(q_.data(), k_.data(), v_.data(), kc_.data(), vc_.data(), want_.data()))
+      cpu->Attention(a);
+  }
+
+  // The same call on `gpu`; returns the relative error against the CPU.
+  double RunOn(Backend& gpu) const {
+    auto dev = [&](const std::vector<float>& h) {
+      DeviceBuffer b(gpu, h.size() * sizeof(float));
+      gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
+      return b;
+    };
+    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_);
+    // The gaps between output rows stay 0 on both sides: a stray write shows as an error.
+    DeviceBuffer dout = dev(std::vector<float>(want_.size(), 0.0f));
+    gpu.AttentionBatch(Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32()));
+    std::vector<float> got(want_.size());
+    gpu.Download(got.data(), dout.data(), got.size() * sizeof(float));
+    return RelErr(got, want_);
+  }
+
+  // Microseconds per call on `gpu` (mean of `iters` calls queued back to back after a warm-up call).
+  double TimeOn(Backend& gpu, int iters) const {
+    auto dev = [&](const std::vector<float>& h) {
+      DeviceBuffer b(gpu, h.size() * sizeof(float));
+      gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
+      return b;
+    };
+    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_), dout = dev(want_);
+    const auto args = Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32());
+    gpu.AttentionBatch(args);
+    gpu.Synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) gpu.AttentionBatch(args);
+    gpu.Synchronize();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
+  }
+
+  int64_t rows() const { return rows_; }
+
+ private:
+  static constexpr int64_t kPage = 16;
+
+  std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, const float* kc, const float* vc,
+                                  float* out) const {
+    std::vector<AttentionArgs> args;
+    int64_t row0 = 0;
+    for (size_t i = 0; i < seqs_.size(); ++i) {
+      const Seq& s = seqs_[i];
+      AttentionArgs a;
+      a.q = q + row0 * q_stride_;
+      a.q_stride = q_stride_;
+      a.k = k + row0 * kv_stride_;
+      a.v = v + row0 * kv_stride_;
+      a.kv_stride = kv_stride_;
+      a.T = s.T;
+      a.num_heads = sh_.heads;
+      a.num_kv_heads = sh_.kv_heads;
+      a.head_dim = sh_.hd;
+      a.first_pos = s.first_pos;
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.pages = pages_[i].data();
+      a.page_size = kPage;
+      a.block_size = s.block;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(sh_.hd));
+      a.out = out + row0 * out_stride_;
+      a.out_stride = out_stride_;
+      args.push_back(a);
+      row0 += s.T;
+    }
+    return args;
+  }
+
+  Shape sh_;
+  std::vector<Seq> seqs_;
+  int64_t kv_dim_ = 0, q_stride_ = 0, kv_stride_ = 0, out_stride_ = 0, rows_ = 0, pages_total_ = 0;
+  std::vector<float> q_, k_, v_, kc_, vc_, want_;
+  std::vector<std::vector<int32_t>> pages_;
+};
+
+// The shapes of the two target models: Qwen3-30B-A3B (32 / 4 heads of 128) and Qwen3.5-35B-A3B (16 / 2
+// heads of 256), plus group sizes 4 and 16 of the tensor-core kernel.
+const Shape kShapes[] = {{32, 4, 128}, {16, 2, 256}};
+const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
+
+// The call on a CUDA backend made with TESSERA_CUDA_ATTENTION_FLASH=1 and one made with =0.
+void RunBoth(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed) {
+  const Call call(sh, seqs, seed);
+  for (const char* flash : {"1", "0"}) {
+    std::unique_ptr<Backend> gpu;
+    {
+      ScopedEnv env("TESSERA_CUDA_ATTENTION_FLASH", flash);
+      gpu = MakeCudaBackend();
+    }
+    const double err = call.RunOn(*gpu);
+    char name[160];
+    std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld flash=%s", what.c_str(),
+                  static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
+                  static_cast<long>(call.rows()), flash);
+    std::printf("attention %-72s rel err %.3e\n", name, err);
+    EXPECT_LE(err, kTol) << name;
+  }
+}
+
+class CudaAttention : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  }
+};
+
+// (a) One prompt of 300 rows (not a multiple of any tile), causal, no prefix: tiles with a partial
+// last tile, and key splits (too few tiles to fill the device).
+TEST_F(CudaAttention, PromptCausal) {
+  for (const Shape& sh : kShapes) RunBoth("prompt T=300", sh, {{0, 300, 0}}, 100);
+}
+
+// (b) Eight diffusion blocks of 32 rows (block-causal, block_size 32) over 1,000-token prefixes on
+// shuffled pages.
+TEST_F(CudaAttention, DiffusionBlocks) {
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 8; ++i) seqs.push_back({1000, 32, 32});
+  for (const Shape& sh : kShapes) RunBoth("8 x 32-row blocks, prefix 1000", sh, seqs, 200);
+  // Prefixes that do not end on a block boundary, and a block whose rows see keys past the tile.
+  for (const Shape& sh : kShapes)
+    RunBoth("blocks, ragged prefixes", sh, {{1000, 32, 32}, {45, 32, 32}, {7, 20, 16}}, 210);
+}
+
+// (c) Batched decode: 64 sequences of one row, prefixes of 1 to 2,000 keys.
+TEST_F(CudaAttention, BatchedDecode) {
+  std::vector<Seq> seqs;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 64; ++i) seqs.push_back({1 + static_cast<int64_t>(rng() % 2000), 1, 0});
+  seqs[0].first_pos = 1, seqs[1].first_pos = 2000;
+  for (const Shape& sh : kShapes) RunBoth("decode 64 x 1", sh, seqs, 300);
+  // One and two sequences: many key splits, some of them empty for the shorter sequence.
+  for (const Shape& sh : kShapes) RunBoth("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 310);
+  for (const Shape& sh : kShapes) RunBoth("decode 1 x 1", sh, {{1, 1, 0}}, 320);
+  // Group sizes 4 and 16 on the few-row tiles (4 rows of 4 heads, 1 row of 16), one partly filled.
+  for (const Shape& sh : kOtherGroups) {
+    RunBoth("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 330);
+    RunBoth("decode 1 + 3 rows", sh, {{700, 1, 0}, {40, 3, 0}}, 340);
+  }
+}
+
+// (d) A ragged mix in one call: decode rows, a prompt with a prefix, a diffusion block, a short prompt.
+TEST_F(CudaAttention, RaggedMix) {
+  const std::vector<Seq> seqs = {{40, 1, 0}, {0, 20, 0}, {64, 32, 32}, {300, 1, 0}, {17, 5, 0}, {129, 70, 0}};
+  for (const Shape& sh : kShapes) RunBoth("ragged mix", sh, seqs, 400);
+  for (const Shape& sh : kOtherGroups) RunBoth("ragged mix", sh, seqs, 410);
+}
+
+// (e) Prompts with enough tiles to fill the device: every block takes all its keys (no split).
+TEST_F(CudaAttention, PromptsUnsplit) {
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 8; ++i) seqs.push_back({i % 2 == 0 ? 0 : 37 * i, 280, 0});
+  for (const Shape& sh : kShapes) RunBoth("8 prompts of 280", sh, seqs, 500);
+  for (const Shape& sh : kOtherGroups) RunBoth("8 prompts of 280", sh, seqs, 510);
+}
+
+// Timing of the calls of issue 5's rows (one layer's attention), flash kernel against the grouped
+// kernels: only with TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).
+TEST_F(CudaAttention, Timing) {
+  if (const char* e = std::getenv("TESSERA_CUDA_ATTENTION_BENCH"); e == nullptr || std::string(e) != "1")
+    GTEST_SKIP() << "skipped: set TESSERA_CUDA_ATTENTION_BENCH=1";
+  std::vector<Seq> denoise, decode;
+  for (int i = 0; i < 8; ++i) denoise.push_back({1024, 32, 32});
+  for (int i = 0; i < 64; ++i) decode.push_back({1024, 1, 0});
+  const std::vector<std::pair<std::string, std::vector<Seq>>> rows = {
+      {"decode b1 ctx 1K", {{1024, 1, 0}}}, {"decode b64 ctx 1K", decode}, {"denoise 1x32 ctx 1K", {{1024, 32, 32}}},
+      {"denoise 8x32 ctx 1K", denoise},     {"prefill 4096", {{0, 4096, 0}}}};
+  for (const Shape& sh : kShapes)
+    for (const auto& [what, seqs] : rows) {
+      const Call call(sh, seqs, 600, /*reference=*/false);
+      double us[2];
+      for (int f = 0; f < 2; ++f) {
+        std::unique_ptr<Backend> gpu;
+        {
+          ScopedEnv env("TESSERA_CUDA_ATTENTION_FLASH", f == 0 ? "1" : "0");
+          gpu = MakeCudaBackend();
+        }
+        us[f] = call.TimeOn(*gpu, 20);
+      }
+      std::printf("attention timing heads=%ld/%ld hd=%ld %-22s flash %9.1f us  grouped %9.1f us\n",
+                  static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(),
+                  us[0], us[1]);
+    }
+}
+
+}  // namespace
+}  // namespace tessera
