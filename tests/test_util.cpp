@@ -7,10 +7,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
 namespace tessera::testing {
+
+std::vector<float> NonZeroUniform(size_t n, float lo, float hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = u(rng);
+    if (x == 0.0f) x = 1e-3f;
+  }
+  return v;
+}
 
 std::string DataPath(const std::string& rel) { return std::string(TESSERA_SOURCE_DIR) + "/tests/data/" + rel; }
 

@@ -1,9 +1,15 @@
-// tessera tests: shared helpers: where the repository's test data lives, running the CLI.
+// tessera tests: shared helpers: where the repository's test data lives, running the CLI, random inputs.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
+
+// n uniform floats in [lo, hi) from seed, never exactly zero (zeros hide missing writes).
+std::vector<float> NonZeroUniform(size_t n, float lo, float hi, uint64_t seed);
 
 // <repo>/tests/data/<rel>
 std::string DataPath(const std::string& rel);

@@ -21,22 +21,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
 
 constexpr double kTol = 1e-4;
 
-std::vector<float> Rand(size_t n, float lo, float hi, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = u(rng);
-    if (x == 0.0f) x = 1e-3f;
-  }
-  return v;
-}
+// Random inputs, never zero (tests/test_util.h).
+constexpr auto& Rand = testing::NonZeroUniform;
 
 double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, ref = 1e-30;

@@ -18,22 +18,15 @@
 #include "backend/backend.h"
 #include "backend/sampling.h"
 #include "core/dtype.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
 
 constexpr double kTol = 1e-2;
 
-std::vector<float> Rand(size_t n, float lo, float hi, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = u(rng);
-    if (x == 0.0f) x = 1e-3f;
-  }
-  return v;
-}
+// Random inputs, never zero (tests/test_util.h).
+constexpr auto& Rand = testing::NonZeroUniform;
 
 std::vector<uint16_t> Bf16s(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

@@ -419,21 +419,7 @@ void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_ke
   // 1.5, 1.75} so that decode steps keep their graph), with a larger least chunk for tiles of many
   // rows: their partials are 64 query vectors x (head_dim + 2) floats a split, and every block
   // stages 64 query vectors, so a split should bring a few K/V tiles (decode tiles: 16 vectors).
-  const int64_t min_chunk = few_rows ? 32 : 128, max_splits = 64;
-  *splits = 1;
-  *key_chunk = INT64_MAX;
-  const int64_t blocks = num_tiles * kv_heads > 0 ? num_tiles * kv_heads : 1;
-  const int64_t want = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
-  if (blocks >= want || max_keys <= min_chunk) return;
-  int64_t top = 16;
-  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
-  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
-  const int64_t target = (want + blocks - 1) / blocks < max_splits ? (want + blocks - 1) / blocks : max_splits;
-  const int64_t chunk = ((keys + target - 1) / target + min_chunk - 1) / min_chunk * min_chunk;
-  const int64_t n = (keys + chunk - 1) / chunk;
-  if (n <= 1) return;
-  *splits = static_cast<int>(n);
-  *key_chunk = chunk;
+  GqaSplitPlan(num_tiles, kv_heads, max_keys, sm_count, splits, key_chunk, few_rows ? 32 : 128);
 }
 
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,

@@ -143,7 +143,9 @@ void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int
 // Key splits for AttentionGqa over R = rows query rows of kv_heads KV heads, the longest row seeing
 // max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
 // 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
-void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk);
+// A split takes min_chunk keys at least.
+void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
+                  int64_t min_chunk = 32);
 // Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
 // of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
 // K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
