@@ -35,8 +35,8 @@ else
 fi
 
 status=0
-log "conformance (CudaConformance.*)"
-timeout 150 "$BIN" --gtest_filter='CudaConformance.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+log "conformance (CudaConformance.*, CudaAttention.*)"
+timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
 log "golden on the GPU (Fixtures/CudaGolden.*)"
 timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -44,7 +44,7 @@ timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golde
 log "compute-sanitizer memcheck on the golden tests"
 if command -v compute-sanitizer >/dev/null; then
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
-    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*:Fixtures/CudaGolden.StepGraphs*' >"$RES/memcheck.txt" 2>&1
+    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*:Fixtures/CudaGolden.StepGraphs*:Fixtures/CudaGolden.DeviceSampled*' >"$RES/memcheck.txt" 2>&1
   rc=$?
   tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
   log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
