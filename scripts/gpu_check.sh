@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
-# (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite and the GPU golden
-# tests, compute-sanitizer memcheck on the golden tests, then the dummy-weight decode / prefill
-# micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS, default both; GPU_CHECK_PROFILE=1 adds
+# (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite, the GPU golden
+# tests and the diffusion fixtures through the engine (test_engine), compute-sanitizer memcheck on the
+# golden tests, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
+# (GPU_CHECK_CONFIGS, default both; GPU_CHECK_PROFILE=1 adds
 # the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1 the
 # rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
@@ -22,16 +23,18 @@ if [ -n "$PREBUILT" ] && [ -x "$PREBUILT/test_backend" ] &&
      "$PREBUILT/test_backend" --gtest_list_tests >/dev/null 2>&1; then
   log "using prebuilt binaries from $PREBUILT"
   BIN=$PREBUILT/test_backend
+  ENGINE_BIN=$PREBUILT/test_engine
   export LD_LIBRARY_PATH=$PREBUILT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 else
   log "configure + build ($BUILD)"
   start=$(date +%s)
   if ! { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF \
-           -DTESSERA_CUDA=ON && ninja -C "$BUILD" -j16 test_backend; } >"$RES/build.log" 2>&1; then
+           -DTESSERA_CUDA=ON && ninja -C "$BUILD" -j16 test_backend test_engine; } >"$RES/build.log" 2>&1; then
     log "build FAILED"; tail -40 "$RES/build.log"; exit 1
   fi
   log "build took $(( $(date +%s) - start )) s"
   BIN=$BUILD/test_backend
+  ENGINE_BIN=$BUILD/test_engine
 fi
 
 status=0
@@ -40,6 +43,13 @@ timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee
 
 log "golden on the GPU (Fixtures/CudaGolden.*)"
 timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+log "diffusion fixtures through the engine on the GPU (EngineDiffusion.*OnCuda)"
+if [ -x "$ENGINE_BIN" ]; then
+  timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/engine_golden.txt" | grep -E "OK|FAILED|PASSED|SKIPPED|Failure|Expected|Which"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+else
+  log "no test_engine binary ($ENGINE_BIN): not run"; status=1
+fi
 
 log "compute-sanitizer memcheck on the golden tests"
 if command -v compute-sanitizer >/dev/null; then

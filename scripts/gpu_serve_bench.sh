@@ -13,8 +13,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--pack" ]; then
   dest=$ROOT/build-data/gpu-prebuilt
   rm -rf "$dest" && mkdir -p "$dest/lib"
-  cp "$2/tessera" "$2/test_backend" "$dest"/
-  ldd "$2/tessera" "$2/test_backend" | awk '/=> \//{print $3}' | sort -u |
+  cp "$2/tessera" "$2/test_backend" "$2/test_engine" "$dest"/
+  ldd "$2/tessera" "$2/test_backend" "$2/test_engine" | awk '/=> \//{print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]|/usr/local/cuda' |
     xargs -I{} cp -L {} "$dest/lib/"
   ls "$dest/lib"

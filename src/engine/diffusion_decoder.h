@@ -37,7 +37,7 @@ class DiffusionDecoder {
   // block_done() turns true.
   DiffusionStepView ApplyStep(const float* block_logits, int64_t vocab, Sampler& sampler);
   // The same step from tokens already drawn for every block row (tokens[i], probs[i]: row i's x0
-  // and its confidence) by the rules the engine made with RuleForRows (the backend's SampleRows).
+  // and its confidence) by the rules the engine made with RulesForRows (the backend's SampleRows).
   DiffusionStepView ApplyPickedStep(const int32_t* tokens, const float* probs);
   // One sampling rule per block row for the next step: the rows ApplyStep would draw from get
   // sampler.RowRule(mask), in the order it draws them (so a seeded sampler gives the same draws);
