@@ -274,9 +274,9 @@ class Backend {
   virtual void Softmax(float* x, int64_t rows, int64_t n) = 0;
   virtual void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;
   // One token per logits row by RowSampling (params: host, one per row); tokens / probs: backend
-  // memory, [rows]. A backend may answer token -1 for a sampled row it cannot finish on the device
-  // (more candidates than its kernel holds); the caller then samples that row from its logits with
-  // SampleRowReference. The default runs the reference on host memory (the CPU backend).
+  // memory, [rows]. A backend may answer token -1 for a row it cannot finish (the CUDA kernel: only
+  // a one-token vocabulary whose token is excluded); the caller then samples that row from its
+  // logits with SampleRowReference. The default runs the reference on host memory (the CPU backend).
   virtual void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params,
                           int32_t* tokens, float* probs);
 };

@@ -249,6 +249,20 @@ TEST(EngineSampler, RowRuleDrawsWhatSampleDraws) {
   }
 }
 
+TEST(EngineSampler, DrawAboveTheTotalTakesTheLastTokenWithProbability) {
+  // A draw at or above the final distribution's total (its float rounding can leave it just under 1)
+  // takes the last token that has a probability, never the excluded one (probability 0, last in
+  // the order).
+  const std::vector<float> row = {0.5f, 2.0f, 9.0f, -1.0f, 1.0f};
+  RowSampling rule;
+  rule.temperature = 1.0f;
+  rule.exclude = 2;
+  rule.uniform = 1.5;
+  float prob = 0.f;
+  EXPECT_EQ(SampleRowReference(row.data(), 5, rule, &prob), 3);  // the smallest logit left
+  EXPECT_GT(prob, 0.f);
+}
+
 TEST(EngineSampler, PlainRuleOnlyWithoutPenalties) {
   SamplingParams sp;
   EXPECT_TRUE(Sampler(sp, {}).NextIsPlainRule());
