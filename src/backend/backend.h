@@ -167,6 +167,16 @@ class Backend {
 
   // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate); w bf16 or f32.
   virtual void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate = false) = 0;
+  // Products of one input with several weights of the same k (projections reading the same
+  // activations: q / k / v, the router and the shared expert): outs[i].y = x * outs[i].w^T. Device
+  // backends run them in one launch where they can. Each result equals its MatMul.
+  struct MatMulOut {
+    const Tensor* w = nullptr;
+    float* y = nullptr;
+  };
+  virtual void MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
+    for (const MatMulOut& o : outs) MatMul(x, m, *o.w, o.y);
+  }
   // out[i, :] = table[ids[i], :] as f32.
   virtual void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
 
@@ -180,6 +190,24 @@ class Backend {
   // x: [rows, heads, head_dim] with row stride; positions: one per row.
   virtual void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                     int64_t rotary_dim, const int64_t* positions, double theta) = 0;
+  // The attention layer's q / k preparation: per-head RmsNorm of q ([rows, q_heads, head_dim], row
+  // stride q_stride) with q_norm and of k with k_norm, in place, then RoPE of both at `positions`.
+  // The default runs RmsNorm and Rope on each; device backends fuse them.
+  virtual void QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
+                          int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps,
+                          bool one_plus, int64_t rotary_dim, const int64_t* positions, double theta) {
+    if (q_stride == q_heads * head_dim && k_stride == k_heads * head_dim) {
+      RmsNorm(q, rows * q_heads, head_dim, head_dim, q_norm, eps, one_plus, q, head_dim);
+      RmsNorm(k, rows * k_heads, head_dim, head_dim, k_norm, eps, one_plus, k, head_dim);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        RmsNorm(q + r * q_stride, q_heads, head_dim, head_dim, q_norm, eps, one_plus, q + r * q_stride, head_dim);
+        RmsNorm(k + r * k_stride, k_heads, head_dim, head_dim, k_norm, eps, one_plus, k + r * k_stride, head_dim);
+      }
+    }
+    Rope(q, rows, q_stride, q_heads, head_dim, rotary_dim, positions, theta);
+    Rope(k, rows, k_stride, k_heads, head_dim, rotary_dim, positions, theta);
+  }
   // x[i] *= sigmoid(gate[i]) for rows with independent strides.
   virtual void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                            int64_t gate_stride) = 0;

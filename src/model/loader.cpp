@@ -280,24 +280,64 @@ const float* WeightLoader::Vector(const std::string& flat, const std::vector<int
 
 Tensor WeightLoader::PermutedRows(const std::string& flat, const std::vector<int64_t>& shape,
                                   const std::vector<int64_t>& order) {
-  if (dummy_) return DummyMatrix(flat, {static_cast<int64_t>(order.size()), shape[1]});  // random rows
-  const TensorView& v = View(flat, shape);
-  const int64_t rows = static_cast<int64_t>(order.size()), cols = shape[1];
-  for (int64_t r : order) TESSERA_CHECK(r >= 0 && r < shape[0]);
+  return StackedRows({{flat, shape, order}});
+}
+
+std::vector<int64_t> WeightLoader::RowsOf(const std::vector<IndexRange>& ranges) {
+  std::vector<int64_t> rows;
+  for (const IndexRange& r : ranges)
+    for (int64_t i = r.begin; i < r.end(); ++i) rows.push_back(i);
+  return rows;
+}
+
+Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
+  TESSERA_CHECK(!parts.empty());
+  const int64_t cols = parts[0].shape.at(1);
+  int64_t rows = 0;
+  for (const StackPart& p : parts) {
+    TESSERA_CHECK(p.shape.size() == 2 && p.shape[1] == cols);
+    rows += static_cast<int64_t>(p.rows.size());
+  }
   Tensor t;
   t.shape = {rows, cols};
-  if (v.dtype == DType::kBF16) {
+  if (dummy_) {  // each part's rows random with its own tensor's seed, as DummyMatrix makes them
+    t.dtype = DType::kBF16;
+    char* dst = static_cast<char*>(out_->device.Alloc(*be_, static_cast<size_t>(rows * cols) * 2));
+    for (const StackPart& p : parts) {
+      if (!expected_.count(p.flat))
+        Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", p.flat);
+      const int64_t n = static_cast<int64_t>(p.rows.size()) * cols;
+      be_->FillRandom(dst, DType::kBF16, n, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
+                      std::hash<std::string>{}(p.flat));
+      Progress(static_cast<size_t>(n) * 2);
+      dst += n * 2;
+    }
+    t.data = dst - rows * cols * 2;
+    return t;
+  }
+  std::vector<const TensorView*> views;
+  bool bf16 = true;
+  for (const StackPart& p : parts) {
+    views.push_back(&View(p.flat, p.shape));
+    bf16 = bf16 && views.back()->dtype == DType::kBF16;
+    for (int64_t r : p.rows) TESSERA_CHECK(r >= 0 && r < p.shape[0]);
+  }
+  int64_t out_row = 0;
+  if (bf16) {
     auto& buf = out_->owned_bf16.emplace_back(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(buf.data() + r * cols, v.data + order[r] * cols * 2, cols * 2);
+    for (size_t i = 0; i < parts.size(); ++i)
+      for (int64_t r : parts[i].rows)
+        std::memcpy(buf.data() + out_row++ * cols, views[i]->data + r * cols * 2, cols * 2);
     t.dtype = DType::kBF16;
     t.data = buf.data();
   } else {
     auto& buf = out_->owned_f32.emplace_back(static_cast<size_t>(rows * cols));
-    const size_t es = DTypeSize(v.dtype);
-    for (int64_t r = 0; r < rows; ++r)
-      ConvertToF32(v.dtype, v.data + static_cast<size_t>(order[r] * cols) * es, buf.data() + r * cols,
-                   static_cast<size_t>(cols));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const size_t es = DTypeSize(views[i]->dtype);
+      for (int64_t r : parts[i].rows)
+        ConvertToF32(views[i]->dtype, views[i]->data + static_cast<size_t>(r * cols) * es,
+                     buf.data() + out_row++ * cols, static_cast<size_t>(cols));
+    }
     t.dtype = DType::kF32;
     t.data = buf.data();
   }

@@ -2,7 +2,7 @@
 // expected tensor must exist with its shape and a float dtype (bf16 / f16 / f32), every tensor
 // present must be consumed, except the known-unused groups (vision tower, MTP head), which are
 // skipped by an explicit list and logged. bf16 tensors are used in place from the mapping on the
-// CPU backend; on a device backend every tensor is copied to device memory (matrices as bf16,
+// CPU backend (except stacked projections, StackedRows, which are copies); on a device backend every tensor is copied to device memory (matrices as bf16,
 // vectors as f32) through the backend's pinned staging, with a progress line on stderr. Dummy
 // weights (LoadOptions::load_format "dummy") are random tensors of the expected shapes made on the
 // backend itself; no checkpoint is read.
@@ -53,6 +53,17 @@ class WeightLoader {
   // A Linear weight whose rows are re-ordered (and maybe a subset): new row i = old row order[i].
   Tensor PermutedRows(const std::string& flat, const std::vector<int64_t>& shape,
                       const std::vector<int64_t>& order);
+  // Rows of several 2-D weights with the same column count stacked into one copy, part after part
+  // (each part's rows in its given order): projections that read the same input then run as one
+  // matrix product. bf16 when every part is bf16, else f32 (bf16 on a device, as ToDevice makes).
+  struct StackPart {
+    std::string flat;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> rows;
+  };
+  Tensor StackedRows(const std::vector<StackPart>& parts);
+  // The row indices of a list of row ranges, in order (a StackPart's rows).
+  static std::vector<int64_t> RowsOf(const std::vector<IndexRange>& ranges);
   // The rows `rows` (in order) and columns `cols` of a 2-D weight of full shape `shape`.
   Tensor MatrixSlice(const std::string& flat, const std::vector<int64_t>& shape,
                      const std::vector<IndexRange>& rows, IndexRange cols);

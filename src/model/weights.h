@@ -19,7 +19,9 @@ struct AttentionWeights {
   const float* k_norm = nullptr;
 };
 
-// One projection of the GDN input into the combined buffer [q k v | z | b | a].
+// One projection of the GDN input into the combined buffer [q k v | z | b | a]. The architectures
+// load one stacked projection covering the whole row (WeightLoader::StackedRows); the layer also
+// takes several, each copied to its column.
 struct GdnProjection {
   Tensor w;
   int64_t column = 0;  // where its output starts in the combined row

@@ -127,6 +127,42 @@ TEST_F(CudaConformance, MatMulBf16AndF32) {
   Report("MatMul f32 m=16", RelErr(Host(dy, want.size()), want));
 }
 
+// Several weights of one input in one launch (q / k / v, router + shared expert). GEMV rows
+// (m <= 8): each output bit-identical to its own MatMul on the GPU (every job splits k as it would
+// alone). Few-row MMA rows (9..64: the jobs share one k split) and m = 65 (per weight): within
+// tolerance of the CPU, as every row is. Shapes: q / k / v of Qwen3-30B-A3B, the router, shared
+// gate / up and 1-column output gate of Qwen3.5, ragged widths.
+TEST_F(CudaConformance, MatMulMultiEqualsMatMulEach) {
+  const int64_t k = 2048;
+  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{4096, 512, 512}, {256, 512, 512, 1}, {517, 3, 1000}}) {
+    std::vector<std::vector<uint16_t>> ws;
+    for (size_t j = 0; j < ns.size(); ++j) ws.push_back(Bf16s(Rand(ns[j] * k, -0.05f, 0.05f, 40 + j)));
+    for (int64_t m : {1, 2, 8, 9, 32, 33, 64, 65}) {
+      const auto x = Rand(m * k, -1, 1, 50 + m);
+      const float* dx = Dev(x);
+      std::vector<Tensor> dw;
+      std::vector<Backend::MatMulOut> outs;
+      std::vector<float*> single;
+      for (size_t j = 0; j < ns.size(); ++j) dw.push_back(DevBf16(ws[j], ns[j], k));
+      for (size_t j = 0; j < ns.size(); ++j) {
+        outs.push_back({&dw[j], Dev(std::vector<float>(m * ns[j], 7.0f))});
+        single.push_back(Dev(std::vector<float>(m * ns[j], 7.0f)));
+        gpu_->MatMul(dx, m, dw[j], single[j], false);
+      }
+      gpu_->MatMulMulti(dx, m, outs);
+      for (size_t j = 0; j < ns.size(); ++j) {
+        const auto got = Host(outs[j].y, m * ns[j]), alone = Host(single[j], m * ns[j]);
+        if (m <= 8) {
+          EXPECT_EQ(got, alone) << "m=" << m << " weight " << j << " n=" << ns[j];
+        }
+        std::vector<float> want(m * ns[j]);
+        cpu_->MatMul(x.data(), m, HostBf16(ws[j], ns[j], k), want.data(), false);
+        Report(("MatMulMulti m=" + std::to_string(m) + " n=" + std::to_string(ns[j])).c_str(), RelErr(got, want));
+      }
+    }
+  }
+}
+
 TEST_F(CudaConformance, EmbeddingNormsRope) {
   const int64_t V = 1000, H = 2048, n = 7;
   const auto table = Bf16s(Rand(V * H, -1, 1, 5));
@@ -164,6 +200,32 @@ TEST_F(CudaConformance, EmbeddingNormsRope) {
     gpu_->Rope(dq, R, heads * hd, heads, hd, rd, pos.data(), 1e7);
     Report(("Rope hd=" + std::to_string(hd) + " rot=" + std::to_string(rd)).c_str(), RelErr(Host(dq, q.size()), q),
            1e-4);
+  }
+}
+
+// The fused q / k head norm + RoPE against the CPU's four ops: Qwen3 (head_dim 128, full rotary),
+// Qwen3.5 (256, rotary 64, 1+w norm), a batch of rows at scattered positions, and q / k rows with
+// gaps (one [rows, q | k | pad] buffer).
+TEST_F(CudaConformance, QkNormRopeMatchesCpu) {
+  for (auto [qh, kh, hd, rd, one_plus] : {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{32, 4, 128, 128, false},
+                                          {16, 2, 256, 64, true}}) {
+    for (int64_t R : {1, 33}) {
+      for (bool packed : {false, true}) {
+        const int64_t qd = qh * hd, kd = kh * hd, qs = packed ? qd + kd + 4 : qd, ks = packed ? qs : kd;
+        auto buf = Rand(R * (packed ? qs : qd + kd), -2, 2, 60 + hd + R);
+        const auto qn = Rand(hd, -0.5f, 1.5f, 61), kn = Rand(hd, -0.5f, 1.5f, 62);
+        std::vector<int64_t> pos(R);
+        for (int64_t i = 0; i < R; ++i) pos[i] = i * 257 + 11;
+        float* dbuf = Dev(buf);
+        float* cq = buf.data();
+        float* ck = packed ? buf.data() + qd : buf.data() + R * qd;
+        cpu_->QkNormRope(cq, qs, qh, ck, ks, kh, R, hd, qn.data(), kn.data(), 1e-6f, one_plus, rd, pos.data(), 1e7);
+        gpu_->QkNormRope(dbuf, qs, qh, dbuf + (ck - cq), ks, kh, R, hd, Dev(qn), Dev(kn), 1e-6f, one_plus, rd,
+                         pos.data(), 1e7);
+        Report(("QkNormRope hd=" + std::to_string(hd) + " R=" + std::to_string(R) + (packed ? " packed" : "")).c_str(),
+               RelErr(Host(dbuf, buf.size()), buf), 1e-4);
+      }
+    }
   }
 }
 

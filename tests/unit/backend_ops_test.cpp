@@ -93,6 +93,38 @@ TEST(BackendOps, PartialRopeRotatesOnlyLeadingDims) {
   EXPECT_LT(MaxDiff(y, ref), 1e-4);
 }
 
+// QkNormRope's default is the layer's former four ops (RmsNorm q, RmsNorm k, Rope q, Rope k); rows
+// laid out with gaps (q and k in one [rows, q | k | pad] buffer) give the same values as contiguous.
+TEST(BackendOps, QkNormRopeEqualsNormsThenRopeAnyStride) {
+  CpuBackend be;
+  const int64_t rows = 3, qh = 4, kh = 2, hd = 16, rot = 8, qd = qh * hd, kd = kh * hd, stride = qd + kd + 5;
+  const auto q = Rand(rows * qd, 21), k = Rand(rows * kd, 22), qn = Rand(hd, 23), kn = Rand(hd, 24);
+  const std::vector<int64_t> pos = {0, 7, 300};
+  for (bool one_plus : {false, true}) {
+    std::vector<float> want_q = q, want_k = k;
+    be.RmsNorm(want_q.data(), rows * qh, hd, hd, qn.data(), 1e-6f, one_plus, want_q.data(), hd);
+    be.RmsNorm(want_k.data(), rows * kh, hd, hd, kn.data(), 1e-6f, one_plus, want_k.data(), hd);
+    be.Rope(want_q.data(), rows, qd, qh, hd, rot, pos.data(), 1e6);
+    be.Rope(want_k.data(), rows, kd, kh, hd, rot, pos.data(), 1e6);
+    std::vector<float> got_q = q, got_k = k, packed(rows * stride, 9.0f);
+    be.QkNormRope(got_q.data(), qd, qh, got_k.data(), kd, kh, rows, hd, qn.data(), kn.data(), 1e-6f, one_plus, rot,
+                  pos.data(), 1e6);
+    EXPECT_EQ(got_q, want_q);
+    EXPECT_EQ(got_k, want_k);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(q.begin() + r * qd, q.begin() + (r + 1) * qd, packed.begin() + r * stride);
+      std::copy(k.begin() + r * kd, k.begin() + (r + 1) * kd, packed.begin() + r * stride + qd);
+    }
+    be.QkNormRope(packed.data(), stride, qh, packed.data() + qd, stride, kh, rows, hd, qn.data(), kn.data(), 1e-6f,
+                  one_plus, rot, pos.data(), 1e6);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_TRUE(std::equal(want_q.begin() + r * qd, want_q.begin() + (r + 1) * qd, packed.begin() + r * stride));
+      EXPECT_TRUE(std::equal(want_k.begin() + r * kd, want_k.begin() + (r + 1) * kd, packed.begin() + r * stride + qd));
+      EXPECT_EQ(packed[r * stride + qd + kd], 9.0f);  // the gap is left alone
+    }
+  }
+}
+
 // Paged, GQA, block-causal attention of T new rows after a cached prefix of P positions.
 TEST(BackendOps, PagedBlockCausalAttention) {
   CpuBackend be;

@@ -38,6 +38,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 
 namespace tessera::cuda {
@@ -72,6 +73,7 @@ struct FlashShape {
 template <int G, int D, int QW, int KW, int NKW>
 __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
     FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
+  GridDependencyWait();
   using S = FlashShape<G, D, QW, KW, NKW>;
   constexpr int NK = S::NK, NC = S::NC, SK = S::SK;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -388,7 +390,7 @@ void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_ti
   // a step is captured).
   KernelResidency(kernel, S::kSmem, S::kThreads);
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
-  kernel<<<grid, S::kThreads, S::kSmem, s>>>(descs, tiles, splits, key_chunk, partial);
+  LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial);
 }
 
 // Block shapes (shared memory, blocks an SM; ptxas: 167-168 registers at head_dim 128, 247-253 at

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace tessera::cuda {
 
@@ -40,6 +41,7 @@ constexpr int kWarps = 4;  // GqaKernel (v1)
 template <int G, int DL>
 __global__ void __launch_bounds__(kWarps * 32) GqaKernel(const AttentionParams* descs, const int2* rows, int splits,
                                                          int64_t key_chunk, float* partial) {
+  GridDependencyWait();
   constexpr int D = DL * 32;
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
@@ -156,6 +158,7 @@ constexpr int kTileWarps = 4;
 template <int G, int NV>
 __global__ void __launch_bounds__(kTileWarps * 32, NV == 1 ? 3 : 2)
     GqaTileKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk, float* partial) {
+  GridDependencyWait();
   static_assert(G == 4 || G == 8, "one head per lane (or pair of lanes) of a key's 8 lanes");
   constexpr int D = NV * 128, KI = D / 32, NQ = 2 / NV, TK = 4 * NQ, LG = G == 8 ? 3 : 2;
   constexpr int kOwner = (8 >> LG) - 1;  // lanes with (sub & kOwner) == 0 own their head's state
@@ -369,14 +372,14 @@ template <int G, int DL>
 void Launch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t kv_heads, int splits,
             int64_t key_chunk, float* partial, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
-  GqaKernel<G, DL><<<grid, kWarps * 32, 0, s>>>(descs, rows, splits, key_chunk, partial);
+  LaunchKernel(GqaKernel<G, DL>, grid, kWarps * 32, 0, s)(descs, rows, splits, key_chunk, partial);
 }
 
 template <int G, int NV>
 void LaunchTile(const AttentionParams* descs, const int2* rows, int64_t R, int64_t kv_heads, int splits,
                 int64_t key_chunk, float* partial, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
-  GqaTileKernel<G, NV><<<grid, kTileWarps * 32, 0, s>>>(descs, rows, splits, key_chunk, partial);
+  LaunchKernel(GqaTileKernel<G, NV>, grid, kTileWarps * 32, 0, s)(descs, rows, splits, key_chunk, partial);
 }
 
 constexpr int64_t kTileMaxRows = 4;

@@ -270,7 +270,8 @@ std::string CudaBackend::StepSummary() {
   const cuda::StepGraphs::Stats& st = graphs_->stats();
   return std::string("steps: ") + std::to_string(st.replayed) + " replayed as CUDA graphs, " +
          std::to_string(st.captured) + " captured, " + std::to_string(st.eager) + " queued op by op (" +
-         std::to_string(graphs_->graphs()) + " graphs cached" + (step_graphs_ ? "" : ", graphs off") + ")";
+         std::to_string(graphs_->graphs()) + " graphs cached" + (step_graphs_ ? "" : ", graphs off") +
+         "), host recording " + std::to_string(st.recording_seconds * 1e3) + " ms in all";
 }
 
 bool CudaBackend::MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
@@ -433,6 +434,40 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
   }
 }
 
+// bf16 weights of one k: one launch for up to 4 of them, by the GEMV (m <= 8) or the few-row MMA
+// kernel (m <= 64; decided here, before recording, as MatMul decides); anything else per weight.
+void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
+  static_assert(cuda::kGemvMaxJobs == 4 && cuda::kSkinnyMaxJobs == 4, "four weights a launch");
+  const bool gemv = m > 0 && m <= cuda::kGemvMaxRows;
+  bool one_launch = (gemv || (skinny_gemm_ && m <= cuda::kSkinnyGemmMaxRows && cuda::SkinnyGemmMultiAvailable())) &&
+                    !outs.empty() && outs.size() <= 4;
+  const uint16_t* w[4] = {};
+  float* y[4] = {};
+  int64_t n[4] = {};
+  const int64_t k = outs.empty() ? 0 : outs[0].w->shape.at(1);
+  for (size_t i = 0; one_launch && i < outs.size(); ++i) {
+    const Tensor& t = *outs[i].w;
+    w[i] = static_cast<const uint16_t*>(t.data);
+    y[i] = outs[i].y;
+    n[i] = t.shape.at(0);
+    one_launch = t.dtype == DType::kBF16 && t.shape.size() == 2 && t.shape[1] == k &&
+                 (gemv || cuda::SkinnyGemmFits(x, m, k, w[i]));
+  }
+  if (!one_launch) {
+    Backend::MatMulMulti(x, m, outs);
+    return;
+  }
+  if (gemv) {
+    profiler_->Mark("MatMul gemv multi");
+    Enqueue("GemvBf16Multi", cuda::GemvBf16Multi, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2], w[3],
+            n[3], y[3], stream_);
+  } else {
+    profiler_->Mark("MatMul few-row mma multi");
+    Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
+            w[3], n[3], y[3], stream_);
+  }
+}
+
 // --- Row-wise ops ----------------------------------------------------------------------------
 
 void CudaBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
@@ -468,6 +503,23 @@ void CudaBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads
   const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
   Enqueue("Rope", cuda::Rope, x, rows, row_stride, heads, head_dim, rotary_dim, static_cast<const int64_t*>(d.data),
           inv_freq, stream_);
+}
+
+void CudaBackend::QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride,
+                             int64_t k_heads, int64_t rows, int64_t head_dim, const float* q_norm,
+                             const float* k_norm, float eps, bool one_plus, int64_t rotary_dim,
+                             const int64_t* positions, double theta) {
+  if (!cuda::QkNormRopeFits(q, q_stride, k, k_stride, head_dim, q_norm, k_norm, rotary_dim)) {
+    Backend::QkNormRope(q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, q_norm, k_norm, eps, one_plus,
+                        rotary_dim, positions, theta);
+    return;
+  }
+  profiler_->Mark("QkNormRope");
+  if (rows == 0) return;
+  const float* inv_freq = RopeInvFreq(theta, rotary_dim);
+  const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
+  Enqueue("QkNormRope", cuda::QkNormRope, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, q_norm, k_norm,
+          eps, one_plus, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq, stream_);
 }
 
 void CudaBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,

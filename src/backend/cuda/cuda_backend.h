@@ -48,11 +48,15 @@ class CudaBackend : public Backend {
   std::string StepSummary() override;
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
+  void MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) override;
   void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;
   void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
                bool one_plus, float* y, int64_t y_stride) override;
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
                     float* y) override;
+  void QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
+                  int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
+                  int64_t rotary_dim, const int64_t* positions, double theta) override;
   void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             const int64_t* positions, double theta) override;
   void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace tessera::cuda {
 
@@ -53,6 +54,7 @@ __device__ float BlockMax(float v, float* red) {
 unsigned Blocks(int64_t n, int threads = kThreads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __global__ void EmbeddingKernel(const void* table, bool bf16, const int32_t* ids, int64_t dim, float* out) {
+  GridDependencyWait();
   const int64_t row = blockIdx.x;
   const int64_t off = static_cast<int64_t>(ids[row]) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
@@ -62,6 +64,7 @@ __global__ void EmbeddingKernel(const void* table, bool bf16, const int32_t* ids
 
 __global__ void RmsNormKernel(const float* x, int64_t dim, int64_t xs, const float* w, float eps, bool one_plus,
                               float* y, int64_t ys) {
+  GridDependencyWait();
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * xs;
   float* yr = y + blockIdx.x * ys;
@@ -82,6 +85,7 @@ __global__ void RmsNormKernel(const float* x, int64_t dim, int64_t xs, const flo
 template <int kTpr, int kV>
 __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t xs, const float* w, float eps,
                                  bool one_plus, float* y, int64_t ys, const float* delta) {
+  GridDependencyWait();
   __shared__ float red[32];
   const int t = threadIdx.x % kTpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kTpr) + threadIdx.x / kTpr;
@@ -123,6 +127,7 @@ __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t 
 
 __global__ void GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
                                    float* y) {
+  GridDependencyWait();
   __shared__ float red[32];
   const int64_t base = blockIdx.x * dim;
   float ss = 0;
@@ -135,6 +140,7 @@ __global__ void GatedRmsNormKernel(const float* x, const float* z, int64_t dim, 
 
 __global__ void RopeKernel(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                            int64_t rotary_dim, const int64_t* positions, const float* inv_freqs) {
+  GridDependencyWait();
   const int64_t half = rotary_dim / 2;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * heads * half) return;
@@ -149,6 +155,7 @@ __global__ void RopeKernel(float* x, int64_t rows, int64_t row_stride, int64_t h
 }
 
 __global__ void SigmoidGateKernel(float* x, int64_t rows, int64_t dim, int64_t xs, const float* g, int64_t gs) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * dim) return;
   const int64_t r = i / dim, j = i % dim;
@@ -156,23 +163,27 @@ __global__ void SigmoidGateKernel(float* x, int64_t rows, int64_t dim, int64_t x
 }
 
 __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, const float* sc) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * dim) return;
   x[i] *= SigmoidF(sc[i / dim]);
 }
 
 __global__ void SiluMulKernel(const float* g, const float* u, int64_t n, float* out) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = SiluF(g[i]) * u[i];
 }
 
 __global__ void AddKernel(const float* x, int64_t n, float* y) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] += x[i];
 }
 
 __global__ void KvWriteKernel(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
                               int64_t first_pos, const int32_t* pages, int64_t page_size, float* kc, float* vc) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * kv_dim) return;
   const int64_t t = i / kv_dim, d = i % kv_dim, pos = first_pos + t;
@@ -182,6 +193,7 @@ __global__ void KvWriteKernel(const float* k, const float* v, int64_t kv_stride,
 }
 
 __global__ void F32ToBf16SplitKernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
@@ -190,6 +202,7 @@ __global__ void F32ToBf16SplitKernel(const float* x, int64_t n, uint16_t* hi, ui
 }
 
 __global__ void F32ToBf16Kernel(const float* x, int64_t n, uint16_t* out) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
@@ -203,6 +216,7 @@ __device__ __forceinline__ uint64_t Mix(uint64_t z) {
 }
 
 __global__ void FillRandomKernel(void* dst, bool bf16, int64_t n, float scale, float offset, uint64_t seed) {
+  GridDependencyWait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t r = Mix(seed * 0x100000001b3ull + static_cast<uint64_t>(i));
@@ -218,6 +232,7 @@ __global__ void FillRandomKernel(void* dst, bool bf16, int64_t n, float scale, f
 
 __global__ void GdnGatesKernel(float* a, float* b, int64_t T, int64_t heads, int64_t as, int64_t bs,
                                const float* a_log, const float* dt_bias) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * heads) return;
   const int64_t t = i / heads, h = i % heads;
@@ -230,6 +245,7 @@ __global__ void GdnGatesKernel(float* a, float* b, int64_t T, int64_t heads, int
 }
 
 __global__ void SoftmaxKernel(float* x, int64_t n) {
+  GridDependencyWait();
   __shared__ float red[32];
   float* v = x + blockIdx.x * n;
   float mx = -INFINITY;
@@ -261,6 +277,7 @@ __device__ void BlockArgmax(float& best, int& bi, float* rv, int* ri) {
 }
 
 __global__ void ArgmaxKernel(const float* x, int64_t n, int32_t* out) {
+  GridDependencyWait();
   __shared__ float rv[32];
   __shared__ int ri[32];
   const float* v = x + blockIdx.x * n;
@@ -277,6 +294,7 @@ __global__ void ArgmaxKernel(const float* x, int64_t n, int32_t* out) {
 template <bool kVec>
 __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t* w, int64_t n, float* y,
                                bool accumulate) {
+  GridDependencyWait();
   const int lane = threadIdx.x & 31;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (col >= n) return;
@@ -335,16 +353,33 @@ constexpr int kGemvLoads = 8;           // 16-byte weight loads in flight per la
 constexpr int64_t kGemvFillWarps = 4096;  // ~32 warps per SM on 132 SMs: split k until reached
 
 
-// M rows of x, C columns per warp. Needs k % 8 == 0 and x, w 16-byte aligned.
+// Up to kGemvMaxJobs products of the same x in one launch (q / k / v, router and shared expert):
+// job j owns blocks [first_block[j], first_block[j + 1]) and its own k split.
+struct GemvJobs {
+  const uint16_t* w[kGemvMaxJobs];
+  float* y[kGemvMaxJobs];
+  int64_t n[kGemvMaxJobs];
+  int splits[kGemvMaxJobs];
+  unsigned first_block[kGemvMaxJobs + 1];
+  int count;
+};
+
+// M rows of x, C columns per warp. Needs k % 8 == 0 and x, every w 16-byte aligned.
 template <int M, int C>
 __global__ void __launch_bounds__(kGemvWarps * 32, 1)
-    GemvBf16TiledKernel(const float* __restrict__ x, int64_t k, const uint16_t* __restrict__ w, int64_t n,
-                        float* y, bool accumulate, int splits) {
+    GemvBf16TiledKernel(const float* __restrict__ x, int64_t k, const GemvJobs jobs, bool accumulate) {
+  GridDependencyWait();
+  int job = 0;
+  while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
+  const uint16_t* __restrict__ w = jobs.w[job];
+  float* y = jobs.y[job];
+  const int64_t n = jobs.n[job], block = blockIdx.x - jobs.first_block[job];
+  const int splits = jobs.splits[job];
   constexpr int U = kGemvLoads / C;  // segments per step
   __shared__ float part[kGemvWarps][M * C];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slice = warp % splits, group = warp / splits, groups = kGemvWarps / splits;
-  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * C;
+  const int64_t col0 = (block * groups + group) * C;
   const int kk = static_cast<int>(k), segs = (kk + 255) / 256;  // k < 2^31 (a row of w)
   const uint16_t* wc[C];
   bool live[C];
@@ -408,7 +443,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
   __syncthreads();
   for (int i = threadIdx.x; i < groups * M * C; i += blockDim.x) {
     const int g = i / (M * C), rc = i % (M * C), r = rc / C, c = rc % C;
-    const int64_t col = (static_cast<int64_t>(blockIdx.x) * groups + g) * C + c;
+    const int64_t col = (block * groups + g) * C + c;
     if (col >= n) continue;
     float v = 0.0f;
     for (int sl = 0; sl < splits; ++sl) v += part[g * splits + sl][rc];
@@ -418,12 +453,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
 }
 
 __global__ void CountIdsKernel(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n && idx[i] >= 0 && idx[i] < num_experts) atomicAdd(counts + idx[i], 1);
 }
 
 __global__ void MoeRouteKernel(const float* logits, int64_t E, int64_t k, bool renormalize, int32_t* idx,
                                float* weights) {
+  GridDependencyWait();
   extern __shared__ float p[];  // [E]
   __shared__ float red[32];
   __shared__ int redi[32];
@@ -469,6 +506,7 @@ __device__ __forceinline__ double WarpSumD(double v) {
 template <int kV>
 __global__ void MoeRouteWarpKernel(const float* logits, int64_t rows, int E, int k, bool renormalize, int32_t* idx,
                                    float* weights) {
+  GridDependencyWait();
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -519,6 +557,7 @@ __global__ void MoeRouteWarpKernel(const float* logits, int64_t rows, int E, int
 
 __global__ void GatherRowsKernel(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t div,
                                  float* dst) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -527,6 +566,7 @@ __global__ void GatherRowsKernel(const float* src, int64_t cols, const int32_t* 
 
 __global__ void ScatterScaledRowsKernel(const float* src, int64_t cols, const int32_t* rows, int64_t n,
                                         const float* scale, float* dst) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -534,6 +574,20 @@ __global__ void ScatterScaledRowsKernel(const float* src, int64_t cols, const in
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+// Declared in cuda_launch.cuh. Read once: a process launches every kernel the same way, so a
+// captured step graph never mixes the two.
+bool ProgrammaticLaunch() {
+  static const bool on = [] {
+    const char* e = std::getenv("TESSERA_CUDA_PDL");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+namespace {
 
 // TESSERA_CUDA_GEMV=v1: the previous GEMV (warp per column, one load in flight), for A/B runs.
 // Read once; the choice depends on nothing recorded, so graphs replay what was captured.
@@ -547,22 +601,44 @@ bool GemvV1() {
 
 // Slices of k per column group: the fewest that give ~kGemvFillWarps warps, each with at least
 // one segment. Depends on the shape only, so the summation order is fixed for a shape.
+// In a multi-job launch each job splits as if it ran alone, so its sums are the same as alone.
 template <int M, int C>
-void LaunchGemvTiled(const float* x, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                     cudaStream_t s) {
-  const int64_t groups = (n + C - 1) / C, segs = (k + 255) / 256;
-  int splits = 1;
-  while (splits < kGemvWarps && groups * splits < kGemvFillWarps && splits * 2 <= segs) splits *= 2;
-  const int64_t per_block = kGemvWarps / splits;
-  const unsigned blocks = static_cast<unsigned>((groups + per_block - 1) / per_block);
-  GemvBf16TiledKernel<M, C><<<blocks, kGemvWarps * 32, 0, s>>>(x, k, w, n, y, accumulate, splits);
+void LaunchGemvTiled(const float* x, int64_t k, GemvJobs jobs, bool accumulate, cudaStream_t s) {
+  const int64_t segs = (k + 255) / 256;
+  jobs.first_block[0] = 0;
+  for (int j = 0; j < jobs.count; ++j) {
+    const int64_t groups = (jobs.n[j] + C - 1) / C;
+    int splits = 1;
+    while (splits < kGemvWarps && groups * splits < kGemvFillWarps && splits * 2 <= segs) splits *= 2;
+    const int64_t per_block = kGemvWarps / splits;
+    jobs.splits[j] = splits;
+    jobs.first_block[j + 1] = jobs.first_block[j] + static_cast<unsigned>((groups + per_block - 1) / per_block);
+  }
+  LaunchKernel(GemvBf16TiledKernel<M, C>, jobs.first_block[jobs.count], kGemvWarps * 32, 0, s)(x, k, jobs,
+                                                                                              accumulate);
+}
+
+// The tiled kernel for m rows; false when m has no instantiation.
+bool LaunchGemvTiledRows(const float* x, int64_t m, int64_t k, const GemvJobs& jobs, bool accumulate,
+                         cudaStream_t s) {
+  switch (m) {
+    case 1: LaunchGemvTiled<1, 2>(x, k, jobs, accumulate, s); return true;
+    case 2: LaunchGemvTiled<2, 4>(x, k, jobs, accumulate, s); return true;
+    case 3: LaunchGemvTiled<3, 4>(x, k, jobs, accumulate, s); return true;
+    case 4: LaunchGemvTiled<4, 4>(x, k, jobs, accumulate, s); return true;
+    case 5: LaunchGemvTiled<5, 4>(x, k, jobs, accumulate, s); return true;
+    case 6: LaunchGemvTiled<6, 4>(x, k, jobs, accumulate, s); return true;
+    case 7: LaunchGemvTiled<7, 4>(x, k, jobs, accumulate, s); return true;
+    case 8: LaunchGemvTiled<8, 4>(x, k, jobs, accumulate, s); return true;
+    default: return false;
+  }
 }
 
 }  // namespace
 
 void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int64_t dim, float* out,
                cudaStream_t s) {
-  if (n > 0) EmbeddingKernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, bf16, ids, dim, out);
+  if (n > 0) LaunchKernel(EmbeddingKernel, static_cast<unsigned>(n), kThreads, 0, s)(table, bf16, ids, dim, out);
 }
 
 namespace {
@@ -576,7 +652,7 @@ bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, 
   const unsigned warp_blocks = static_cast<unsigned>((rows + 7) / 8), row_blocks = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
 #define TESSERA_RMSNORM_VEC(TPR, V, BLOCKS) \
-  RmsNormVecKernel<TPR, V><<<BLOCKS, 256, 0, s>>>(x, rows, d, x_stride, w, eps, one_plus, y, y_stride, delta)
+  LaunchKernel(RmsNormVecKernel<TPR, V>, BLOCKS, 256, 0, s)(x, rows, d, x_stride, w, eps, one_plus, y, y_stride, delta)
   if (vec && dim <= 128)
     TESSERA_RMSNORM_VEC(32, 1, warp_blocks);
   else if (vec && dim <= 256)
@@ -592,7 +668,8 @@ bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, 
   else if (vec && dim <= 8192)
     TESSERA_RMSNORM_VEC(256, 8, row_blocks);
   else if (!delta)
-    RmsNormKernel<<<row_blocks, dim >= 512 ? 256 : 128, 0, s>>>(x, dim, x_stride, w, eps, one_plus, y, y_stride);
+    LaunchKernel(RmsNormKernel, row_blocks, dim >= 512 ? 256 : 128, 0, s)(x, dim, x_stride, w, eps, one_plus, y,
+                                                                          y_stride);
   else
     return false;
 #undef TESSERA_RMSNORM_VEC
@@ -616,67 +693,69 @@ void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const f
 
 void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
                   float* y, cudaStream_t s) {
-  if (rows > 0) GatedRmsNormKernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(x, z, dim, w, eps, y);
+  if (rows > 0) LaunchKernel(GatedRmsNormKernel, static_cast<unsigned>(rows), 128, 0, s)(x, z, dim, w, eps, y);
 }
 
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
           const int64_t* positions, const float* inv_freq, cudaStream_t s) {
   const int64_t n = rows * heads * (rotary_dim / 2);
   if (n > 0)
-    RopeKernel<<<Blocks(n), kThreads, 0, s>>>(x, rows, row_stride, heads, head_dim, rotary_dim, positions, inv_freq);
+    LaunchKernel(RopeKernel, Blocks(n), kThreads, 0, s)(x, rows, row_stride, heads, head_dim, rotary_dim, positions,
+                                                        inv_freq);
 }
 
 void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate, int64_t gate_stride,
                  cudaStream_t s) {
-  if (rows * dim > 0) SigmoidGateKernel<<<Blocks(rows * dim), kThreads, 0, s>>>(x, rows, dim, x_stride, gate, gate_stride);
+  if (rows * dim > 0)
+    LaunchKernel(SigmoidGateKernel, Blocks(rows * dim), kThreads, 0, s)(x, rows, dim, x_stride, gate, gate_stride);
 }
 
 void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s) {
-  if (rows * dim > 0) SigmoidScaleRowsKernel<<<Blocks(rows * dim), kThreads, 0, s>>>(x, rows, dim, sc);
+  if (rows * dim > 0) LaunchKernel(SigmoidScaleRowsKernel, Blocks(rows * dim), kThreads, 0, s)(x, rows, dim, sc);
 }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) SiluMulKernel<<<Blocks(n), kThreads, 0, s>>>(gate, up, n, out);
+  if (n > 0) LaunchKernel(SiluMulKernel, Blocks(n), kThreads, 0, s)(gate, up, n, out);
 }
 
 void Add(const float* x, int64_t n, float* y, cudaStream_t s) {
-  if (n > 0) AddKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, y);
+  if (n > 0) LaunchKernel(AddKernel, Blocks(n), kThreads, 0, s)(x, n, y);
 }
 
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
              const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache, cudaStream_t s) {
   if (T * kv_dim > 0)
-    KvWriteKernel<<<Blocks(T * kv_dim), kThreads, 0, s>>>(k, v, kv_stride, T, kv_dim, first_pos, pages, page_size,
-                                                          k_cache, v_cache);
+    LaunchKernel(KvWriteKernel, Blocks(T * kv_dim), kThreads, 0, s)(k, v, kv_stride, T, kv_dim, first_pos, pages,
+                                                                    page_size, k_cache, v_cache);
 }
 
 void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s) {
-  if (n > 0) F32ToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(x, n, out);
+  if (n > 0) LaunchKernel(F32ToBf16Kernel, Blocks(n), kThreads, 0, s)(x, n, out);
 }
 
 void F32ToBf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t s) {
-  if (n > 0) F32ToBf16SplitKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, hi, lo);
+  if (n > 0) LaunchKernel(F32ToBf16SplitKernel, Blocks(n), kThreads, 0, s)(x, n, hi, lo);
 }
 
 void FillRandom(void* dst, bool bf16, int64_t n, float scale, float offset, uint64_t seed, cudaStream_t s) {
   if (n <= 0) return;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
-  FillRandomKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(dst, bf16, n, scale, offset, seed);
+  LaunchKernel(FillRandomKernel, static_cast<unsigned>(blocks), kThreads, 0, s)(dst, bf16, n, scale, offset, seed);
 }
 
 void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
               const float* a_log, const float* dt_bias, cudaStream_t s) {
   if (T * heads > 0)
-    GdnGatesKernel<<<Blocks(T * heads), kThreads, 0, s>>>(a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log,
-                                                          dt_bias);
+    LaunchKernel(GdnGatesKernel, Blocks(T * heads), kThreads, 0, s)(a_to_g, b_to_beta, T, heads, a_stride, b_stride,
+                                                                    a_log, dt_bias);
 }
 
 void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s) {
-  if (rows > 0) SoftmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, n);
+  if (rows > 0) LaunchKernel(SoftmaxKernel, static_cast<unsigned>(rows), kThreads, 0, s)(x, n);
 }
 
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s) {
-  if (rows > 0) ArgmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, n, out);
+  if (rows > 0) LaunchKernel(ArgmaxKernel, static_cast<unsigned>(rows), kThreads, 0, s)(x, n, out);
 }
 
 void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
@@ -684,27 +763,39 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
   if (m <= 0 || n <= 0) return;
   const bool vec = k % 8 == 0 && Aligned16(x) && Aligned16(w);
   if (vec && !GemvV1()) {
-    switch (m) {
-      case 1: return LaunchGemvTiled<1, 2>(x, k, w, n, y, accumulate, s);
-      case 2: return LaunchGemvTiled<2, 4>(x, k, w, n, y, accumulate, s);
-      case 3: return LaunchGemvTiled<3, 4>(x, k, w, n, y, accumulate, s);
-      case 4: return LaunchGemvTiled<4, 4>(x, k, w, n, y, accumulate, s);
-      case 5: return LaunchGemvTiled<5, 4>(x, k, w, n, y, accumulate, s);
-      case 6: return LaunchGemvTiled<6, 4>(x, k, w, n, y, accumulate, s);
-      case 7: return LaunchGemvTiled<7, 4>(x, k, w, n, y, accumulate, s);
-      case 8: return LaunchGemvTiled<8, 4>(x, k, w, n, y, accumulate, s);
-      default: break;
-    }
+    GemvJobs jobs{};
+    jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = n, jobs.count = 1;
+    if (LaunchGemvTiledRows(x, m, k, jobs, accumulate, s)) return;
   }
   const unsigned blocks = static_cast<unsigned>((n + 7) / 8);
   if (vec)
-    GemvBf16Kernel<true><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
+    LaunchKernel(GemvBf16Kernel<true>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
   else
-    GemvBf16Kernel<false><<<blocks, 256, 0, s>>>(x, static_cast<int>(m), k, w, n, y, accumulate);
+    LaunchKernel(GemvBf16Kernel<false>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
+}
+
+void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
+                   const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
+                   const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s) {
+  const uint16_t* w[kGemvMaxJobs] = {w0, w1, w2, w3};
+  float* y[kGemvMaxJobs] = {y0, y1, y2, y3};
+  const int64_t n[kGemvMaxJobs] = {n0, n1, n2, n3};
+  GemvJobs jobs{};
+  bool vec = k % 8 == 0 && Aligned16(x) && !GemvV1();
+  for (int j = 0; j < kGemvMaxJobs; ++j) {
+    if (!w[j] || n[j] <= 0) continue;
+    vec = vec && Aligned16(w[j]);
+    jobs.w[jobs.count] = w[j], jobs.y[jobs.count] = y[j], jobs.n[jobs.count] = n[j];
+    ++jobs.count;
+  }
+  if (m <= 0 || jobs.count == 0) return;
+  if (vec && LaunchGemvTiledRows(x, m, k, jobs, false, s)) return;
+  for (int j = 0; j < jobs.count; ++j) GemvBf16(x, m, k, jobs.w[j], jobs.n[j], jobs.y[j], false, s);
 }
 
 void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts, cudaStream_t s) {
-  if (n > 0) CountIdsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(idx, n, num_experts, counts);
+  if (n > 0)
+    LaunchKernel(CountIdsKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(idx, n, num_experts, counts);
 }
 
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize, int32_t* idx,
@@ -714,27 +805,28 @@ void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
   const int E = static_cast<int>(num_experts), kk = static_cast<int>(k);
   if (k <= 32 && k <= num_experts && num_experts <= 512) {
     if (num_experts <= 64)
-      MoeRouteWarpKernel<2><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+      LaunchKernel(MoeRouteWarpKernel<2>, warp_blocks, 128, 0, s)(logits, rows, E, kk, renormalize, idx, weights);
     else if (num_experts <= 128)
-      MoeRouteWarpKernel<4><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+      LaunchKernel(MoeRouteWarpKernel<4>, warp_blocks, 128, 0, s)(logits, rows, E, kk, renormalize, idx, weights);
     else if (num_experts <= 256)
-      MoeRouteWarpKernel<8><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+      LaunchKernel(MoeRouteWarpKernel<8>, warp_blocks, 128, 0, s)(logits, rows, E, kk, renormalize, idx, weights);
     else
-      MoeRouteWarpKernel<16><<<warp_blocks, 128, 0, s>>>(logits, rows, E, kk, renormalize, idx, weights);
+      LaunchKernel(MoeRouteWarpKernel<16>, warp_blocks, 128, 0, s)(logits, rows, E, kk, renormalize, idx, weights);
     return;
   }
-  MoeRouteKernel<<<static_cast<unsigned>(rows), kThreads, num_experts * sizeof(float), s>>>(
+  LaunchKernel(MoeRouteKernel, static_cast<unsigned>(rows), kThreads, num_experts * sizeof(float), s)(
       logits, num_experts, k, renormalize, idx, weights);
 }
 
 void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,
                 cudaStream_t s) {
-  if (n * cols > 0) GatherRowsKernel<<<Blocks(n * cols), kThreads, 0, s>>>(src, cols, rows, n, row_div, dst);
+  if (n * cols > 0) LaunchKernel(GatherRowsKernel, Blocks(n * cols), kThreads, 0, s)(src, cols, rows, n, row_div, dst);
 }
 
 void ScatterScaledRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, const float* scale,
                        float* dst, cudaStream_t s) {
-  if (n * cols > 0) ScatterScaledRowsKernel<<<Blocks(n * cols), kThreads, 0, s>>>(src, cols, rows, n, scale, dst);
+  if (n * cols > 0)
+    LaunchKernel(ScatterScaledRowsKernel, Blocks(n * cols), kThreads, 0, s)(src, cols, rows, n, scale, dst);
 }
 
 }  // namespace tessera::cuda

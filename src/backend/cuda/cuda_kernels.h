@@ -45,6 +45,12 @@ void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t 
 constexpr int64_t kGemvMaxRows = 8;
 void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
               cudaStream_t s);
+// y_j = x w_j^T for up to kGemvMaxJobs weights of the same k (null w_j: unused), in one launch when
+// the tiled kernel takes them (each job summed as GemvBf16 would), else one GemvBf16 each.
+constexpr int kGemvMaxJobs = 4;
+void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
+                   const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
+                   const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
 
 // y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= kSkinnyGemmMaxRows on tensor cores
 // (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, every weight read once, cp.async stages; narrow
@@ -63,6 +69,14 @@ inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t*
 }
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);
+// y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of the
+// default (v2) kernel: the column tiles of all jobs share one grid and one k split. False (nothing
+// queued) under TESSERA_CUDA_SKINNY=v1 or when a weight does not fit (SkinnyGemmFits).
+constexpr int kSkinnyMaxJobs = 4;
+bool SkinnyGemmMultiAvailable();  // the v2 kernel is in use (not TESSERA_CUDA_SKINNY=v1)
+bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
+                     const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
+                     const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
 
 // --- MoE: routing (cuda_kernels.cu), the fused few-token path (cuda_moe_fused.cu).
 // counts[e] += how many of idx[0..n) equal e (integer atomics: the totals do not depend on order).
@@ -162,6 +176,18 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
                     int64_t kv_heads, int64_t head_dim, bool few_rows, int splits, int64_t key_chunk, float* partial,
                     cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
+// Per-head RmsNorm of q and k in place, then RoPE of both (the attention layer's q / k preparation)
+// in one launch: head_dim 128 or 256, 16-byte aligned rows. False (nothing queued) otherwise; the
+// host checks with QkNormRopeFits before recording.
+inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int64_t k_stride, int64_t head_dim,
+                           const float* q_norm, const float* k_norm, int64_t rotary_dim) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return (head_dim == 128 || head_dim == 256) && rotary_dim <= head_dim && rotary_dim % 2 == 0 && q_stride % 4 == 0 &&
+         k_stride % 4 == 0 && aligned(q) && aligned(k) && aligned(q_norm) && aligned(k_norm);
+}
+bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
+                int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
+                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s);
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace tessera::cuda {
 
@@ -51,6 +52,7 @@ __device__ __forceinline__ float WarpDotBf16(const float* x, const uint16_t* w, 
 
 __global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* idx, int64_t k,
                                 const uint16_t* const* ptrs, int64_t E, int64_t inter, float* act, bool vec) {
+  GridDependencyWait();
   const int64_t slot = blockIdx.y;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (col >= inter) return;
@@ -63,6 +65,7 @@ __global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* i
 
 __global__ void MoeDownKernel(const float* act, int64_t inter, const int32_t* idx, const float* weights,
                               const uint16_t* const* ptrs, int64_t E, int64_t hidden, float* slot_out, bool vec) {
+  GridDependencyWait();
   const int64_t slot = blockIdx.y;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (col >= hidden) return;
@@ -72,6 +75,7 @@ __global__ void MoeDownKernel(const float* act, int64_t inter, const int32_t* id
 }
 
 __global__ void MoeSumSlotsKernel(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * hidden) return;
   const int64_t r = i / hidden, c = i % hidden;
@@ -103,6 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
     MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ idx, int k,
                          const uint16_t* const* __restrict__ ptrs, int E, int inter, int pairs,
                          float* __restrict__ act) {
+  GridDependencyWait();
   constexpr int R = 2 * C, U = kLoads / R;
   const int lane = threadIdx.x & 31;
   const int groups = (inter + C - 1) / C;
@@ -184,13 +189,13 @@ void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots
   if (UseV2(ptrs_aligned, hidden, x, k, slots, hidden, inter) && num_experts < (int64_t{1} << 30)) {
     constexpr int C = kGateUpCols;
     const int64_t warps = slots * ((inter + C - 1) / C);
-    MoeGateUpTiledKernel<C><<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(
+    LaunchKernel(MoeGateUpTiledKernel<C>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
         x, static_cast<int>(hidden), idx, static_cast<int>(k), ptrs, static_cast<int>(num_experts),
         static_cast<int>(inter), static_cast<int>(slots), act);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + 7) / 8), static_cast<unsigned>(slots));
-  MoeGateUpKernel<<<grid, 256, 0, s>>>(x, hidden, idx, k, ptrs, num_experts, inter, act,
+  LaunchKernel(MoeGateUpKernel, grid, 256, 0, s)(x, hidden, idx, k, ptrs, num_experts, inter, act,
                                        ptrs_aligned && hidden % 8 == 0 && Aligned16(x));
 }
 
@@ -201,13 +206,13 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
   // The one-load-a-lane kernel: a pipelined variant that also summed the slots measured slower on the
   // H200 (ncu: 19.3 us a layer against 11.2 + 2.9 us for this kernel and MoeSumSlots).
   const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));
-  MoeDownKernel<<<grid, 256, 0, s>>>(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
+  LaunchKernel(MoeDownKernel, grid, 256, 0, s)(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
                                      ptrs_aligned && inter % 8 == 0 && Aligned16(act));
 }
 
 void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s) {
   if (rows * hidden > 0)
-    MoeSumSlotsKernel<<<static_cast<unsigned>((rows * hidden + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+    LaunchKernel(MoeSumSlotsKernel, static_cast<unsigned>((rows * hidden + kThreads - 1) / kThreads), kThreads, 0, s)(
         slot_out, rows, k, hidden, out);
 }
 

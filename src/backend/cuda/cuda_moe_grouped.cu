@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 
 namespace tessera::cuda {
@@ -53,6 +54,7 @@ __device__ __forceinline__ float Dot8(const float* w, const float4 a, const floa
 // into `bad` (the host checks it never happens: the router writes ids in [0, E)).
 __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int rows_per_unit, int32_t* order,
                             int4* units, int32_t* num_units) {
+  GridDependencyWait();
   extern __shared__ int32_t sm[];
   int32_t* count = sm;
   int32_t* cursor = sm + E;
@@ -87,6 +89,7 @@ __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int ro
 __global__ void GateUpKernel(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                              const int32_t* num_units, const uint16_t* const* ptrs, int64_t E, int64_t inter,
                              float* act) {
+  GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -140,6 +143,7 @@ __global__ void GateUpKernel(const float* x, int64_t hidden, int64_t k, const in
 __global__ void DownKernel(const float* act, int64_t inter, const int32_t* order, const int4* units,
                            const int32_t* num_units, const float* weights, const uint16_t* const* ptrs, int64_t E,
                            int64_t hidden, float* slot_out) {
+  GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -193,6 +197,7 @@ constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
 __global__ void GateUpMmaKernel(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                                 const int32_t* num_units, const uint16_t* const* ptrs, int64_t E, int64_t inter,
                                 float* act) {
+  GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -240,6 +245,7 @@ __global__ void GateUpMmaKernel(const float* x, int64_t hidden, int64_t k, const
 __global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* order, const int4* units,
                               const int32_t* num_units, const float* weights, const uint16_t* const* ptrs, int64_t E,
                               int64_t hidden, float* slot_out) {
+  GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -250,7 +256,8 @@ __global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* or
   const float* a1 = act + (unit.y + (ok1 ? g + 8 : 0)) * inter + 8 * q;
   const uint16_t* wd[kMmaTiles];
 #pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) wd[j] = ptrs[2 * E + unit.x] + min(n_base + 8 * j + g, hidden - 1) * inter + 8 * q;
+  for (int j = 0; j < kMmaTiles; ++j)
+    wd[j] = ptrs[2 * E + unit.x] + min(n_base + 8 * j + g, hidden - 1) * inter + 8 * q;
   float c[kMmaTiles][4] = {};
   for (int64_t k0 = 0; k0 < inter; k0 += 32) {
     uint4 b[kMmaTiles];
@@ -331,6 +338,7 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
                                                              const int32_t* order, const int4* units,
                                                              const int32_t* num_units, const float* weights,
                                                              const uint16_t* const* ptrs, int64_t E, float* out) {
+  GridDependencyWait();
   using S = MoeV2Shape<kKChunks, kStages>;
   constexpr int kCols = kDown ? S::kItemRows : S::kItemRows / 2;  // output columns per item
   constexpr int kHalf = S::kItemRows / 2;
@@ -518,7 +526,7 @@ void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const 
   const auto kernel = MoeMmaV2Kernel<kDown, kKChunks, kStages>;
   const int64_t items = max_units * ((n + kCols - 1) / kCols);
   const int64_t grid = std::min(items, KernelResidency(kernel, S::kSmem, kV2Threads).blocks);
-  kernel<<<static_cast<unsigned>(grid), kV2Threads, S::kSmem, s>>>(
+  LaunchKernel(kernel, static_cast<unsigned>(grid), kV2Threads, S::kSmem, s)(
       in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
       out);
 }
@@ -543,8 +551,8 @@ int MoeUnitRows(bool tensor_cores) { return tensor_cores ? 16 : kRows; }
 
 void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int rows_per_unit, int32_t* order,
                       int4* units, int32_t* num_units, cudaStream_t s) {
-  GroupKernel<<<1, 1024, 2 * num_experts * sizeof(int32_t), s>>>(idx, slots, num_experts, rows_per_unit, order,
-                                                                  units, num_units);
+  LaunchKernel(GroupKernel, 1, 1024, 2 * num_experts * sizeof(int32_t), s)(idx, slots, num_experts, rows_per_unit,
+                                                                           order, units, num_units);
 }
 
 void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t k, const int32_t* order,
@@ -552,19 +560,20 @@ void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t
                       int64_t num_experts, int64_t inter, float* act, cudaStream_t s) {
   if (max_units <= 0) return;
   if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
-    LaunchMoeMmaV2<false>(SelectedMoeMma(max_units), x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
-                          num_experts, act, s);
+    LaunchMoeMmaV2<false>(SelectedMoeMma(max_units), x, hidden, inter, k, order, units, num_units, max_units, nullptr,
+                          ptrs, num_experts, act, s);
     return;
   }
   if (tensor_cores) {
     const dim3 grid(static_cast<unsigned>((inter + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
                     static_cast<unsigned>(max_units));
-    GateUpMmaKernel<<<grid, kMmaWarps * 32, 0, s>>>(x, hidden, k, order, units, num_units, ptrs, num_experts, inter,
-                                                    act);
+    LaunchKernel(GateUpMmaKernel, grid, kMmaWarps * 32, 0, s)(x, hidden, k, order, units, num_units, ptrs, num_experts,
+                                                              inter, act);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(max_units));
-  GateUpKernel<<<grid, kWarps * 32, 0, s>>>(x, hidden, k, order, units, num_units, ptrs, num_experts, inter, act);
+  LaunchKernel(GateUpKernel, grid, kWarps * 32, 0, s)(x, hidden, k, order, units, num_units, ptrs, num_experts, inter,
+                                                      act);
 }
 
 void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const int32_t* order, const int4* units,
@@ -572,20 +581,21 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s) {
   if (max_units <= 0) return;
   if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
-    LaunchMoeMmaV2<true>(SelectedMoeMma(max_units), act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
-                         num_experts, slot_out, s);
+    LaunchMoeMmaV2<true>(SelectedMoeMma(max_units), act, inter, hidden, 1, order, units, num_units, max_units, weights,
+                         ptrs, num_experts, slot_out, s);
     return;
   }
   if (tensor_cores) {
     const dim3 grid(static_cast<unsigned>((hidden + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
                     static_cast<unsigned>(max_units));
-    DownMmaKernel<<<grid, kMmaWarps * 32, 0, s>>>(act, inter, order, units, num_units, weights, ptrs, num_experts,
-                                                  hidden, slot_out);
+    LaunchKernel(DownMmaKernel, grid, kMmaWarps * 32, 0, s)(act, inter, order, units, num_units, weights, ptrs,
+                                                            num_experts, hidden, slot_out);
     return;
   }
-  const dim3 grid(static_cast<unsigned>((hidden + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(max_units));
-  DownKernel<<<grid, kWarps * 32, 0, s>>>(act, inter, order, units, num_units, weights, ptrs, num_experts, hidden,
-                                          slot_out);
+  const dim3 grid(static_cast<unsigned>((hidden + kColsPerBlock - 1) / kColsPerBlock),
+                  static_cast<unsigned>(max_units));
+  LaunchKernel(DownKernel, grid, kWarps * 32, 0, s)(act, inter, order, units, num_units, weights, ptrs, num_experts,
+                                                    hidden, slot_out);
 }
 
 }  // namespace tessera::cuda

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"  // KernelResidency (dynamic shared memory limit)
 #include "backend/cuda/cuda_sampling.h"
 
@@ -808,6 +809,7 @@ __device__ void SampledRow(Smem& s, const float* row, int64_t n, const SampleRow
 __global__ void __launch_bounds__(kThreads, 1)
     SampleRowsKernel(const float* __restrict__ logits, int64_t vocab, const SampleRowParams* __restrict__ params,
                      int32_t* tokens, float* probs) {
+  GridDependencyWait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   const int64_t r = blockIdx.x;
@@ -828,7 +830,8 @@ void SampleRows(const float* logits, int64_t rows, int64_t vocab, const SampleRo
                 float* probs, cudaStream_t s) {
   if (rows <= 0 || vocab <= 0) return;
   KernelResidency(SampleRowsKernel, sizeof(Smem), kThreads);  // sets the dynamic shared memory limit
-  SampleRowsKernel<<<static_cast<unsigned>(rows), kThreads, sizeof(Smem), s>>>(logits, vocab, params, tokens, probs);
+  LaunchKernel(SampleRowsKernel, static_cast<unsigned>(rows), kThreads, sizeof(Smem), s)(logits, vocab, params, tokens,
+                                                                                         probs);
 }
 
 }  // namespace tessera::cuda

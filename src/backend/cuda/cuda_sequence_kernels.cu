@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace tessera::cuda {
 
@@ -29,6 +30,7 @@ constexpr int kPerLane = kMaxHeadDim / 32;
 // writes (max, sum, unnormalised output) for AttentionMergeKernel.
 __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk,
                                 float* partial) {
+  GridDependencyWait();
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, h = blockIdx.y, z = blockIdx.z;
@@ -115,6 +117,7 @@ constexpr int kMergeMaxSplits = 256;  // weights kept in shared memory; more are
 __global__ void __launch_bounds__(kMergeWarps * 32) AttentionMergeKernel(const AttentionParams* descs,
                                                                          const int2* rows, int splits,
                                                                          const float* partial) {
+  GridDependencyWait();
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, h = blockIdx.y, D = p.head_dim;
@@ -177,6 +180,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) AttentionMergeKernel(const A
 
 __global__ void ConvSiluKernel(const float* x, int64_t T, int64_t xs, int64_t C, const float* w, int64_t K,
                                const float* state, float* y) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * C) return;
   const int64_t t = i / C, c = i % C;
@@ -202,12 +206,14 @@ __device__ void ConvUpdateColumn(const float* x, int64_t T, int64_t xs, int64_t 
 }
 
 __global__ void ConvUpdateKernel(const float* x, int64_t T, int64_t xs, int64_t C, int64_t K, float* state) {
+  GridDependencyWait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c < C) ConvUpdateColumn(x, T, xs, K, c, state);
 }
 
 // Batched forms: block row y = segment (update) / per-row (sequence, row in it) map (conv).
 __global__ void ConvUpdateBatchKernel(const float* x, int64_t xs, int64_t C, int64_t K, const ConvSegmentParams* segs) {
+  GridDependencyWait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const ConvSegmentParams& sg = segs[blockIdx.y];
   if (c < C) ConvUpdateColumn(x + sg.row0 * xs, sg.T, xs, K, c, sg.state);
@@ -215,6 +221,7 @@ __global__ void ConvUpdateBatchKernel(const float* x, int64_t xs, int64_t C, int
 
 __global__ void ConvSiluBatchKernel(const float* x, int64_t R, int64_t xs, int64_t C, const float* w, int64_t K,
                                     const int2* rows, const ConvSegmentParams* segs, float* y) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= R * C) return;
   const int64_t r = i / C, c = i % C;
@@ -247,6 +254,7 @@ __device__ void NormalizeQkHead(const float* qs, const float* ks, int64_t dk, fl
 
 __global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride, int64_t T, int64_t kh,
                                   int64_t dk, float* qn, float* kn) {
+  GridDependencyWait();
   const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (w >= T * kh) return;
   const int64_t t = w / kh, h = w % kh;
@@ -256,6 +264,7 @@ __global__ void NormalizeQkKernel(const float* q, const float* k, int64_t stride
 // Compact row r of the batch = row t of run rows[r].x; writes qn/kn row r.
 __global__ void NormalizeQkBatchKernel(const GdnRunParams* runs, const int2* rows, int64_t R, int64_t kh, int64_t dk,
                                        float* qn, float* kn) {
+  GridDependencyWait();
   const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (w >= R * kh) return;
   const int64_t r = w / kh, h = w % kh;
@@ -341,12 +350,14 @@ __device__ void GdnRecurrentBlock(const float* qn, const float* kn, int64_t kh, 
 __global__ void GdnRecurrentKernel(const float* qn, const float* kn, int64_t kh, const float* v, int64_t v_stride,
                                    const float* g, const float* beta, int64_t T, int64_t vh, int64_t dk,
                                    int64_t dv, float* state, float* out) {
+  GridDependencyWait();
   GdnRecurrentBlock(qn, kn, kh, v, v_stride, g, beta, T, vh, dk, dv, state, out, blockIdx.x, blockIdx.y);
 }
 
 // Block z runs run z (its own state and rows; its q/k normalised at compact row compact_row0).
 __global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* qn, const float* kn, int64_t kh,
                                         int64_t vh, int64_t dk, int64_t dv) {
+  GridDependencyWait();
   const GdnRunParams& r = runs[blockIdx.z];
   GdnRecurrentBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta,
                     r.T, vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
@@ -374,7 +385,8 @@ __device__ void GdnColumnBlock(const float* qn, const float* kn, int64_t kh, con
   const bool col_ok = j < dv;
   // This thread's rows of its column; rows past dk hold zero state and zero q / k, so they never
   // contribute: no branch in the loops.
-  const int rows = col_ok ? static_cast<int>(dk - row0 < kGdnColHalf ? (dk - row0 > 0 ? dk - row0 : 0) : kGdnColHalf) : 0;
+  const int rows =
+      col_ok ? static_cast<int>(dk - row0 < kGdnColHalf ? (dk - row0 > 0 ? dk - row0 : 0) : kGdnColHalf) : 0;
   float* column = state + hv * dk * dv + row0 * dv + j;
   float s[kGdnColHalf];
 #pragma unroll
@@ -438,12 +450,14 @@ __global__ void __launch_bounds__(kGdnColThreads) GdnColumnKernel(const float* q
                                                                   const float* v, int64_t v_stride, const float* g,
                                                                   const float* beta, int64_t T, int64_t vh,
                                                                   int64_t dk, int64_t dv, float* state, float* out) {
+  GridDependencyWait();
   GdnColumnBlock(qn, kn, kh, v, v_stride, g, beta, T, vh, dk, dv, state, out, blockIdx.x, blockIdx.y);
 }
 
 __global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const GdnRunParams* runs, const float* qn,
                                                                        const float* kn, int64_t kh, int64_t vh,
                                                                        int64_t dk, int64_t dv) {
+  GridDependencyWait();
   const GdnRunParams& r = runs[blockIdx.z];
   GdnColumnBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta, r.T,
                  vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
@@ -459,13 +473,68 @@ bool UseGdnColumnKernel(int64_t dk) {
   return !v1 && dk <= kGdnColKeyDim;
 }
 
+// The attention layer's q / k preparation in one kernel: per-head RmsNorm, then RoPE (rotate-half
+// over the first rotary_dim dims) at the row's position. One warp per (row, head), q heads first;
+// the head stays in registers for the norm (as RmsNormVecKernel<32, V> holds it: 4 V floats a
+// lane), and goes through shared memory for the rotation, whose pairs are half a rotary span apart.
+constexpr int kQkWarps = 8;
+template <int V>
+__global__ void __launch_bounds__(kQkWarps * 32)
+    QkNormRopeKernel(float* q, int64_t q_stride, int qh, float* k, int64_t k_stride, int kh, int64_t rows,
+                     const float* q_norm, const float* k_norm, float eps, bool one_plus, int rotary_dim,
+                     const int64_t* positions, const float* inv_freqs) {
+  GridDependencyWait();
+  constexpr int D = 128 * V;
+  __shared__ float normed[kQkWarps][D];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kQkWarps + warp;
+  if (item >= rows * (qh + kh)) return;
+  const int64_t r = item / (qh + kh);
+  const int h = static_cast<int>(item % (qh + kh));
+  const bool is_q = h < qh;
+  float* x = is_q ? q + r * q_stride + static_cast<int64_t>(h) * D : k + r * k_stride + static_cast<int64_t>(h - qh) * D;
+  const float* w = is_q ? q_norm : k_norm;
+  float4 xv[V];
+  float ss = 0;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    xv[v] = *reinterpret_cast<const float4*>(x + (v * 32 + lane) * 4);
+    ss += xv[v].x * xv[v].x + xv[v].y * xv[v].y + xv[v].z * xv[v].z + xv[v].w * xv[v].w;
+  }
+  const float inv = rsqrtf(WarpSum(ss) / D + eps);
+  float* s = normed[warp];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const float4 a = xv[v], b = __ldg(reinterpret_cast<const float4*>(w + (v * 32 + lane) * 4));
+    float4 o;
+    o.x = a.x * inv * (one_plus ? 1.0f + b.x : b.x);
+    o.y = a.y * inv * (one_plus ? 1.0f + b.y : b.y);
+    o.z = a.z * inv * (one_plus ? 1.0f + b.z : b.z);
+    o.w = a.w * inv * (one_plus ? 1.0f + b.w : b.w);
+    *reinterpret_cast<float4*>(s + (v * 32 + lane) * 4) = o;
+  }
+  __syncwarp();
+  const int half = rotary_dim / 2;
+  const float pos = static_cast<float>(positions[r]);
+  for (int j = lane; j < D; j += 32) {
+    float out = s[j];
+    if (j < rotary_dim) {
+      const int f = j < half ? j : j - half;
+      float sn, cs;
+      sincosf(pos * inv_freqs[f], &sn, &cs);
+      out = j < half ? s[j] * cs - s[j + half] * sn : s[j] * cs + s[f] * sn;
+    }
+    x[j] = out;
+  }
+}
+
 }  // namespace
 
 void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
                     int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
-  AttentionKernel<<<grid, kAttnWarps * 32, 0, s>>>(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
+  LaunchKernel(AttentionKernel, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
                                                    partial);
   if (splits > 1) AttentionMerge(descs, rows, R, heads, splits, partial, s);
 }
@@ -473,12 +542,13 @@ void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, i
 void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
                     const float* partial, cudaStream_t s) {
   if (R > 0 && heads > 0 && splits > 1)
-    AttentionMergeKernel<<<dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), kMergeWarps * 32, 0,
-                           s>>>(descs, rows, splits, partial);
+    LaunchKernel(AttentionMergeKernel, dim3(static_cast<unsigned>(R), static_cast<unsigned>(heads)), kMergeWarps * 32,
+                 0, s)(descs, rows, splits, partial);
 }
 
 __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
                                   const int64_t* src_dst, int64_t n, float* kc, float* vc) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * kv_dim) return;
   const int64_t r = i / kv_dim, d = i % kv_dim, src = src_dst[2 * r], dst = src_dst[2 * r + 1];
@@ -489,27 +559,31 @@ __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_str
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s) {
   if (n * kv_dim > 0)
-    KvWriteRowsKernel<<<static_cast<unsigned>((n * kv_dim + 255) / 256), 256, 0, s>>>(k, v, kv_stride, kv_dim,
+    LaunchKernel(KvWriteRowsKernel, static_cast<unsigned>((n * kv_dim + 255) / 256), 256, 0, s)(k, v, kv_stride, kv_dim,
                                                                                     src_dst, n, k_cache, v_cache);
 }
 
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                       const float* state, float* y, cudaStream_t s) {
   const int64_t n = T * channels;
-  if (n > 0) ConvSiluKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(x, T, x_stride, channels, w, K, state, y);
+  if (n > 0)
+    LaunchKernel(ConvSiluKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(x, T, x_stride, channels, w, K,
+                                                                                    state, y);
 }
 
 void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
                              float* state, cudaStream_t s) {
   if (channels > 0 && K > 1)
-    ConvUpdateKernel<<<static_cast<unsigned>((channels + 255) / 256), 256, 0, s>>>(x, T, x_stride, channels, K, state);
+    LaunchKernel(ConvUpdateKernel, static_cast<unsigned>((channels + 255) / 256), 256, 0, s)(x, T, x_stride, channels,
+                                                                                             K, state);
 }
 
 void GdnNormalizeQk(const float* q, const float* k, int64_t stride, int64_t T, int64_t key_heads, int64_t dk,
                     float* qn, float* kn, cudaStream_t s) {
   const int64_t warps = T * key_heads;
   if (warps > 0)
-    NormalizeQkKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(q, k, stride, T, key_heads, dk, qn, kn);
+    LaunchKernel(NormalizeQkKernel, static_cast<unsigned>((warps + 7) / 8), 256, 0, s)(q, k, stride, T, key_heads, dk,
+                                                                                       qn, kn);
 }
 
 void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, const float* v, int64_t v_stride,
@@ -517,45 +591,61 @@ void GatedDeltaRecurrent(const float* qn, const float* kn, int64_t key_heads, co
                          int64_t dv, float* state, float* out, cudaStream_t s) {
   if (T <= 0) return;
   if (UseGdnColumnKernel(dk)) {
-    const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns));
-    GdnColumnKernel<<<grid, kGdnColThreads, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk, dv,
-                                                    state, out);
+    const dim3 grid(static_cast<unsigned>(value_heads),
+                    static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns));
+    LaunchKernel(GdnColumnKernel, grid, kGdnColThreads, 0, s)(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads,
+                                                              dk, dv, state, out);
     return;
   }
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
-  GdnRecurrentKernel<<<grid, kGdnWarps * 32, 0, s>>>(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads, dk,
-                                                     dv, state, out);
+  LaunchKernel(GdnRecurrentKernel, grid, kGdnWarps * 32, 0, s)(qn, kn, key_heads, v, v_stride, g, beta, T, value_heads,
+                                                               dk, dv, state, out);
 }
 
 void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                            const int2* rows, const ConvSegmentParams* segs, float* y, cudaStream_t s) {
   const int64_t n = R * channels;
   if (n > 0)
-    ConvSiluBatchKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(x, R, x_stride, channels, w, K, rows,
-                                                                            segs, y);
+    LaunchKernel(ConvSiluBatchKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(x, R, x_stride, channels, w, K,
+                                                                                         rows, segs, y);
 }
 
 void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
                                   const ConvSegmentParams* segs, int64_t n, cudaStream_t s) {
   if (channels > 0 && K > 1 && n > 0)
-    ConvUpdateBatchKernel<<<dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)), 256, 0, s>>>(
-        x, x_stride, channels, K, segs);
+    LaunchKernel(ConvUpdateBatchKernel, dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)),
+                 256, 0, s)(x, x_stride, channels, K, segs);
 }
 
 void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
                          int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s) {
   if (n <= 0 || R <= 0) return;
   const int64_t warps = R * key_heads;
-  NormalizeQkBatchKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(runs, rows, R, key_heads, dk, qn, kn);
+  LaunchKernel(NormalizeQkBatchKernel, static_cast<unsigned>((warps + 7) / 8), 256, 0, s)(runs, rows, R, key_heads, dk,
+                                                                                          qn, kn);
   if (UseGdnColumnKernel(dk)) {
-    const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns),
-                    static_cast<unsigned>(n));
-    GdnColumnBatchKernel<<<grid, kGdnColThreads, 0, s>>>(runs, qn, kn, key_heads, value_heads, dk, dv);
+    const dim3 grid(static_cast<unsigned>(value_heads),
+                    static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns), static_cast<unsigned>(n));
+    LaunchKernel(GdnColumnBatchKernel, grid, kGdnColThreads, 0, s)(runs, qn, kn, key_heads, value_heads, dk, dv);
     return;
   }
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols),
                   static_cast<unsigned>(n));
-  GdnRecurrentBatchKernel<<<grid, kGdnWarps * 32, 0, s>>>(runs, qn, kn, key_heads, value_heads, dk, dv);
+  LaunchKernel(GdnRecurrentBatchKernel, grid, kGdnWarps * 32, 0, s)(runs, qn, kn, key_heads, value_heads, dk, dv);
+}
+
+bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
+                int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
+                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s) {
+  if (!QkNormRopeFits(q, q_stride, k, k_stride, head_dim, q_norm, k_norm, rotary_dim)) return false;
+  const int64_t items = rows * (q_heads + k_heads);
+  if (items == 0) return true;
+  const unsigned blocks = static_cast<unsigned>((items + kQkWarps - 1) / kQkWarps);
+  const auto kernel = head_dim == 128 ? QkNormRopeKernel<1> : QkNormRopeKernel<2>;
+  LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(q, q_stride, static_cast<int>(q_heads), k, k_stride,
+                                                    static_cast<int>(k_heads), rows, q_norm, k_norm, eps, one_plus,
+                                                    static_cast<int>(rotary_dim), positions, inv_freq);
+  return true;
 }
 
 }  // namespace tessera::cuda

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 
 namespace tessera::cuda {
@@ -42,6 +43,7 @@ constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
 template <int RT>
 __global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                                  bool accumulate, int64_t k_chunk, float* partial) {
+  GridDependencyWait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
   if (n_base >= n) return;
@@ -91,6 +93,7 @@ __global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uin
 }
 
 __global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t count, float* y, bool accumulate) {
+  GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   float v = accumulate ? y[i] : 0.0f;
@@ -135,10 +138,20 @@ struct SkinnyShape {
 // Grid: tiles x splits blocks, cluster = the splits of one column tile (rank r: k from r k_chunk).
 // Every block reaches both cluster barriers (no early return): a block's shared memory must stay
 // alive until the other ranks have read its partial tile.
+// Up to kSkinnyMaxJobs products of the same x in one launch: job j owns the column tiles
+// [first_tile[j], first_tile[j + 1]).
+struct SkinnyJobs {
+  const uint16_t* w[kSkinnyMaxJobs];
+  float* y[kSkinnyMaxJobs];
+  int n[kSkinnyMaxJobs];
+  int first_tile[kSkinnyMaxJobs + 1];
+  int count;
+};
+
 template <int RG, int W, int ST>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
-    SkinnyGemmV2Kernel(const float* x, int m, int k, const uint16_t* w, int n, float* y, bool accumulate,
-                       int k_chunk) {
+    SkinnyGemmV2Kernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk) {
+  GridDependencyWait();
   using S = SkinnyShape<RG, W, ST>;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* sb = smem;                                        // [ST][kCols][kRowBytes]
@@ -147,7 +160,13 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  const int col0 = static_cast<int>(blockIdx.x) / splits * S::kCols;
+  const int tile = static_cast<int>(blockIdx.x) / splits;  // a cluster's blocks share their tile (and job)
+  int job = 0;
+  while (job + 1 < jobs.count && tile >= jobs.first_tile[job + 1]) ++job;
+  const uint16_t* w = jobs.w[job];
+  float* y = jobs.y[job];
+  const int n = jobs.n[job];
+  const int col0 = (tile - jobs.first_tile[job]) * S::kCols;
   const int k_begin = rank * k_chunk, k_end = min(k, k_begin + k_chunk);
   const int stages = k_end > k_begin ? (k_end - k_begin + kKt - 1) / kKt : 0;
 
@@ -272,12 +291,14 @@ bool SkinnyV1() {
 // without exceeding them (a second, partial wave would cost more than a smaller split gains); the k
 // ranges are whole stages except the last.
 template <int RG, int W, int ST>
-void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                    cudaStream_t s) {
+void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
   using S = SkinnyShape<RG, W, ST>;
   const auto kernel = SkinnyGemmV2Kernel<RG, W, ST>;
   const Residency res = KernelResidency(kernel, S::kSmem, S::kThreads);
-  const int64_t tiles = (n + S::kCols - 1) / S::kCols;
+  jobs.first_tile[0] = 0;
+  for (int j = 0; j < jobs.count; ++j)
+    jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + S::kCols - 1) / S::kCols;
+  const int64_t tiles = jobs.first_tile[jobs.count];
   const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, kMaxSplits);
   const int64_t k_chunk = (k + kKt * want - 1) / (kKt * want) * kKt;
   const int64_t splits = (k + k_chunk - 1) / k_chunk;
@@ -294,8 +315,26 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, const uint16_t* w, int
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   // A failed launch is left in cudaGetLastError for the backend's check, like a <<<>>> launch.
-  cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), w, static_cast<int>(n), y,
-                     accumulate, static_cast<int>(k_chunk));
+  cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), jobs, accumulate,
+                     static_cast<int>(k_chunk));
+}
+
+// m <= 32: 32 x 128 tiles, 2 blocks an SM. m <= 64: 64 x 128 tiles, or 64 x 256 (1 block an SM, half
+// the activation reads from L2 per weight byte) when the outputs alone fill the SMs (lm_head).
+void LaunchSkinnyV2Rows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
+                        cudaStream_t s) {
+  if (m <= 32) {
+    LaunchSkinnyV2<1, 4, 4>(x, m, k, jobs, accumulate, s);
+    return;
+  }
+  const auto wide = SkinnyGemmV2Kernel<2, 8, 4>;
+  const Residency res = KernelResidency(wide, SkinnyShape<2, 8, 4>::kSmem, SkinnyShape<2, 8, 4>::kThreads);
+  int64_t wide_tiles = 0;
+  for (int j = 0; j < jobs.count; ++j) wide_tiles += (jobs.n[j] + 255) / 256;
+  if (wide_tiles >= res.sms)
+    LaunchSkinnyV2<2, 8, 4>(x, m, k, jobs, accumulate, s);
+  else
+    LaunchSkinnyV2<2, 4, 3>(x, m, k, jobs, accumulate, s);
 }
 
 }  // namespace
@@ -312,18 +351,9 @@ bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
                 int splits, float* partial, cudaStream_t s) {
   if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
   if (!SkinnyV1()) {
-    // m <= 32: 32 x 128 tiles, 2 blocks an SM. m <= 64: 64 x 128 tiles, or 64 x 256 (1 block an SM,
-    // half the activation reads from L2 per weight byte) when the output alone fills the SMs (lm_head).
-    if (m <= 32) {
-      LaunchSkinnyV2<1, 4, 4>(x, m, k, w, n, y, accumulate, s);
-    } else {
-      const auto wide = SkinnyGemmV2Kernel<2, 8, 4>;
-      const Residency res = KernelResidency(wide, SkinnyShape<2, 8, 4>::kSmem, SkinnyShape<2, 8, 4>::kThreads);
-      if ((n + 255) / 256 >= res.sms)
-        LaunchSkinnyV2<2, 8, 4>(x, m, k, w, n, y, accumulate, s);
-      else
-        LaunchSkinnyV2<2, 4, 3>(x, m, k, w, n, y, accumulate, s);
-    }
+    SkinnyJobs jobs{};
+    jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
+    LaunchSkinnyV2Rows(x, m, k, jobs, accumulate, s);
     return true;
   }
   const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
@@ -331,12 +361,37 @@ bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
   float* part = used > 1 ? partial : nullptr;
   const dim3 grid(static_cast<unsigned>((n + kMmaColsPerBlock - 1) / kMmaColsPerBlock), static_cast<unsigned>(used));
   const int tiles = static_cast<int>((m + 15) / 16);
-  if (tiles == 1) SkinnyGemmKernel<1><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 2) SkinnyGemmKernel<2><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 3) SkinnyGemmKernel<3><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 4) SkinnyGemmKernel<4><<<grid, kMmaWarps * 32, 0, s>>>(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 1)
+    LaunchKernel(SkinnyGemmKernel<1>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 2)
+    LaunchKernel(SkinnyGemmKernel<2>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 3)
+    LaunchKernel(SkinnyGemmKernel<3>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
+  if (tiles == 4)
+    LaunchKernel(SkinnyGemmKernel<4>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
   if (part)
-    SkinnyReduceKernel<<<static_cast<unsigned>((m * n + 255) / 256), 256, 0, s>>>(part, used, m * n, y, accumulate);
+    LaunchKernel(SkinnyReduceKernel, static_cast<unsigned>((m * n + 255) / 256), 256, 0, s)(part, used, m * n, y,
+                                                                                            accumulate);
+  return true;
+}
+
+bool SkinnyGemmMultiAvailable() { return !SkinnyV1(); }
+
+bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
+                     const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
+                     const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s) {
+  if (SkinnyV1()) return false;
+  const uint16_t* w[kSkinnyMaxJobs] = {w0, w1, w2, w3};
+  float* y[kSkinnyMaxJobs] = {y0, y1, y2, y3};
+  const int64_t n[kSkinnyMaxJobs] = {n0, n1, n2, n3};
+  SkinnyJobs jobs{};
+  for (int j = 0; j < kSkinnyMaxJobs; ++j) {
+    if (!w[j] || n[j] <= 0) continue;
+    if (!SkinnyGemmFits(x, m, k, w[j])) return false;
+    jobs.w[jobs.count] = w[j], jobs.y[jobs.count] = y[j], jobs.n[jobs.count] = static_cast<int>(n[j]);
+    ++jobs.count;
+  }
+  if (jobs.count > 0) LaunchSkinnyV2Rows(x, m, k, jobs, false, s);
   return true;
 }
 

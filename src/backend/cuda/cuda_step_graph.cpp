@@ -32,6 +32,7 @@ void StepGraphs::Begin() {
   commands_.clear();
   key_ = kSeed;
   recording_ = true;
+  record_start_ = std::chrono::steady_clock::now();
 }
 
 // Two independent multiply-rotate lanes: a 128-bit fingerprint, so unequal steps colliding is out of
@@ -97,6 +98,7 @@ cudaGraphExec_t StepGraphs::Capture(const std::vector<Command>& commands) {
 void StepGraphs::Flush() {
   if (!recording_) return;
   recording_ = false;
+  stats_.recording_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start_).count();
   std::vector<Command> commands;
   commands.swap(commands_);
   if (commands.empty()) return;

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -33,6 +34,9 @@ class StepGraphs {
     int64_t replayed = 0;  // steps run as one launch of a cached graph
     int64_t captured = 0;  // steps captured into a new graph (their second sighting)
     int64_t eager = 0;     // steps run command by command (first sighting, or not capturable)
+    // Host time from Begin to Flush, summed over the steps: the GPU waits for it before a replay,
+    // since nothing of a recorded step is queued until its fingerprint is known.
+    double recording_seconds = 0;
   };
 
   // max_graphs: instantiated graphs kept (least recently used dropped first).
@@ -108,6 +112,7 @@ class StepGraphs {
   cudaStream_t stream_;
   size_t max_graphs_;
   bool recording_ = false;
+  std::chrono::steady_clock::time_point record_start_;
   std::vector<Command> commands_;
   Key key_;
   std::unordered_map<Key, Graph, KeyHash> graphs_;

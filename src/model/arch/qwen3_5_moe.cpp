@@ -23,19 +23,18 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
   const int64_t vh = cfg.linear_num_value_heads, vd = vh * cfg.linear_value_head_dim;
   const int64_t dk = cfg.linear_key_head_dim, dv = cfg.linear_value_head_dim, kd = cfg.linear_num_key_heads * dk;
   const int64_t conv = cfg.LinearConvDim(), h = cfg.hidden_size;
-  const int64_t lconv = 2 * s.key_heads.count * dk + s.value_heads.count * dv, lvd = s.value_heads.count * dv;
-  const IndexRange all{0, h};
-  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_qkv.weight", {conv, h},
-                                                 {HeadRows(s.key_heads, dk), HeadRows(s.key_heads, dk, kd),
-                                                  HeadRows(s.value_heads, dv, 2 * kd)},
-                                                 all),
+  // One stacked [q k v | z | b | a] matrix: the layer's input projection is one matrix product
+  // written straight into its combined row.
+  using Rows = std::vector<IndexRange>;
+  const std::vector<int64_t> qkv = WeightLoader::RowsOf(
+      {HeadRows(s.key_heads, dk), HeadRows(s.key_heads, dk, kd), HeadRows(s.value_heads, dv, 2 * kd)});
+  const std::vector<int64_t> z = WeightLoader::RowsOf(Rows{HeadRows(s.value_heads, dv)});
+  const std::vector<int64_t> heads = WeightLoader::RowsOf(Rows{s.value_heads});
+  out->projections.push_back({loader.StackedRows({{prefix + "in_proj_qkv.weight", {conv, h}, qkv},
+                                                  {prefix + "in_proj_z.weight", {vd, h}, z},
+                                                  {prefix + "in_proj_b.weight", {vh, h}, heads},
+                                                  {prefix + "in_proj_a.weight", {vh, h}, heads}}),
                               0});
-  out->projections.push_back(
-      {loader.MatrixSlice(prefix + "in_proj_z.weight", {vd, h}, {HeadRows(s.value_heads, dv)}, all), lconv});
-  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_b.weight", {vh, h}, {s.value_heads}, all),
-                              lconv + lvd});
-  out->projections.push_back({loader.MatrixSlice(prefix + "in_proj_a.weight", {vh, h}, {s.value_heads}, all),
-                              lconv + lvd + s.value_heads.count});
 }
 
 }  // namespace

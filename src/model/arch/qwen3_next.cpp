@@ -46,11 +46,12 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
   for (int part = 0; part < 2; ++part)  // b, a
     for (int64_t h = s.value_heads.begin; h < s.value_heads.end(); ++h)
       ba.push_back((h / d.r) * 2 * d.r + part * d.r + h % d.r);
-  const int64_t lconv = 2 * s.key_heads.count * d.dk + s.value_heads.count * d.dv;
+  // One stacked [q k v z | b a] matrix: the layer's input projection is one matrix product written
+  // straight into its combined row.
   out->projections.push_back(
-      {loader.PermutedRows(prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz), 0});
-  out->projections.push_back({loader.PermutedRows(prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba),
-                              lconv + s.value_heads.count * d.dv});
+      {loader.StackedRows({{prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz},
+                           {prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba}}),
+       0});
 }
 
 }  // namespace

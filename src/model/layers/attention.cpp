@@ -23,7 +23,7 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   // Buffers in the backend's memory.
   DeviceBuffer qg = DeviceBuffer::Floats(be, R * qp), q, gate, k = DeviceBuffer::Floats(be, R * kvdim),
                v = DeviceBuffer::Floats(be, R * kvdim), attn = DeviceBuffer::Floats(be, R * qdim);
-  be.MatMul(x, R, w.q_proj, qg.f32());
+  be.MatMulMulti(x, R, {{&w.q_proj, qg.f32()}, {&w.k_proj, k.f32()}, {&w.v_proj, v.f32()}});
   if (gated) {
     q = DeviceBuffer::Floats(be, R * qdim);
     gate = DeviceBuffer::Floats(be, R * qdim);
@@ -32,12 +32,8 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   } else {
     q = std::move(qg);
   }
-  be.MatMul(x, R, w.k_proj, k.f32());
-  be.MatMul(x, R, w.v_proj, v.f32());
-  be.RmsNorm(q.f32(), R * nh, hd, hd, w.q_norm, eps, one_plus, q.f32(), hd);
-  be.RmsNorm(k.f32(), R * kvh, hd, hd, w.k_norm, eps, one_plus, k.f32(), hd);
-  be.Rope(q.f32(), R, qdim, nh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
-  be.Rope(k.f32(), R, kvdim, kvh, hd, c.rotary_dim, ctx.positions, c.rope_theta);
+  be.QkNormRope(q.f32(), qdim, nh, k.f32(), kvdim, kvh, R, hd, w.q_norm, w.k_norm, eps, one_plus, c.rotary_dim,
+                ctx.positions, c.rope_theta);
 
   float* k_cache = nullptr;
   float* v_cache = nullptr;

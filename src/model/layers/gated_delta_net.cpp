@@ -23,6 +23,10 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
   DeviceBuffer comb = buf(R * W);
   for (const GdnProjection& p : w.projections) {
     const int64_t n = p.w.dim(0);
+    if (p.column == 0 && n == W) {  // one stacked projection (the loaders make one): no copy
+      be.MatMul(x, R, p.w, comb.f32());
+      continue;
+    }
     DeviceBuffer tmp = buf(R * n);
     be.MatMul(x, R, p.w, tmp.f32());
     be.Copy2D(tmp.f32(), R, n, n, comb.f32() + p.column, W);

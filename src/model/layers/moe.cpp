@@ -6,8 +6,7 @@ namespace tessera {
 void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float* x, float* out) {
   const int64_t inter = w.gate.dim(0);
   DeviceBuffer g = DeviceBuffer::Floats(be, rows * inter), u = DeviceBuffer::Floats(be, rows * inter);
-  be.MatMul(x, rows, w.gate, g.f32());
-  be.MatMul(x, rows, w.up, u.f32());
+  be.MatMulMulti(x, rows, {{&w.gate, g.f32()}, {&w.up, u.f32()}});
   be.SiluMul(g.f32(), u.f32(), rows * inter, g.f32());
   be.MatMul(g.f32(), rows, w.down, out);
 }
@@ -19,14 +18,27 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   // Router outputs stay in the backend's memory, and so do the expert statistics.
   DeviceBuffer logits = DeviceBuffer::Floats(be, R * E), weights = DeviceBuffer::Floats(be, R * k);
   DeviceBuffer idx(be, static_cast<size_t>(R * k) * sizeof(int32_t));
-  be.MatMul(x, R, w.router, logits.f32());
+  // With a shared expert, the router and the shared expert's gate, up and output gate all read x:
+  // one multi-product.
+  DeviceBuffer g, u, gate, shared;
+  const int64_t inter = w.has_shared ? w.shared.gate.dim(0) : 0;
+  if (w.has_shared) {
+    g = DeviceBuffer::Floats(be, R * inter);
+    u = DeviceBuffer::Floats(be, R * inter);
+    gate = DeviceBuffer::Floats(be, R);
+    be.MatMulMulti(x, R,
+                   {{&w.router, logits.f32()}, {&w.shared.gate, g.f32()}, {&w.shared.up, u.f32()},
+                    {&w.shared_gate, gate.f32()}});
+  } else {
+    be.MatMul(x, R, w.router, logits.f32());
+  }
   be.MoeRoute(logits.f32(), R, E, k, c.norm_topk_prob, idx.i32(), weights.f32());
   be.MoeExperts(x, R, H, idx.i32(), weights.f32(), k, w.experts, out);
   if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
   if (w.has_shared) {
-    DeviceBuffer shared = DeviceBuffer::Floats(be, R * H), gate = DeviceBuffer::Floats(be, R);
-    DenseMlpForward(be, w.shared, R, x, shared.f32());
-    be.MatMul(x, R, w.shared_gate, gate.f32());
+    shared = DeviceBuffer::Floats(be, R * H);
+    be.SiluMul(g.f32(), u.f32(), R * inter, g.f32());
+    be.MatMul(g.f32(), R, w.shared.down, shared.f32());
     be.SigmoidScaleRows(shared.f32(), R, H, gate.f32());
     be.Add(shared.f32(), R * H, out);
   }
