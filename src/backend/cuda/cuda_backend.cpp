@@ -595,7 +595,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (args.empty()) return;
   const int64_t heads = args[0].num_heads, D = args[0].head_dim;
   // The grouped kernel reads K/V rows as float4.
-  auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  const auto aligned = cuda::Aligned16;
   bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());

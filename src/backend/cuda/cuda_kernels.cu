@@ -1,10 +1,9 @@
-// tessera cuda backend: element-wise / row-wise kernels, the few-row bf16 GEMV, dummy-weight fill,
+// tessera cuda backend: element-wise / row-wise kernels, dummy-weight fill,
 // softmax / argmax and the MoE routing and gather/scatter (grouped path) kernels; the fused
 // few-token expert path is in cuda_moe_fused.cu. f32 activations, bf16 weights, f32 accumulation.
 // See cuda_kernels.h.
-// Batch-1 decode is a chain of small launches: the GEMV is written to keep HBM busy (many 16-byte
-// weight loads in flight per warp, k split across the warps of a block for narrow outputs), and
-// the one-row kernels (RMSNorm, MoE routing) keep a row in registers of one warp or block.
+// Batch-1 decode is a chain of small launches: the one-row kernels (RMSNorm, MoE routing) keep a row
+// in registers of one warp or block. The few-row GEMV is in cuda_gemv.cu.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -289,169 +288,6 @@ __global__ void ArgmaxKernel(const float* x, int64_t n, int32_t* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
-// GEMV v1: one warp per output column n; each lane reads 8 bf16 (16 bytes) of the weight row at a
-// time, one load in flight. Used for unaligned x / w or k % 8 != 0, and for TESSERA_CUDA_GEMV=v1.
-template <bool kVec>
-__global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                               bool accumulate) {
-  GridDependencyWait();
-  const int lane = threadIdx.x & 31;
-  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (col >= n) return;
-  const uint16_t* wr = w + col * k;
-  float acc[kGemvMaxRows];
-#pragma unroll
-  for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
-  if (kVec) {
-    for (int64_t c = lane * 8; c < k; c += 256) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(wr + c);
-      float wf[8];
-      const uint32_t parts[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        wf[2 * i] = __uint_as_float(parts[i] << 16);
-        wf[2 * i + 1] = __uint_as_float(parts[i] & 0xffff0000u);
-      }
-#pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r) {
-        if (r < m) {
-          const float4 a = *reinterpret_cast<const float4*>(x + r * k + c);
-          const float4 b = *reinterpret_cast<const float4*>(x + r * k + c + 4);
-          acc[r] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
-                    wf[6] * b.z + wf[7] * b.w;
-        }
-      }
-    }
-  } else {
-    for (int64_t c = lane; c < k; c += 32) {
-      const float wf = Bf16(wr[c]);
-#pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r)
-        if (r < m) acc[r] += wf * x[r * k + c];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kGemvMaxRows; ++r) {
-    if (r < m) {
-      const float v = WarpSum(acc[r]);
-      if (lane == 0) y[r * n + col] = accumulate ? y[r * n + col] + v : v;
-    }
-  }
-}
-
-// GEMV v2 (the default; v1 above stays for TESSERA_CUDA_GEMV=v1 and for unaligned / k % 8 != 0).
-// A block is kGemvWarps warps. Each warp owns C adjacent output columns and one of `splits` slices
-// of k; k is walked in segments of 256 (a lane's 16-byte load per column), segment s + j * splits
-// belonging to slice s. Each lane issues all of a step's U x C weight loads before using any, so a
-// warp keeps kGemvLoads * 512 bytes in flight: with one load at a time (v1) the loop waits on HBM
-// latency and q/o_proj reach ~20% of bandwidth. Narrow outputs (k/v_proj, router) use splits > 1 so
-// that every shape fills the GPU; the slices' partials are summed in slice order through shared
-// memory (deterministic, no atomics). x (f32, read by every warp) comes through L1; the weights,
-// read once, bypass it.
-constexpr int kGemvWarps = 8;
-constexpr int kGemvLoads = 8;           // 16-byte weight loads in flight per lane per step
-constexpr int64_t kGemvFillWarps = 4096;  // ~32 warps per SM on 132 SMs: split k until reached
-
-
-// Up to kGemvMaxJobs products of the same x in one launch (q / k / v, router and shared expert):
-// job j owns blocks [first_block[j], first_block[j + 1]) and its own k split.
-struct GemvJobs {
-  const uint16_t* w[kGemvMaxJobs];
-  float* y[kGemvMaxJobs];
-  int64_t n[kGemvMaxJobs];
-  int splits[kGemvMaxJobs];
-  unsigned first_block[kGemvMaxJobs + 1];
-  int count;
-};
-
-// M rows of x, C columns per warp. Needs k % 8 == 0 and x, every w 16-byte aligned.
-template <int M, int C>
-__global__ void __launch_bounds__(kGemvWarps * 32, 1)
-    GemvBf16TiledKernel(const float* __restrict__ x, int64_t k, const GemvJobs jobs, bool accumulate) {
-  GridDependencyWait();
-  int job = 0;
-  while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
-  const uint16_t* __restrict__ w = jobs.w[job];
-  float* y = jobs.y[job];
-  const int64_t n = jobs.n[job], block = blockIdx.x - jobs.first_block[job];
-  const int splits = jobs.splits[job];
-  constexpr int U = kGemvLoads / C;  // segments per step
-  __shared__ float part[kGemvWarps][M * C];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int slice = warp % splits, group = warp / splits, groups = kGemvWarps / splits;
-  const int64_t col0 = (block * groups + group) * C;
-  const int kk = static_cast<int>(k), segs = (kk + 255) / 256;  // k < 2^31 (a row of w)
-  const uint16_t* wc[C];
-  bool live[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    live[c] = col0 + c < n;
-    wc[c] = w + (live[c] ? col0 + c : 0) * k + lane * 8;
-  }
-  const float* xl = x + lane * 8;
-  float acc[M][C];
-#pragma unroll
-  for (int r = 0; r < M; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
-
-  for (int seg0 = slice; seg0 < segs; seg0 += splits * U) {
-    uint4 wv[U][C];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int seg = seg0 + u * splits;
-      const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-        wv[u][c] = ok && live[c] ? LoadStream16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int seg = seg0 + u * splits;
-      if (seg >= segs || seg * 256 + lane * 8 >= kk) continue;
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        const float4* xp = reinterpret_cast<const float4*>(xl + r * kk + seg * 256);
-        const float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[r][c] = DotBf16x8(wv[u][c], a, b, acc[r][c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < M; ++r)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[r][c] = WarpSum(acc[r][c]);
-
-  if (splits == 1) {
-    if (lane == 0)
-#pragma unroll
-      for (int r = 0; r < M; ++r)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-          if (live[c]) {
-            float& o = y[r * n + col0 + c];
-            o = accumulate ? o + acc[r][c] : acc[r][c];
-          }
-    return;
-  }
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < M; ++r)
-#pragma unroll
-      for (int c = 0; c < C; ++c) part[warp][r * C + c] = acc[r][c];
-  __syncthreads();
-  for (int i = threadIdx.x; i < groups * M * C; i += blockDim.x) {
-    const int g = i / (M * C), rc = i % (M * C), r = rc / C, c = rc % C;
-    const int64_t col = (block * groups + g) * C + c;
-    if (col >= n) continue;
-    float v = 0.0f;
-    for (int sl = 0; sl < splits; ++sl) v += part[g * splits + sl][rc];
-    float& o = y[r * n + col];
-    o = accumulate ? o + v : v;
-  }
-}
-
 __global__ void CountIdsKernel(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -573,8 +409,6 @@ __global__ void ScatterScaledRowsKernel(const float* src, int64_t cols, const in
   dst[static_cast<int64_t>(rows[r]) * cols + c] = src[i] * scale[rows[r]];
 }
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 }  // namespace
 
 // Declared in cuda_launch.cuh. Read once: a process launches every kernel the same way, so a
@@ -588,51 +422,6 @@ bool ProgrammaticLaunch() {
 }
 
 namespace {
-
-// TESSERA_CUDA_GEMV=v1: the previous GEMV (warp per column, one load in flight), for A/B runs.
-// Read once; the choice depends on nothing recorded, so graphs replay what was captured.
-bool GemvV1() {
-  static const bool v1 = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GEMV");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
-  return v1;
-}
-
-// Slices of k per column group: the fewest that give ~kGemvFillWarps warps, each with at least
-// one segment. Depends on the shape only, so the summation order is fixed for a shape.
-// In a multi-job launch each job splits as if it ran alone, so its sums are the same as alone.
-template <int M, int C>
-void LaunchGemvTiled(const float* x, int64_t k, GemvJobs jobs, bool accumulate, cudaStream_t s) {
-  const int64_t segs = (k + 255) / 256;
-  jobs.first_block[0] = 0;
-  for (int j = 0; j < jobs.count; ++j) {
-    const int64_t groups = (jobs.n[j] + C - 1) / C;
-    int splits = 1;
-    while (splits < kGemvWarps && groups * splits < kGemvFillWarps && splits * 2 <= segs) splits *= 2;
-    const int64_t per_block = kGemvWarps / splits;
-    jobs.splits[j] = splits;
-    jobs.first_block[j + 1] = jobs.first_block[j] + static_cast<unsigned>((groups + per_block - 1) / per_block);
-  }
-  LaunchKernel(GemvBf16TiledKernel<M, C>, jobs.first_block[jobs.count], kGemvWarps * 32, 0, s)(x, k, jobs,
-                                                                                              accumulate);
-}
-
-// The tiled kernel for m rows; false when m has no instantiation.
-bool LaunchGemvTiledRows(const float* x, int64_t m, int64_t k, const GemvJobs& jobs, bool accumulate,
-                         cudaStream_t s) {
-  switch (m) {
-    case 1: LaunchGemvTiled<1, 2>(x, k, jobs, accumulate, s); return true;
-    case 2: LaunchGemvTiled<2, 4>(x, k, jobs, accumulate, s); return true;
-    case 3: LaunchGemvTiled<3, 4>(x, k, jobs, accumulate, s); return true;
-    case 4: LaunchGemvTiled<4, 4>(x, k, jobs, accumulate, s); return true;
-    case 5: LaunchGemvTiled<5, 4>(x, k, jobs, accumulate, s); return true;
-    case 6: LaunchGemvTiled<6, 4>(x, k, jobs, accumulate, s); return true;
-    case 7: LaunchGemvTiled<7, 4>(x, k, jobs, accumulate, s); return true;
-    case 8: LaunchGemvTiled<8, 4>(x, k, jobs, accumulate, s); return true;
-    default: return false;
-  }
-}
 
 }  // namespace
 
@@ -756,41 +545,6 @@ void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s) {
 
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s) {
   if (rows > 0) LaunchKernel(ArgmaxKernel, static_cast<unsigned>(rows), kThreads, 0, s)(x, n, out);
-}
-
-void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-              cudaStream_t s) {
-  if (m <= 0 || n <= 0) return;
-  const bool vec = k % 8 == 0 && Aligned16(x) && Aligned16(w);
-  if (vec && !GemvV1()) {
-    GemvJobs jobs{};
-    jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = n, jobs.count = 1;
-    if (LaunchGemvTiledRows(x, m, k, jobs, accumulate, s)) return;
-  }
-  const unsigned blocks = static_cast<unsigned>((n + 7) / 8);
-  if (vec)
-    LaunchKernel(GemvBf16Kernel<true>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
-  else
-    LaunchKernel(GemvBf16Kernel<false>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
-}
-
-void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
-                   const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
-                   const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s) {
-  const uint16_t* w[kGemvMaxJobs] = {w0, w1, w2, w3};
-  float* y[kGemvMaxJobs] = {y0, y1, y2, y3};
-  const int64_t n[kGemvMaxJobs] = {n0, n1, n2, n3};
-  GemvJobs jobs{};
-  bool vec = k % 8 == 0 && Aligned16(x) && !GemvV1();
-  for (int j = 0; j < kGemvMaxJobs; ++j) {
-    if (!w[j] || n[j] <= 0) continue;
-    vec = vec && Aligned16(w[j]);
-    jobs.w[jobs.count] = w[j], jobs.y[jobs.count] = y[j], jobs.n[jobs.count] = n[j];
-    ++jobs.count;
-  }
-  if (m <= 0 || jobs.count == 0) return;
-  if (vec && LaunchGemvTiledRows(x, m, k, jobs, false, s)) return;
-  for (int j = 0; j < jobs.count; ++j) GemvBf16(x, m, k, jobs.w[j], jobs.n[j], jobs.y[j], false, s);
 }
 
 void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts, cudaStream_t s) {

@@ -41,7 +41,11 @@ void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t
 void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s);
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s);
 
-// y[m, n] (+)= x[m, k] * w[n, k]^T for few rows (m <= kGemvMaxRows), bf16 w, f32 accumulation.
+// Whether a pointer is 16-byte aligned (the vector loads of most kernels need it).
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// y[m, n] (+)= x[m, k] * w[n, k]^T for few rows (m <= kGemvMaxRows), bf16 w, f32 accumulation
+// (cuda_gemv.cu).
 constexpr int64_t kGemvMaxRows = 8;
 void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
               cudaStream_t s);
@@ -64,8 +68,7 @@ int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
 // queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer.
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  return m > 0 && m <= kSkinnyGemmMaxRows && k % 32 == 0 && aligned(x) && aligned(w);
+  return m > 0 && m <= kSkinnyGemmMaxRows && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);
@@ -181,9 +184,8 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
 // host checks with QkNormRopeFits before recording.
 inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int64_t k_stride, int64_t head_dim,
                            const float* q_norm, const float* k_norm, int64_t rotary_dim) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   return (head_dim == 128 || head_dim == 256) && rotary_dim <= head_dim && rotary_dim % 2 == 0 && q_stride % 4 == 0 &&
-         k_stride % 4 == 0 && aligned(q) && aligned(k) && aligned(q_norm) && aligned(k_norm);
+         k_stride % 4 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(q_norm) && Aligned16(k_norm);
 }
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,

@@ -170,8 +170,6 @@ bool FusedV1() {
   return v1;
 }
 
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot in the down kernel) and
 // int-sized offsets (the few-token path: <= 16 pairs here).
 bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, int64_t width, int64_t other) {
