@@ -444,14 +444,15 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
   const uint16_t* w[4] = {};
   float* y[4] = {};
   int64_t n[4] = {};
-  const int64_t k = outs.empty() ? 0 : outs[0].w->shape.at(1);
+  const int64_t k = !outs.empty() && outs[0].w->shape.size() == 2 ? outs[0].w->shape[1] : -1;
   for (size_t i = 0; one_launch && i < outs.size(); ++i) {
     const Tensor& t = *outs[i].w;
+    one_launch = t.dtype == DType::kBF16 && t.shape.size() == 2 && t.shape[1] == k &&
+                 (gemv || cuda::SkinnyGemmFits(x, m, k, static_cast<const uint16_t*>(t.data)));
+    if (!one_launch) break;  // MatMul per weight reports what does not fit
     w[i] = static_cast<const uint16_t*>(t.data);
     y[i] = outs[i].y;
-    n[i] = t.shape.at(0);
-    one_launch = t.dtype == DType::kBF16 && t.shape.size() == 2 && t.shape[1] == k &&
-                 (gemv || cuda::SkinnyGemmFits(x, m, k, w[i]));
+    n[i] = t.shape[0];
   }
   if (!one_launch) {
     Backend::MatMulMulti(x, m, outs);
