@@ -2,8 +2,9 @@
 // expected tensor must exist with its shape and a float dtype (bf16 / f16 / f32), every tensor
 // present must be consumed, except the known-unused groups (vision tower, MTP head), which are
 // skipped by an explicit list and logged. bf16 tensors are used in place from the mapping on the
-// CPU backend (except stacked projections, StackedRows, which are copies); on a device backend every tensor is copied to device memory (matrices as bf16,
-// vectors as f32) through the backend's pinned staging, with a progress line on stderr. Dummy
+// CPU backend (except stacked projections, StackedRows, which are copies); on a device backend
+// every tensor is copied to device memory (matrices as bf16, vectors as f32) through the
+// backend's pinned staging, with a progress line on stderr. Dummy
 // weights (LoadOptions::load_format "dummy") are random tensors of the expected shapes made on the
 // backend itself; no checkpoint is read.
 // A rank of a tensor-parallel group (RankShard, model/shard.h) loads only its slices: contiguous
