@@ -56,13 +56,14 @@ for C in 1 16 64; do
   N=$(( C == 1 ? 8 : C * 2 ))
   log "bench $CONFIG: concurrency $C, $N requests, 512 in / 64 out"
   timeout 200 "$BUILD/tessera" bench --port 8123 --wait-ready 240 --endpoint completions --vocab-size 150000 \
-    --num-prompts $N --concurrency $C --input-len 512 --output-len 64 --warmup 2 --json "$RES/bench_${CONFIG}_c$C.json" \
+    --num-prompts $N --concurrency $C --input-len 512 --output-len 64 --warmup 2 --seed $C --json "$RES/bench_${CONFIG}_c$C.json" \
     2>&1 | tee -a "$SUMMARY" | tail -25
 done
 # Sampled requests (temperature 1, the OpenAI API's default): the tokens are drawn on the GPU too.
+# Every run has its own --seed: with the same prompts a later run would measure prefix-cache hits.
 log "bench $CONFIG: concurrency 64, 128 requests, 512 in / 64 out, temperature 1.0"
 timeout 200 "$BUILD/tessera" bench --port 8123 --wait-ready 240 --endpoint completions --vocab-size 150000 \
-  --num-prompts 128 --concurrency 64 --input-len 512 --output-len 64 --warmup 2 --temperature 1.0 \
+  --num-prompts 128 --concurrency 64 --input-len 512 --output-len 64 --warmup 2 --temperature 1.0 --seed 1064 \
   --json "$RES/bench_${CONFIG}_c64_t1.json" 2>&1 | tee -a "$SUMMARY" | tail -25
 kill -TERM $SERVER; wait $SERVER; log "serve exit code $?"
 # The plan serve made from the device's numbers, and the one inspect makes from the device's size.
