@@ -279,9 +279,11 @@ class Backend {
   virtual void GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) {
     for (const GatedDeltaArgs& a : runs) GatedDeltaRule(a, mode);
   }
-  // g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]); beta = sigmoid(b). In place.
-  virtual void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
-                        int64_t b_stride, const float* a_log, const float* dt_bias) = 0;
+  // g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]); beta[t, h] = sigmoid(b[t, h]). a, b,
+  // g and beta have their own row strides; g / beta may be a / b themselves (in place).
+  virtual void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,
+                        int64_t b_stride, const float* a_log, const float* dt_bias, float* g, float* beta,
+                        int64_t out_stride) = 0;
 
   // counts[e] += how many of idx[0..n) equal e (ids outside [0, num_experts) are not counted): the
   // routing statistics of a forward, kept in backend memory so that reading them costs one copy

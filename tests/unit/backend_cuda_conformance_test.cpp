@@ -458,9 +458,19 @@ TEST_F(CudaConformance, GatedDeltaNetPieces) {
     auto ab = Rand(T * 2 * vh, -3, 3, 43);
     const auto a_log = Rand(vh, -1, 1, 44), dt = Rand(vh, -1, 1, 45);
     float* dab = Dev(ab);
-    cpu_->GdnGates(ab.data(), ab.data() + vh, T, vh, 2 * vh, 2 * vh, a_log.data(), dt.data());
-    gpu_->GdnGates(dab, dab + vh, T, vh, 2 * vh, 2 * vh, Dev(a_log), Dev(dt));
-    Report("GdnGates", RelErr(Host(dab, ab.size()), ab), 1e-5);
+    // Out of place into compact [T, vh] (the layer's use), then in place.
+    std::vector<float> cg(T * vh), cb(T * vh);
+    float* dg = Dev(cg);
+    float* db = Dev(cb);
+    cpu_->GdnGates(ab.data(), ab.data() + vh, T, vh, 2 * vh, 2 * vh, a_log.data(), dt.data(), cg.data(), cb.data(), vh);
+    gpu_->GdnGates(dab, dab + vh, T, vh, 2 * vh, 2 * vh, Dev(a_log), Dev(dt), dg, db, vh);
+    Report("GdnGates g", RelErr(Host(dg, cg.size()), cg), 1e-5);
+    Report("GdnGates beta", RelErr(Host(db, cb.size()), cb), 1e-5);
+    EXPECT_EQ(Host(dab, ab.size()), ab) << "out of place leaves a and b alone";
+    cpu_->GdnGates(ab.data(), ab.data() + vh, T, vh, 2 * vh, 2 * vh, a_log.data(), dt.data(), ab.data(),
+                   ab.data() + vh, 2 * vh);
+    gpu_->GdnGates(dab, dab + vh, T, vh, 2 * vh, 2 * vh, Dev(a_log), Dev(dt), dab, dab + vh, 2 * vh);
+    Report("GdnGates in place", RelErr(Host(dab, ab.size()), ab), 1e-5);
 
     std::vector<float> g(T * vh), beta(T * vh);
     for (int64_t t = 0; t < T; ++t)

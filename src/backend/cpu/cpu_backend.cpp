@@ -149,17 +149,17 @@ void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int6
   }
 }
 
-void CpuBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
-                          int64_t b_stride, const float* a_log, const float* dt_bias) {
+void CpuBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,
+                          int64_t b_stride, const float* a_log, const float* dt_bias, float* g, float* beta,
+                          int64_t out_stride) {
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
-      float& a = a_to_g[t * a_stride + h];
-      const float s = a + dt_bias[h];
+      const float s = a[t * a_stride + h] + dt_bias[h];
       // softplus with torch's threshold (20): linear above it.
       const float sp = s > 20.0f ? s : std::log1p(std::exp(s));
-      a = -std::exp(a_log[h]) * sp;
-      float& b = b_to_beta[t * b_stride + h];
-      b = Sigmoid(b);
+      const float bv = b[t * b_stride + h];
+      g[t * out_stride + h] = -std::exp(a_log[h]) * sp;
+      beta[t * out_stride + h] = Sigmoid(bv);
     }
   }
 }

@@ -40,8 +40,8 @@ class CpuBackend : public Backend {
   void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,
                                float* state) override;
   void GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) override;
-  void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
-                int64_t b_stride, const float* a_log, const float* dt_bias) override;
+  void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
+                const float* a_log, const float* dt_bias, float* g, float* beta, int64_t out_stride) override;
 
   void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                 int32_t* idx, float* weights) override;

@@ -810,10 +810,12 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
           a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
 }
 
-void CudaBackend::GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride,
-                           int64_t b_stride, const float* a_log, const float* dt_bias) {
+void CudaBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,
+                           int64_t b_stride, const float* a_log, const float* dt_bias, float* g, float* beta,
+                           int64_t out_stride) {
   profiler_->Mark("GdnGates");
-  Enqueue("GdnGates", cuda::GdnGates, a_to_g, b_to_beta, T, heads, a_stride, b_stride, a_log, dt_bias, stream_);
+  Enqueue("GdnGates", cuda::GdnGates, a, b, T, heads, a_stride, b_stride, a_log, dt_bias, g, beta, out_stride,
+          stream_);
 }
 
 void CudaBackend::Softmax(float* x, int64_t rows, int64_t n) {

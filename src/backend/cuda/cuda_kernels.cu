@@ -229,18 +229,18 @@ __global__ void FillRandomKernel(void* dst, bool bf16, int64_t n, float scale, f
   }
 }
 
-__global__ void GdnGatesKernel(float* a, float* b, int64_t T, int64_t heads, int64_t as, int64_t bs,
-                               const float* a_log, const float* dt_bias) {
+// g / beta may alias a / b (in place): each thread reads its element before writing it.
+__global__ void GdnGatesKernel(const float* a, const float* b, int64_t T, int64_t heads, int64_t as, int64_t bs,
+                               const float* a_log, const float* dt_bias, float* g, float* beta, int64_t os) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * heads) return;
   const int64_t t = i / heads, h = i % heads;
-  float& av = a[t * as + h];
-  const float sv = av + dt_bias[h];
+  const float sv = a[t * as + h] + dt_bias[h];
   const float sp = sv > 20.0f ? sv : log1pf(expf(sv));  // torch's softplus threshold
-  av = -expf(a_log[h]) * sp;
-  float& bv = b[t * bs + h];
-  bv = SigmoidF(bv);
+  const float bv = b[t * bs + h];
+  g[t * os + h] = -expf(a_log[h]) * sp;
+  beta[t * os + h] = SigmoidF(bv);
 }
 
 __global__ void SoftmaxKernel(float* x, int64_t n) {
@@ -532,11 +532,11 @@ void FillRandom(void* dst, bool bf16, int64_t n, float scale, float offset, uint
   LaunchKernel(FillRandomKernel, static_cast<unsigned>(blocks), kThreads, 0, s)(dst, bf16, n, scale, offset, seed);
 }
 
-void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
-              const float* a_log, const float* dt_bias, cudaStream_t s) {
+void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
+              const float* a_log, const float* dt_bias, float* g, float* beta, int64_t out_stride, cudaStream_t s) {
   if (T * heads > 0)
-    LaunchKernel(GdnGatesKernel, Blocks(T * heads), kThreads, 0, s)(a_to_g, b_to_beta, T, heads, a_stride, b_stride,
-                                                                    a_log, dt_bias);
+    LaunchKernel(GdnGatesKernel, Blocks(T * heads), kThreads, 0, s)(a, b, T, heads, a_stride, b_stride, a_log,
+                                                                    dt_bias, g, beta, out_stride);
 }
 
 void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s) {

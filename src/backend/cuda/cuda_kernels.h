@@ -36,8 +36,8 @@ void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
 // x = hi + lo with hi = bf16(x), lo = bf16(x - hi): two bf16 GEMMs then carry ~16 mantissa bits.
 void F32ToBf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t s);
 void FillRandom(void* dst, bool bf16, int64_t n, float scale, float offset, uint64_t seed, cudaStream_t s);
-void GdnGates(float* a_to_g, float* b_to_beta, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
-              const float* a_log, const float* dt_bias, cudaStream_t s);
+void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
+              const float* a_log, const float* dt_bias, float* g, float* beta, int64_t out_stride, cudaStream_t s);
 void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s);
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s);
 

@@ -31,12 +31,10 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
     be.MatMul(x, R, p.w, tmp.f32());
     be.Copy2D(tmp.f32(), R, n, n, comb.f32() + p.column, W);
   }
-  be.GdnGates(comb.f32() + col_a, comb.f32() + col_b, R, vh, W, W, w.a_log, w.dt_bias);
-  // g and beta, compact [rows, vh].
+  // g and beta, compact [rows, vh], straight from the combined row.
   DeviceBuffer g = buf(R * vh), beta = buf(R * vh), z = buf(R * vd), conv_out = buf(R * conv_dim),
                core = buf(R * vd);
-  be.Copy2D(comb.f32() + col_a, R, vh, W, g.f32(), vh);
-  be.Copy2D(comb.f32() + col_b, R, vh, W, beta.f32(), vh);
+  be.GdnGates(comb.f32() + col_a, comb.f32() + col_b, R, vh, W, W, w.a_log, w.dt_bias, g.f32(), beta.f32(), vh);
   be.Copy2D(comb.f32() + col_z, R, vd, W, z.f32(), vd);
 
   const int64_t conv_state_size = conv_dim * (K - 1), rec_size = vh * dk * dv;

@@ -20,7 +20,7 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   DeviceBuffer idx(be, static_cast<size_t>(R * k) * sizeof(int32_t));
   // With a shared expert, the router and the shared expert's gate, up and output gate all read x:
   // one multi-product.
-  DeviceBuffer g, u, gate, shared;
+  DeviceBuffer g, u, gate;
   const int64_t inter = w.has_shared ? w.shared.gate.dim(0) : 0;
   if (w.has_shared) {
     g = DeviceBuffer::Floats(be, R * inter);
@@ -36,11 +36,11 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   be.MoeExperts(x, R, H, idx.i32(), weights.f32(), k, w.experts, out);
   if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
   if (w.has_shared) {
-    shared = DeviceBuffer::Floats(be, R * H);
+    // out += sigmoid(gate) * down(act) as down(sigmoid(gate) * act), accumulated by the product:
+    // the scale runs over inter, not hidden, columns and no separate add is needed.
     be.SiluMul(g.f32(), u.f32(), R * inter, g.f32());
-    be.MatMul(g.f32(), R, w.shared.down, shared.f32());
-    be.SigmoidScaleRows(shared.f32(), R, H, gate.f32());
-    be.Add(shared.f32(), R * H, out);
+    be.SigmoidScaleRows(g.f32(), R, inter, gate.f32());
+    be.MatMul(g.f32(), R, w.shared.down, out, /*accumulate=*/true);
   }
 }
 
