@@ -1,4 +1,4 @@
-// tessera cuda backend: device helpers shared by the kernel files (streamed 16-byte weight loads and
+// tessera cuda backend: device helpers shared by the kernel files (bf16 to f32, streamed 16-byte weight loads and
 // their bf16 dot products, warp reductions, SiLU, the paged K/V row of a key). Header-only __device__
 // inline functions: every .cu gets its own copy, no relocatable device code needed.
 #pragma once
@@ -10,6 +10,9 @@
 #include "backend/cuda/cuda_kernels.h"
 
 namespace tessera::cuda {
+
+// One bf16 value (its bits) as f32.
+__device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
 // A 16-byte load of weights read once: through the non-coherent path, not kept in L1.
 __device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {

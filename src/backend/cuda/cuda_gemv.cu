@@ -17,8 +17,6 @@ namespace tessera::cuda {
 
 namespace {
 
-__device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
-
 // GEMV v1: one warp per output column n; each lane reads 8 bf16 (16 bytes) of the weight row at a
 // time, one load in flight. Used for unaligned x / w or k % 8 != 0, and for TESSERA_CUDA_GEMV=v1.
 template <bool kVec>

@@ -26,7 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
 // --- v1 (unaligned shapes, TESSERA_CUDA_MOE_FUSED=v1) ----------------------------------------------
 
