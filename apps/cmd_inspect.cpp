@@ -1,6 +1,7 @@
 // tessera CLI: `tessera inspect`: what a model is and what it needs, from config.json alone:
 // layers by type, total / active parameters, weight bytes in bf16 / int8 / int4, KV bytes per
-// token, recurrent-state bytes per sequence, and the memory a context x concurrency needs.
+// token, recurrent-state bytes per sequence and the state slots serve allocates (running sequences
+// and prefix-cache snapshots), the memory a context x concurrency needs, and the GPU memory plan.
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -25,6 +26,7 @@ struct InspectFlags {
   std::string gpu_memory;
   double gpu_memory_utilization = 0.9;
   int64_t max_num_seqs = 64, max_num_batched_tokens = 4096;
+  int64_t num_state_snapshots = 0;  // 0 = max_num_seqs / 4, as serve
 };
 
 // Weight-only quantisation as deployed (GPTQ / AWQ style): matrices of the linear layers in int8 /
@@ -39,13 +41,6 @@ bool IsQuantisable(const ExpectedTensor& t) {
   return true;
 }
 
-std::string Human(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  return fmt::format("{:.2f} {}", bytes, units[u]);
-}
-
 std::string HumanCount(double n) {
   if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
   if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
@@ -55,6 +50,9 @@ std::string HumanCount(double n) {
 
 int RunInspect(const InspectFlags& f) {
   if (f.context <= 0 || f.concurrency <= 0) throw UsageError("--context and --concurrency must be positive");
+  if (f.max_num_seqs <= 0 || f.max_num_batched_tokens <= 0)
+    throw UsageError("--max-num-seqs and --max-num-batched-tokens must be positive");
+  if (f.num_state_snapshots < 0) throw UsageError("--num-state-snapshots must be >= 0 (0 = max-num-seqs / 4)");
   HfModelDir dir = LoadHfModelDir(f.model);
   ModelConfig cfg = ModelConfig::FromHf(dir);
   double total = 0, expert = 0, embed = 0, bytes_int8 = 0, bytes_int4 = 0;
@@ -86,6 +84,12 @@ int RunInspect(const InspectFlags& f) {
   const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
   const double state = static_cast<double>(state_per_seq) * f.concurrency;
   const double need = weights_bf16 + kv + state;
+  EngineConfig ec;  // the engine's defaults for what the flags do not set, as serve has them
+  ec.max_num_seqs = f.max_num_seqs;
+  ec.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.enable_prefix_caching = true;
+  ec.num_state_snapshots = f.num_state_snapshots;
+  const StatePlan slots = PlanState(ec, cfg, state_per_seq);
 
   nlohmann::ordered_json j;
   j["architecture"] = cfg.architecture;
@@ -109,20 +113,18 @@ int RunInspect(const InspectFlags& f) {
   j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
                  {"weights_bytes", static_cast<int64_t>(weights_bf16)}, {"kv_bytes", static_cast<int64_t>(kv)},
                  {"state_bytes", static_cast<int64_t>(state)}, {"total_bytes", static_cast<int64_t>(need)}};
+  j["state_slots"] = {{"sequences", slots.sequence_slots},
+                      {"snapshots", slots.snapshots},
+                      {"snapshot_bytes", slots.snapshot_bytes()},
+                      {"total_bytes", slots.bytes()}};
   std::string plan_line;
   if (!f.gpu_memory.empty()) {
     if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
       throw UsageError("--gpu-memory-utilization must be in (0, 1]");
-    if (f.max_num_seqs <= 0 || f.max_num_batched_tokens <= 0)
-      throw UsageError("--max-num-seqs and --max-num-batched-tokens must be positive");
-    EngineConfig ec;  // the engine's defaults for what the flags do not set, as serve has them
-    ec.max_num_seqs = f.max_num_seqs;
-    ec.max_num_batched_tokens = f.max_num_batched_tokens;
-    ec.enable_prefix_caching = true;
-    const GpuMemoryPlan plan = PlanGpuMemory(
-        ParseByteSize(f.gpu_memory, "--gpu-memory"), f.gpu_memory_utilization,
-        static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token, state_per_seq * StateSlotsFor(ec, cfg),
-        ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
+    const GpuMemoryPlan plan =
+        PlanGpuMemory(ParseByteSize(f.gpu_memory, "--gpu-memory"), f.gpu_memory_utilization,
+                      static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token, slots.bytes(),
+                      ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
     j["gpu_plan"] = {{"total_bytes", plan.total_bytes},   {"utilization", plan.utilization},
                      {"budget_bytes", plan.budget_bytes}, {"in_use_bytes", plan.in_use_bytes},
                      {"state_bytes", plan.state_bytes},   {"reserve_bytes", plan.reserve_bytes},
@@ -149,17 +151,19 @@ int RunInspect(const InspectFlags& f) {
   std::printf("parameters:       %s total, %s active per token (%s without the input embedding)\n",
               HumanCount(total).c_str(), HumanCount(active).c_str(), HumanCount(active - embed).c_str());
   std::printf("weights:          %s bf16, %s int8, %s int4 (group-128 scales; embeddings/lm_head bf16)\n",
-              Human(weights_bf16).c_str(), Human(bytes_int8).c_str(), Human(bytes_int4).c_str());
+              HumanBytes(weights_bf16).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
   std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
-              Human(active * 2).c_str());
-  std::printf("KV cache:         %s per token (f32, %lld attention layers)\n", Human(kv_per_token).c_str(),
+              HumanBytes(active * 2).c_str());
+  std::printf("KV cache:         %s per token (f32, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
               (long long)full);
-  std::printf("recurrent state:  %s per sequence (f32)\n", Human(state_per_seq).c_str());
-  std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n",
-              (long long)f.context, (long long)f.concurrency, Human(need).c_str(), Human(weights_bf16).c_str(),
-              Human(kv).c_str(), Human(state).c_str());
-  if (!plan_line.empty()) std::printf("%s (in use: bf16 weights + %s CUDA context estimate)\n", plan_line.c_str(),
-                                      Human(static_cast<double>(kCudaContextBytes)).c_str());
+  std::printf("recurrent state:  %s per sequence (f32)\n", HumanBytes(state_per_seq).c_str());
+  std::printf("state slots:      %s\n", DescribeStatePlan(slots).c_str());
+  std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n", (long long)f.context,
+              (long long)f.concurrency, HumanBytes(need).c_str(), HumanBytes(weights_bf16).c_str(),
+              HumanBytes(kv).c_str(), HumanBytes(state).c_str());
+  if (!plan_line.empty())
+    std::printf("%s (in use: bf16 weights + %s CUDA context estimate)\n", plan_line.c_str(),
+                HumanBytes(static_cast<double>(kCudaContextBytes)).c_str());
   return 0;
 }
 
@@ -177,6 +181,9 @@ Subcommand AddInspectCommand(CLI::App& root) {
   app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Share of the GPU for tessera (0..1]");
   app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences per step, for the plan's state and reserve");
   app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Tokens per step, for the plan's reserve");
+  app->add_option("--num-state-snapshots", f->num_state_snapshots,
+                  "Hybrid models: prefix-cache state snapshots, for the state slots and the plan "
+                  "(0 = max-num-seqs / 4)");
   app->add_flag("--json", f->json, "Print JSON for scripts");
   return {app, [f] { return RunInspect(*f); }};
 }

@@ -138,15 +138,16 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
   const tessera::ModelConfig& mc = model.config();
   const int ranks = model.tensor_parallel_size();
   // Rank 0's device stands for every rank (the same GPUs, the same share of the weights).
-  const GpuMemoryPlan plan = PlanGpuMemory(
-      total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes, model.KvBytesPerTokenPerRank(),
-      model.StateBytesPerSequencePerRank() * StateSlotsFor(ec, mc),
-      ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
+  const GpuMemoryPlan plan =
+      PlanGpuMemory(total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes,
+                    model.KvBytesPerTokenPerRank(), PlanState(ec, mc, model.StateBytesPerSequencePerRank()).bytes(),
+                    ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
   spdlog::info("{}{}", DescribeGpuMemoryPlan(plan), ranks > 1 ? fmt::format(" per GPU, {} GPUs", ranks) : "");
   if (plan.kv_pool_bytes < model.KvBytesPerTokenPerRank() * ec.page_size)
     Fail(ErrorKind::kInvalidArgument,
          "config key 'engine.gpu_memory_utilization': {:.2f} of the GPU leaves no room for the KV cache ({}); raise "
-         "it, lower engine.max_num_seqs / engine.max_num_batched_tokens, or add GPUs (--tensor-parallel-size)",
+         "it, lower engine.max_num_seqs / engine.max_num_batched_tokens / engine.num_state_snapshots, or add GPUs "
+         "(--tensor-parallel-size)",
          cfg.engine.gpu_memory_utilization, DescribeGpuMemoryPlan(plan));
   // Pool bytes per rank -> pages -> the engine's total over ranks.
   const int64_t pool_total = plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc);
@@ -167,6 +168,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   ec.max_num_batched_tokens = cfg.engine.max_num_batched_tokens;
   ec.enable_chunked_prefill = cfg.engine.enable_chunked_prefill;
   ec.enable_prefix_caching = cfg.engine.enable_prefix_caching;
+  ec.num_state_snapshots = cfg.engine.num_state_snapshots;
   const std::string& pol = cfg.engine.scheduling_policy;
   ec.policy = pol == "priority"                ? SchedulingPolicy::kPriority
               : pol == "shortest_prompt_first" ? SchedulingPolicy::kShortestPromptFirst
@@ -273,6 +275,13 @@ int RunServe(ServeFlags& f) {
   spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens, max_num_seqs {}", info.name,
                info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
                engine.Snapshot().kv_pages_total, engine.config().page_size, engine.config().max_num_seqs);
+  const StatePlan state = PlanState(engine.config(), model->config(), model->StateBytesPerSequencePerRank());
+  const int ranks = model->tensor_parallel_size();
+  spdlog::info("recurrent state: {}{}", DescribeStatePlan(state),
+               ranks > 1 && state.slots() > 0 ? fmt::format(" per rank, {} ranks", ranks) : "");
+  if (cfg.engine.num_state_snapshots > 0 && state.snapshots == 0)
+    spdlog::warn("engine.num_state_snapshots ignored: {}",
+                 state.sequence_slots == 0 ? "the model has no recurrent state" : "prefix caching is off");
   server.metrics().AddCollector([&server, &engine, &info] {
     EngineSnapshot s = engine.Snapshot();
     if (s.expert_routed_tokens.empty()) return;

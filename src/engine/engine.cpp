@@ -52,8 +52,8 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   hybrid_ = mc.NumLayersOf(LayerKind::kLinearAttention) > 0;
   // Hybrid models: one state slot per running sequence, then the prefix cache's snapshot slots.
   if (config_.num_state_snapshots < 0) Fail(ErrorKind::kInvalidArgument, "num_state_snapshots must be >= 0");
-  const int64_t slots = hybrid_ ? config_.max_num_seqs : 0;
-  const int64_t snapshots = StateSlotsFor(config_, mc) - slots;  // the GPU memory plan counts the same
+  const StatePlan state = PlanState(config_, mc, 0);  // the GPU memory plan counts the same
+  const int64_t slots = state.sequence_slots, snapshots = state.snapshots;
   model_->AllocateCaches(pages, config_.page_size, slots + snapshots);
   pool_ = std::make_unique<PagePool>(pages, config_.page_size, slots);
   if (config_.enable_prefix_caching) {

@@ -19,12 +19,29 @@ std::string Gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t StateSlotsFor(const EngineConfig& ec, const ModelConfig& mc) {
-  if (mc.NumLayersOf(LayerKind::kLinearAttention) == 0) return 0;
-  const int64_t snapshots = !ec.enable_prefix_caching     ? 0
-                            : ec.num_state_snapshots > 0 ? ec.num_state_snapshots
-                                                         : std::max<int64_t>(1, (ec.max_num_seqs + 3) / 4);
-  return ec.max_num_seqs + snapshots;
+StatePlan PlanState(const EngineConfig& ec, const ModelConfig& mc, int64_t bytes_per_slot) {
+  StatePlan s;
+  s.bytes_per_slot = bytes_per_slot;
+  if (mc.NumLayersOf(LayerKind::kLinearAttention) == 0) return s;
+  s.sequence_slots = ec.max_num_seqs;
+  s.snapshots = !ec.enable_prefix_caching    ? 0
+                : ec.num_state_snapshots > 0 ? ec.num_state_snapshots
+                                             : std::max<int64_t>(1, (ec.max_num_seqs + 3) / 4);
+  return s;
+}
+
+std::string DescribeStatePlan(const StatePlan& s) {
+  if (s.slots() == 0) return "none (no Gated DeltaNet layers)";
+  return fmt::format("{} sequence slots + {} prefix-cache snapshots x {} = {} (snapshots {})", s.sequence_slots,
+                     s.snapshots, HumanBytes(static_cast<double>(s.bytes_per_slot)),
+                     HumanBytes(static_cast<double>(s.bytes())), HumanBytes(static_cast<double>(s.snapshot_bytes())));
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
 int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs) {

@@ -30,9 +30,25 @@ struct GpuMemoryPlan {
   int64_t kv_tokens = 0;          // kv_pool_bytes / kv_bytes_per_token
 };
 
-// Recurrent-state slots the engine allocates: one per running sequence, plus the prefix cache's
-// snapshot slots (hybrid models only; 0 otherwise).
-int64_t StateSlotsFor(const EngineConfig& ec, const ModelConfig& mc);
+// The recurrent-state slots the engine allocates (all 0 for a model without recurrent state): one
+// per running sequence (max_num_seqs), then the prefix cache's snapshot slots (num_state_snapshots;
+// 0 = max_num_seqs / 4, at least 1; none with prefix caching off).
+struct StatePlan {
+  int64_t sequence_slots = 0;
+  int64_t snapshots = 0;
+  int64_t bytes_per_slot = 0;  // one sequence's recurrent state, as one rank holds it
+  int64_t slots() const { return sequence_slots + snapshots; }
+  int64_t bytes() const { return slots() * bytes_per_slot; }
+  int64_t snapshot_bytes() const { return snapshots * bytes_per_slot; }
+};
+StatePlan PlanState(const EngineConfig& ec, const ModelConfig& mc, int64_t bytes_per_slot);
+
+// "64 sequence slots + 16 prefix-cache snapshots x 62.81 MiB = 4.91 GiB (snapshots 1004.94 MiB)";
+// "none (no Gated DeltaNet layers)" for a model without recurrent state.
+std::string DescribeStatePlan(const StatePlan& s);
+
+// "62.81 MiB": bytes in B / KiB / MiB / GiB / TiB with two decimals.
+std::string HumanBytes(double bytes);
 
 // Activation reserve of a step of max_num_batched_tokens rows: the per-row buffers of the largest
 // layer kind (attention, Gated DeltaNet, MoE slots and their grouped-path copies), the logits of up

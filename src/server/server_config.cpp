@@ -59,6 +59,9 @@ const std::vector<Entry>& Entries() {
                   "reuse KV pages of shared prefixes"),
       TESSERA_KEY(engine, enable_chunked_prefill, "--enable-chunked-prefill", kBool, false,
                   "split long prefills over steps"),
+      TESSERA_KEY(engine, num_state_snapshots, "--num-state-snapshots", kInt, false,
+                  "hybrid models: recurrent-state snapshots kept for prefix caching, each one sequence's state "
+                  "(0 = max_num_seqs / 4)"),
       TESSERA_KEY(engine, kv_cache_memory, "--kv-cache-memory", kBytes, false,
                   "KV cache budget (bytes, or 4GiB...; total over all ranks; 0 = auto: GPU from "
                   "--gpu-memory-utilization, CPU 4GiB)"),
@@ -405,6 +408,7 @@ void ValidateServerConfig(const ServerConfig& c) {
   if (c.server.max_body_bytes < 1024) bad("server.max_body_bytes", "must be at least 1024");
   if (c.engine.max_num_seqs < 1) bad("engine.max_num_seqs", "must be >= 1");
   if (c.engine.max_num_batched_tokens < 1) bad("engine.max_num_batched_tokens", "must be >= 1");
+  if (c.engine.num_state_snapshots < 0) bad("engine.num_state_snapshots", "must be >= 0 (0 = max_num_seqs / 4)");
   if (c.engine.kv_cache_memory < 0) bad("engine.kv_cache_memory", "must be >= 0 (0 = automatic)");
   if (!(c.engine.gpu_memory_utilization > 0 && c.engine.gpu_memory_utilization <= 1))
     bad("engine.gpu_memory_utilization", "must be in (0, 1]");

@@ -46,6 +46,9 @@ struct EngineSection {
   int64_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  // Hybrid (Gated DeltaNet) models with prefix caching: recurrent-state snapshots kept for cached
+  // prefixes, each one sequence's state in size; 0 = max_num_seqs / 4. Ignored by other models.
+  int64_t num_state_snapshots = 0;
   // KV cache bytes (YAML/CLI accept "4GiB", "512MiB", ...); 0 = automatic: on a GPU what
   // gpu_memory_utilization leaves after weights, state and activations; on the CPU 4 GiB.
   int64_t kv_cache_memory = 0;

@@ -273,6 +273,80 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
+// --num-state-snapshots sets the prefix-cache snapshot slots of a hybrid model's recurrent state:
+// each adds one sequence's state to the plan and takes it from the KV pool; a model without
+// recurrent state has none, whatever is set.
+TEST(CliInspect, StateSnapshotsFollowTheFlag) {
+  auto inspect = [](const std::string& config, const std::string& flags) {
+    auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/" + config)) +
+                        " --gpu-memory 141GB --max-num-seqs 32 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    return r.out;
+  };
+  const json def = json::parse(inspect("qwen3.5-35b-a3b", "--json"));
+  const int64_t per_seq = def["state_bytes_per_sequence"].get<int64_t>();
+  EXPECT_EQ(def["state_slots"]["snapshots"].get<int64_t>(), 8);  // 0 = max_num_seqs / 4
+  for (int64_t n : {1, 8, 128}) {
+    const json j = json::parse(inspect("qwen3.5-35b-a3b", "--json --num-state-snapshots " + std::to_string(n)));
+    const json& s = j["state_slots"];
+    EXPECT_EQ(s["sequences"].get<int64_t>(), 32) << n;
+    EXPECT_EQ(s["snapshots"].get<int64_t>(), n);
+    EXPECT_EQ(s["snapshot_bytes"].get<int64_t>(), per_seq * n);
+    EXPECT_EQ(s["total_bytes"].get<int64_t>(), per_seq * (32 + n));
+    EXPECT_EQ(j["gpu_plan"]["state_bytes"].get<int64_t>(), per_seq * (32 + n));
+    EXPECT_EQ(j["gpu_plan"]["kv_pool_bytes"].get<int64_t>() + per_seq * n,
+              def["gpu_plan"]["kv_pool_bytes"].get<int64_t>() + per_seq * 8);
+  }
+  EXPECT_NE(
+      inspect("qwen3.5-35b-a3b", "--num-state-snapshots 128").find("32 sequence slots + 128 prefix-cache snapshots"),
+      std::string::npos);
+  const json dense = json::parse(inspect("qwen3-30b-a3b", "--json --num-state-snapshots 128"));
+  EXPECT_EQ(dense["state_slots"]["snapshots"].get<int64_t>(), 0);
+  EXPECT_EQ(dense["state_slots"]["snapshot_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(dense["gpu_plan"]["state_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(inspect("qwen3-30b-a3b", "--num-state-snapshots 128").find("state slots:      none"), std::string::npos);
+  for (const char* bad : {"-1", "many", "2.5"}) {
+    auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) +
+                        " --num-state-snapshots " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("--num-state-snapshots"), std::string::npos) << r.err;
+  }
+}
+
+// `tessera serve --num-state-snapshots N` reaches the engine: its start-up log shows the state slots
+// the engine allocated (a hybrid fixture with the byte tokenizer, stopped with SIGTERM once ready).
+TEST(CliServe, StateSnapshotsReachTheEngine) {
+  auto start_up_log = [](const std::string& family, const std::string& flags) {
+    const std::string log = ScratchDir("cli-serve-state") + "/stderr";
+    auto r =
+        RunCommand("(TESSERA_LOG_LEVEL=info " + Bin() + " serve --port 0 --access-log '' --max-num-seqs 4 --model " +
+                   Quote(Model(family)) + " --tokenizer " + Quote(DataPath("fixtures/tokenizers/bytes")) + " " + flags +
+                   " 2>" + log + " & p=$!; i=0; while [ $i -lt 600 ] && ! grep -q 'ready: ' " + log +
+                   "; do sleep 0.1; i=$((i + 1)); done; kill -TERM $p; wait $p)");
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << ReadFile(log);
+    return ReadFile(log);
+  };
+  std::string log = start_up_log("qwen3_5_moe", "--num-state-snapshots 3");
+  EXPECT_NE(log.find("recurrent state: 4 sequence slots + 3 prefix-cache snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("engine.num_state_snapshots: 3"), std::string::npos) << log;  // the effective configuration
+  log = start_up_log("qwen3_5_moe", "");
+  EXPECT_NE(log.find("recurrent state: 4 sequence slots + 1 prefix-cache snapshots"), std::string::npos) << log;
+  log = start_up_log("qwen3_5_moe", "--num-state-snapshots 3 --no-enable-prefix-caching");
+  EXPECT_NE(log.find("recurrent state: 4 sequence slots + 0 prefix-cache snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("engine.num_state_snapshots ignored: prefix caching is off"), std::string::npos) << log;
+  log = start_up_log("qwen3_moe", "--num-state-snapshots 3");
+  EXPECT_NE(log.find("recurrent state: none"), std::string::npos) << log;
+  EXPECT_NE(log.find("engine.num_state_snapshots ignored: the model has no recurrent state"), std::string::npos) << log;
+  for (const char* bad : {"-1", "many"}) {
+    auto r =
+        RunCommand(Bin() + " serve --port 0 --model " + Quote(Model("qwen3_5_moe")) + " --num-state-snapshots " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("engine.num_state_snapshots"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliVerify, ReportsEachChecksumMismatch) {
   std::string dir = ScratchDir("cli-verify");
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})

@@ -22,6 +22,19 @@ std::string ErrorOf(const std::function<void()>& fn) {
   return "<no error>";
 }
 
+// `c` with the flags of `args` (as `tessera serve` would take them) applied.
+ServerConfig WithFlags(ServerConfig c, std::vector<std::string> args) {
+  CLI::App app("test");
+  ConfigFlagValues flags;
+  RegisterConfigFlags(app, flags);
+  args.insert(args.begin(), "prog");
+  std::vector<char*> ptrs;
+  for (auto& a : args) ptrs.push_back(a.data());
+  app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  ApplyConfigFlags(flags, c);
+  return c;
+}
+
 TEST(ServerConfig, ParsesEverySection) {
   ServerConfig c = ParseServerConfig(R"(
 model:
@@ -192,31 +205,42 @@ TEST(ServerConfig, FlagTableCoversEveryKeyUniquely) {
 
 TEST(ServerConfig, CliFlagsOverrideYaml) {
   ServerConfig c =
-      ParseServerConfig("server:\n  port: 9000\n  log_requests: true\nsecurity:\n  api_keys: [a]\n");
-  CLI::App app("test");
-  ConfigFlagValues flags;
-  RegisterConfigFlags(app, flags);
-  std::vector<std::string> argv = {"prog",
-                                   "--port",
-                                   "9100",
-                                   "--no-log-requests",
-                                   "--api-key",
-                                   "k1",
-                                   "--api-key",
-                                   "k2,k3",
-                                   "--kv-cache-memory",
-                                   "1GiB",
-                                   "--enable-chunked-prefill"};
-  std::vector<char*> ptrs;
-  for (auto& a : argv) ptrs.push_back(a.data());
-  app.parse(static_cast<int>(ptrs.size()), ptrs.data());
-  ApplyConfigFlags(flags, c);
+      WithFlags(ParseServerConfig("server:\n  port: 9000\n  log_requests: true\nsecurity:\n  api_keys: [a]\n"),
+                {"--port", "9100", "--no-log-requests", "--api-key", "k1", "--api-key", "k2,k3", "--kv-cache-memory",
+                 "1GiB", "--enable-chunked-prefill"});
   EXPECT_EQ(c.server.port, 9100);
   EXPECT_FALSE(c.server.log_requests);
   EXPECT_EQ(c.security.api_keys, (std::vector<std::string>{"k1", "k2", "k3"}));
   EXPECT_EQ(c.engine.kv_cache_memory, int64_t{1} << 30);
   EXPECT_TRUE(c.engine.enable_chunked_prefill);
   EXPECT_EQ(GetConfigValue(c, "server.port"), "9100");
+}
+
+// engine.num_state_snapshots (hybrid models' prefix-cache state snapshots): YAML key and flag, 0 by
+// default (the engine's max_num_seqs / 4), a bad value named by its key.
+TEST(ServerConfig, NumStateSnapshotsKeyAndFlag) {
+  EXPECT_EQ(ServerConfig{}.engine.num_state_snapshots, 0);
+  ServerConfig c = ParseServerConfig("engine:\n  num_state_snapshots: 96\n");
+  EXPECT_EQ(c.engine.num_state_snapshots, 96);
+  ValidateServerConfig(c);
+  c = WithFlags(c, {"--num-state-snapshots", "128"});  // the flag overrides the file
+  EXPECT_EQ(c.engine.num_state_snapshots, 128);
+  EXPECT_NE(EffectiveConfigString(c).find("engine.num_state_snapshots: 128\n"), std::string::npos);
+  // A negative flag value is taken as a value, then refused by validation, naming the key.
+  c = WithFlags(c, {"--num-state-snapshots", "-1"});
+  EXPECT_EQ(c.engine.num_state_snapshots, -1);
+  std::string err = ErrorOf([&] { ValidateServerConfig(c); });
+  EXPECT_NE(err.find("'engine.num_state_snapshots'"), std::string::npos) << err;
+  EXPECT_NE(err.find(">= 0"), std::string::npos) << err;
+  err = ErrorOf([&] { WithFlags(c, {"--num-state-snapshots", "lots"}); });
+  EXPECT_NE(err.find("'engine.num_state_snapshots'"), std::string::npos) << err;
+
+  for (const char* yaml : {"engine:\n  num_state_snapshots: many\n", "engine:\n  num_state_snapshots: 2.5\n"}) {
+    err = ErrorOf([&] { ParseServerConfig(yaml); });
+    EXPECT_NE(err.find("'engine.num_state_snapshots'"), std::string::npos) << yaml << " -> " << err;
+  }
+  SetConfigValue(c, "engine.num_state_snapshots", "0");
+  ValidateServerConfig(c);
 }
 
 TEST(ServerConfig, LoadsFile) {
