@@ -16,6 +16,8 @@
 //   TESSERA_CUDA_BENCH_DENOISE_BATCH  sequences of the batched denoise row [8] (0: no such row)
 //   TESSERA_CUDA_BENCH_LOGITS         1: decode / denoise rows bring their logits to the host instead of
 //                                     greedy tokens drawn on the device (Segment::sample) [0]
+//   TESSERA_CUDA_BENCH_MATMUL         rows of the dense-product comparison (CudaBench.MatMulRows, its
+//                                     own test) [unset: not run], e.g. 32,64,128,256,512,1024
 // An empty list (e.g. TESSERA_CUDA_BENCH_BATCHES=,) skips those rows; with TESSERA_CUDA_PROFILE=1
 // the backend prints its per-op profile of the whole run at the end (docs/CUDA.md).
 //
@@ -35,11 +37,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/model.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -447,6 +453,92 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   }
   bench.pool().Clear();
   if (prompt > 0) bench.PrefillRow(prompt);
+}
+
+// The dense bf16 products of the denoise and decode steps at m rows on three backends: the default
+// (GEMV <= 8 rows, the MMA kernel where UseSkinnyGemm says), the MMA kernel for every size
+// (TESSERA_CUDA_SKINNY_MAX_WORK unbounded) and cuBLASLt's hi + lo GEMMs (TESSERA_CUDA_SKINNY_MAX_ROWS
+// =0), with the nominal rate (2 m n k FLOPs) and weight bandwidth: where the MMA kernel's limits
+// belong. A shape of several weights (n = a+b+..) is one MatMulMulti. Checks only that all agree.
+// Output: bench-matmul | <n>x<k> | m <m> | default <us> (<TFLOP/s>, <TB/s>) | mma <us> (..) | cublaslt <us> (..)
+TEST(CudaBench, MatMulRows) {
+  const std::vector<int64_t> rows = EnvList("TESSERA_CUDA_BENCH_MATMUL", "");
+  if (rows.empty()) GTEST_SKIP() << "skipped: TESSERA_CUDA_BENCH_MATMUL is not set";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  std::unique_ptr<Backend> be[3];
+  be[0] = MakeCudaBackend();
+  setenv("TESSERA_CUDA_SKINNY_MAX_WORK", "1000000000000000", 1);
+  be[1] = MakeCudaBackend();
+  unsetenv("TESSERA_CUDA_SKINNY_MAX_WORK");
+  setenv("TESSERA_CUDA_SKINNY_MAX_ROWS", "0", 1);
+  be[2] = MakeCudaBackend();
+  unsetenv("TESSERA_CUDA_SKINNY_MAX_ROWS");
+  // Weights of one k: Qwen3.5-35B-A3B GDN in_proj (stacked) and out_proj, attention q (+ gate), the
+  // router + shared expert gate / up / output gate, shared down; Qwen3-30B-A3B q / k / v and o.
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes = {
+      {{12352}, 2048}, {{2048}, 4096}, {{8192}, 2048},        {{256, 512, 512, 1}, 2048},
+      {{2048}, 512},   {{1024}, 2048}, {{4096, 512, 512}, 2048}, {{5120}, 2048}};
+  constexpr int kCalls = 50;
+  for (const auto& [ns, k] : shapes) {
+    int64_t n = 0;
+    for (int64_t part : ns) n += part;
+    const auto w = testing::NonZeroUniform(n * k, -0.05f, 0.05f, 3);
+    std::vector<uint16_t> wb(w.size());
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = F32ToBf16(w[i]);
+    for (int64_t m : rows) {
+      const auto x = testing::NonZeroUniform(m * k, -1, 1, 4 + m);
+      std::vector<float> out[3];
+      double us[3];
+      for (int b = 0; b < 3; ++b) {
+        DeviceBuffer dw(*be[b], wb.size() * 2), dx = DeviceBuffer::Floats(*be[b], m * k),
+                                                dy = DeviceBuffer::Floats(*be[b], m * n);
+        be[b]->Upload(dw.data(), wb.data(), wb.size() * 2);
+        be[b]->Upload(dx.data(), x.data(), x.size() * 4);
+        std::vector<Tensor> parts;
+        std::vector<Backend::MatMulOut> outs;
+        int64_t row0 = 0;
+        for (int64_t part : ns) {  // weight j = rows row0.. of the stacked matrix; its output likewise
+          parts.push_back(Tensor{static_cast<uint16_t*>(dw.data()) + row0 * k, DType::kBF16, {part, k}});
+          row0 += part;
+        }
+        row0 = 0;
+        for (size_t j = 0; j < ns.size(); ++j) {
+          outs.push_back({&parts[j], dy.f32() + row0 * m});
+          row0 += ns[j];
+        }
+        auto call = [&] {
+          if (ns.size() == 1)
+            be[b]->MatMul(dx.f32(), m, parts[0], dy.f32(), false);
+          else
+            be[b]->MatMulMulti(dx.f32(), m, outs);
+        };
+        for (int i = 0; i < 3; ++i) call();
+        be[b]->Synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kCalls; ++i) call();
+        be[b]->Synchronize();
+        us[b] = Seconds(t0) / kCalls * 1e6;
+        out[b].resize(m * n);
+        be[b]->Download(out[b].data(), dy.data(), out[b].size() * 4);
+      }
+      double diff = 0, ref = 1e-30;
+      for (int b = 0; b < 2; ++b)
+        for (size_t i = 0; i < out[2].size(); ++i) {
+          diff = std::max(diff, static_cast<double>(std::fabs(out[b][i] - out[2][i])));
+          ref = std::max(ref, static_cast<double>(std::fabs(out[2][i])));
+        }
+      std::string name;
+      for (int64_t part : ns) name += (name.empty() ? "" : "+") + std::to_string(part);
+      EXPECT_LE(diff / ref, 1e-4) << name << "x" << k << " m=" << m;
+      const double flops = 2.0 * m * n * k, bytes = 2.0 * n * k;
+      std::printf("bench-matmul | %sx%ld | m %ld", name.c_str(), static_cast<long>(k), static_cast<long>(m));
+      const char* label[3] = {"default", "mma", "cublaslt"};
+      for (int b = 0; b < 3; ++b)
+        std::printf(" | %s %.1f us (%.0f TFLOP/s, %.2f TB/s)", label[b], us[b], flops / us[b] / 1e6,
+                    bytes / us[b] / 1e6);
+      std::printf(" | rel diff %.1e\n", diff / ref);
+    }
+  }
 }
 
 }  // namespace

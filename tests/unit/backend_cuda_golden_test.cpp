@@ -138,7 +138,9 @@ TEST_P(CudaGolden, PrefillThenDecodeMatchesReference) {
 
 // Decode steps of two sequences queued as CUDA graphs (captured on the second equal step, replayed
 // from the third) give the logits of the same steps queued op by op, bit for bit: a replay runs the
-// same kernels on the same arguments, with this step's ids, positions and page tables.
+// same kernels on the same arguments, with this step's ids, positions and page tables. Both with the
+// default chunks of a step and with chunks of 5 commands (TESSERA_CUDA_GRAPH_CHUNK: many cuts, each
+// chunk's scratch copied by its own graph).
 TEST_P(CudaGolden, StepGraphsMatchOpByOp) {
   auto decode = [&](Model& m, std::string* summary) {
     m.AllocateCaches(64, 4, 3);
@@ -166,25 +168,34 @@ TEST_P(CudaGolden, StepGraphsMatchOpByOp) {
     *summary = m.backend().StepSummary();
     return all;
   };
-  std::string graphs_summary, eager_summary;
-  const std::vector<float> with_graphs = decode(*model_, &graphs_summary);
-  ::setenv("TESSERA_CUDA_GRAPHS", "0", 1);
   LoadOptions o;
   o.device = "cuda";
-  std::unique_ptr<Model> eager_model = Model::Load(FixtureDir(GetParam()), o);
-  ::unsetenv("TESSERA_CUDA_GRAPHS");
-  const std::vector<float> op_by_op = decode(*eager_model, &eager_summary);
-  std::printf("step graphs %s: %s | graphs off: %s\n", GetParam().c_str(), graphs_summary.c_str(),
-              eager_summary.c_str());
-  long replayed = 0, replayed_off = 0;
+  auto load_with = [&](const char* name, const char* value) {
+    ::setenv(name, value, 1);
+    std::unique_ptr<Model> m = Model::Load(FixtureDir(GetParam()), o);
+    ::unsetenv(name);
+    return m;
+  };
+  std::string graphs_summary, small_summary, eager_summary;
+  const std::vector<float> with_graphs = decode(*model_, &graphs_summary);
+  const std::vector<float> small_chunks = decode(*load_with("TESSERA_CUDA_GRAPH_CHUNK", "5"), &small_summary);
+  const std::vector<float> op_by_op = decode(*load_with("TESSERA_CUDA_GRAPHS", "0"), &eager_summary);
+  std::printf("step graphs %s: %s | chunks of 5: %s | graphs off: %s\n", GetParam().c_str(), graphs_summary.c_str(),
+              small_summary.c_str(), eager_summary.c_str());
+  long replayed = 0, replayed_small = 0, replayed_off = 0;
   ASSERT_EQ(std::sscanf(graphs_summary.c_str(), "steps: %ld replayed", &replayed), 1) << graphs_summary;
+  ASSERT_EQ(std::sscanf(small_summary.c_str(), "steps: %ld replayed", &replayed_small), 1) << small_summary;
   ASSERT_EQ(std::sscanf(eager_summary.c_str(), "steps: %ld replayed", &replayed_off), 1) << eager_summary;
   EXPECT_GE(replayed, 8) << "most decode steps should replay a graph";
+  EXPECT_GE(replayed_small, 8 * 4) << "the chunks of most decode steps should replay their graphs";
   EXPECT_EQ(replayed_off, 0);
   ASSERT_EQ(with_graphs.size(), op_by_op.size());
-  int64_t differing = 0;
+  ASSERT_EQ(small_chunks.size(), op_by_op.size());
+  int64_t differing = 0, differing_small = 0;
   for (size_t i = 0; i < with_graphs.size(); ++i) differing += with_graphs[i] != op_by_op[i];
+  for (size_t i = 0; i < small_chunks.size(); ++i) differing_small += small_chunks[i] != op_by_op[i];
   EXPECT_EQ(differing, 0) << "of " << with_graphs.size() << " logits";
+  EXPECT_EQ(differing_small, 0) << "of " << small_chunks.size() << " logits (chunks of 5)";
 }
 
 TEST_P(CudaGolden, DeviceSampledDecodeMatchesHostRule) {

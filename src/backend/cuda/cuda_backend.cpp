@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -22,8 +23,14 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr size_t kStagingBytes = 64u << 20;
 constexpr size_t kRingBytes = 8u << 20;  // two halves of 4 MiB: a forward's metadata many times over
-// Step graphs kept: the decode steps of the batch sizes and context lengths in use, denoise steps.
-constexpr size_t kMaxStepGraphs = 64;
+// Step graphs kept: the chunks of the decode steps of the batch sizes and context lengths in use,
+// of denoise steps.
+constexpr size_t kMaxStepGraphs = 512;
+// A step's first chunk is short: the GPU idles while it is recorded (~0.5 us a command). The host
+// records the later ones faster than the GPU runs the chunks before them (a decode step's ~900
+// commands take ~4 us each on the GPU at batch 1), and each chunk costs a graph launch.
+constexpr size_t kFirstChunkCommands = 24;
+constexpr size_t kNextChunkCommands = 256;
 
 size_t RoundSize(size_t bytes) {
   if (bytes <= 256) return 256;
@@ -96,11 +103,27 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   graphs_ = std::make_unique<cuda::StepGraphs>(stream_, kMaxStepGraphs);
   // TESSERA_CUDA_GRAPHS=0 queues every op at once (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_GRAPHS")) step_graphs_ = std::string(v) != "0";
+  first_chunk_commands_ = kFirstChunkCommands;
+  next_chunk_commands_ = kNextChunkCommands;
+  // TESSERA_CUDA_GRAPH_CHUNK=N: chunks of N commands (tests); 0: one graph a step (comparisons).
+  if (const char* v = std::getenv("TESSERA_CUDA_GRAPH_CHUNK"); v && *v) {
+    const long long n = std::atoll(v);
+    first_chunk_commands_ = next_chunk_commands_ = n > 0 ? static_cast<size_t>(n) : SIZE_MAX;
+  }
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;
-  // TESSERA_CUDA_SKINNY_GEMM=0 keeps 9..64-row products on cuBLASLt (comparisons, tests).
-  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM")) skinny_gemm_ = std::string(v) != "0";
+  // The MMA kernel takes bf16 products of 9..64 rows, and small ones of 65..256 rows (see
+  // UseSkinnyGemm). TESSERA_CUDA_SKINNY_MAX_ROWS / _MAX_WORK move the limits (comparisons, tests);
+  // TESSERA_CUDA_SKINNY_GEMM=0 keeps every product of more than 8 rows on cuBLASLt; the first
+  // kernel (TESSERA_CUDA_SKINNY=v1) takes at most one row tile.
+  skinny_max_rows_ = cuda::kSkinnyGemmDefaultRows;
+  skinny_tiled_max_work_ = cuda::kSkinnyGemmTiledMaxWork;
+  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_MAX_ROWS"); v && *v)
+    skinny_max_rows_ = std::clamp<int64_t>(std::atoll(v), 0, cuda::kSkinnyGemmRowLimit);
+  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_MAX_WORK"); v && *v) skinny_tiled_max_work_ = std::atoll(v);
+  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM"); v && std::string(v) == "0") skinny_max_rows_ = 0;
+  if (!cuda::SkinnyGemmMultiAvailable()) skinny_max_rows_ = std::min(skinny_max_rows_, cuda::kSkinnyGemmMaxRows);
   // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
   // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
@@ -245,12 +268,22 @@ void CudaBackend::Synchronize() {
 
 void CudaBackend::FlushStep() {
   if (!graphs_ || !graphs_->recording()) return;
-  // The step's scratch arrays were written to the ring from its start: one copy, first, brings them
+  // The chunk's scratch arrays were written to the ring from its start: one copy, first, brings them
   // all to the device (a replayed graph copies what the host wrote for this step).
-  if (ring_head_ > 0)
-    graphs_->AddFirst("step scratch upload", CopyAsync, static_cast<void*>(ring_dev_),
-                      static_cast<const void*>(ring_host_), ring_head_, cudaMemcpyHostToDevice, stream_);
+  if (ring_head_ > chunk_ring_start_)
+    graphs_->AddFirst("step scratch upload", CopyAsync, static_cast<void*>(ring_dev_ + chunk_ring_start_),
+                      static_cast<const void*>(ring_host_ + chunk_ring_start_), ring_head_ - chunk_ring_start_,
+                      cudaMemcpyHostToDevice, stream_);
   graphs_->Flush();
+}
+
+// Equal steps cut at equal command counts, so their chunks (and the chunks' ring offsets) are equal
+// and each chunk keeps its graph.
+void CudaBackend::FlushChunk() {
+  FlushStep();
+  chunk_ring_start_ = ring_head_;
+  step_chunk_commands_ = next_chunk_commands_;
+  graphs_->Begin();
 }
 
 void CudaBackend::BeginStep() {
@@ -261,6 +294,8 @@ void CudaBackend::BeginStep() {
   Check(cudaStreamSynchronize(stream_), "step start");
   ring_half_ = 0;
   ring_head_ = 0;
+  chunk_ring_start_ = 0;
+  step_chunk_commands_ = first_chunk_commands_;
   graphs_->Begin();
 }
 
@@ -268,10 +303,17 @@ void CudaBackend::EndStep() { FlushStep(); }
 
 std::string CudaBackend::StepSummary() {
   const cuda::StepGraphs::Stats& st = graphs_->stats();
+  std::string chunks = "; one graph a step";
+  if (!step_graphs_) {
+    chunks = ", graphs off";
+  } else if (first_chunk_commands_ != SIZE_MAX) {
+    chunks = "; a step is cut into chunks of " + std::to_string(first_chunk_commands_) + ", then " +
+             std::to_string(next_chunk_commands_) + " commands, each counted";
+  }
   return std::string("steps: ") + std::to_string(st.replayed) + " replayed as CUDA graphs, " +
          std::to_string(st.captured) + " captured, " + std::to_string(st.eager) + " queued op by op (" +
-         std::to_string(graphs_->graphs()) + " graphs cached" + (step_graphs_ ? "" : ", graphs off") +
-         "), host recording " + std::to_string(st.recording_seconds * 1e3) + " ms in all";
+         std::to_string(graphs_->graphs()) + " graphs cached" + chunks + "), host recording " +
+         std::to_string(st.recording_seconds * 1e3) + " ms in all";
 }
 
 bool CudaBackend::MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
@@ -400,20 +442,31 @@ void CudaBackend::RunGemm(void* lt, const GemmPlan* plan, const void* w, const v
       "cublasLtMatmul");
 }
 
+// Up to 64 rows the MMA kernel beats cuBLASLt's two hi + lo GEMMs for most shapes. With more rows it
+// re-reads each weight tile per row tile of 64 and runs at a fraction of cuBLASLt's rate, so it only
+// takes small products (m n k <= kSkinnyGemmTiledMaxWork per weight), where cuBLASLt's ~20 us a call
+// dominates: one launch of several weights replaces that many cuBLASLt calls (CudaBench.MatMulRows).
+bool CudaBackend::UseSkinnyGemm(int64_t m, int64_t k, int64_t cols, int64_t weights) const {
+  if (m <= cuda::kGemvMaxRows || m > skinny_max_rows_) return false;
+  return m <= cuda::kSkinnyGemmMaxRows ||
+         static_cast<double>(m) * cols * k <= static_cast<double>(skinny_tiled_max_work_) * weights;
+}
+
 void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   if (m == 0) return;
-  profiler_->Mark(m <= cuda::kGemvMaxRows           ? "MatMul gemv"
-                  : m <= cuda::kSkinnyGemmMaxRows ? "MatMul few-row mma"
-                                                  : "MatMul gemm");
   if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
   const int64_t n = w.shape[0], k = w.shape[1];
+  profiler_->Mark(m <= cuda::kGemvMaxRows         ? "MatMul gemv"
+                  : !UseSkinnyGemm(m, k, n, 1)    ? "MatMul gemm"
+                  : m <= cuda::kSkinnyGemmMaxRows ? "MatMul few-row mma"
+                                                  : "MatMul row-tiled mma");
   if (w.dtype == DType::kBF16) {
     const auto* wb = static_cast<const uint16_t*>(w.data);
     if (m <= cuda::kGemvMaxRows) {
       Enqueue("GemvBf16", cuda::GemvBf16, x, m, k, wb, n, y, accumulate, stream_);
       return;
     }
-    if (const int splits = skinny_gemm_ ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
+    if (const int splits = UseSkinnyGemm(m, k, n, 1) ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
         splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
       DeviceBuffer partial;
       if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
@@ -434,17 +487,20 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
   }
 }
 
-// bf16 weights of one k: one launch for up to 4 of them, by the GEMV (m <= 8) or the few-row MMA
-// kernel (m <= 64; decided here, before recording, as MatMul decides); anything else per weight.
+// bf16 weights of one k: one launch for up to 4 of them, by the GEMV (m <= 8) or the MMA kernel
+// (m <= its row limit; decided here, before recording, as MatMul decides); anything else per weight.
 void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
   static_assert(cuda::kGemvMaxJobs == 4 && cuda::kSkinnyMaxJobs == 4, "four weights a launch");
   const bool gemv = m > 0 && m <= cuda::kGemvMaxRows;
-  bool one_launch = (gemv || (skinny_gemm_ && m <= cuda::kSkinnyGemmMaxRows && cuda::SkinnyGemmMultiAvailable())) &&
+  const int64_t k = !outs.empty() && outs[0].w->shape.size() == 2 ? outs[0].w->shape[1] : -1;
+  int64_t cols = 0;
+  for (const MatMulOut& o : outs) cols += o.w->shape.empty() ? 0 : o.w->shape[0];
+  const auto weights = static_cast<int64_t>(outs.size());
+  bool one_launch = (gemv || (UseSkinnyGemm(m, k, cols, weights) && cuda::SkinnyGemmMultiAvailable())) &&
                     !outs.empty() && outs.size() <= 4;
   const uint16_t* w[4] = {};
   float* y[4] = {};
   int64_t n[4] = {};
-  const int64_t k = !outs.empty() && outs[0].w->shape.size() == 2 ? outs[0].w->shape[1] : -1;
   for (size_t i = 0; one_launch && i < outs.size(); ++i) {
     const Tensor& t = *outs[i].w;
     one_launch = t.dtype == DType::kBF16 && t.shape.size() == 2 && t.shape[1] == k &&

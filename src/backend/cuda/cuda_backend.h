@@ -141,6 +141,7 @@ class CudaBackend : public Backend {
   void Enqueue(const char* what, R (*fn)(P...), A&&... args) {
     if (graphs_->recording()) {
       graphs_->Add(what, fn, std::forward<A>(args)...);
+      if (graphs_->recorded() >= step_chunk_commands_) FlushChunk();
       return;
     }
     fn(std::forward<A>(args)...);
@@ -149,11 +150,17 @@ class CudaBackend : public Backend {
   // Queues the step being recorded, if any (before anything that waits for the device or reads the
   // host memory of the call).
   void FlushStep();
+  // Queues the chunk of the step recorded so far and records the rest as the next chunk: the GPU
+  // starts on a step while the host is still recording it (cuda_step_graph.h).
+  void FlushChunk();
   static void RunGemm(void* lt, const GemmPlan* plan, const void* w, const void* x, float* y, bool accumulate,
                       void* workspace, size_t workspace_bytes, cudaStream_t s);
   ScratchArray UploadScratch(const void* src, size_t bytes);
   // inv_freq of RoPE for (theta, rotary_dim), computed once and kept on the device.
   const float* RopeInvFreq(double theta, int64_t rotary_dim);
+  // Whether a bf16 product of m rows, depth k and `cols` output columns (all `weights` weights of a
+  // MatMulMulti) goes to the MMA kernel (cuda_skinny_gemm.cu) rather than cuBLASLt.
+  bool UseSkinnyGemm(int64_t m, int64_t k, int64_t cols, int64_t weights) const;
   void GemmLt(const void* w, bool w_bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
               bool accumulate);
   const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
@@ -167,7 +174,8 @@ class CudaBackend : public Backend {
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
-  bool skinny_gemm_ = true;                      // 9..64-row products on the few-row MMA kernel
+  int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
+  int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight
   int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
@@ -188,6 +196,12 @@ class CudaBackend : public Backend {
   char* ring_host_ = nullptr;
   char* ring_dev_ = nullptr;
   size_t ring_head_ = 0;
+  size_t chunk_ring_start_ = 0;  // scratch of the step's chunks before the one being recorded is queued
+  // Commands of a step's chunk: a short first one (the GPU waits for its recording), then longer ones
+  // (recorded while the GPU runs the chunks before). TESSERA_CUDA_GRAPH_CHUNK=N: N commands each
+  // (0: one graph a step).
+  size_t step_chunk_commands_ = 0;
+  size_t first_chunk_commands_ = 0, next_chunk_commands_ = 0;
   int ring_half_ = 0;  // the half ring_head_ is in
   cudaEvent_t ring_half_done_[2] = {nullptr, nullptr};
   std::map<std::pair<double, int64_t>, DeviceBuffer> rope_inv_freq_;

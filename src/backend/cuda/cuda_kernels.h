@@ -56,19 +56,25 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
                    const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
                    const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
 
-// y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= kSkinnyGemmMaxRows on tensor cores
-// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, every weight read once, cp.async stages; narrow
-// outputs split k over a thread-block cluster summed through distributed shared memory).
+// y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= the backend's row limit on tensor cores
+// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, cp.async stages; tiles of 32 or 64 rows, each
+// weight read once from memory per product (row tiles of one column tile run together and share it
+// through L2); narrow outputs split k over a thread-block cluster summed through distributed shared
+// memory). Beyond the limit, cuBLASLt's hi + lo GEMMs (larger tiles, but every weight read twice).
 // SkinnyGemmSplits: 0 when the shape does not fit (m, k % 32), else how many k splits the caller's
 // `partial` must hold (splits * m * n floats when > 1; only TESSERA_CUDA_SKINNY=v1 asks for more than
 // one). SkinnyGemm returns false (nothing queued) when the shape or alignment (16 bytes for x and w)
 // does not fit.
-constexpr int64_t kSkinnyGemmMaxRows = 64;
+constexpr int64_t kSkinnyGemmMaxRows = 64;        // one row tile: the "few-row" products (and all of v1)
+constexpr int64_t kSkinnyGemmDefaultRows = 256;   // default row limit (TESSERA_CUDA_SKINNY_MAX_ROWS)
+constexpr int64_t kSkinnyGemmTiledMaxWork = int64_t{1} << 28;  // past one row tile: m n k a weight (_MAX_WORK)
+constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 launcher takes at most
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
-// queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer.
+// queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer. Rows past
+// kSkinnyGemmMaxRows only with the v2 kernel (SkinnyGemmMultiAvailable).
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
-  return m > 0 && m <= kSkinnyGemmMaxRows && k % 32 == 0 && Aligned16(x) && Aligned16(w);
+  return m > 0 && m <= kSkinnyGemmRowLimit && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);

@@ -1,6 +1,6 @@
 // tessera cuda backend: the dense few-row GEMM y[m, n] (+)= x[m, k] w[n, k]^T for
-// kGemvMaxRows < m <= kSkinnyGemmMaxRows (decode batches of 9..64 sequences, diffusion blocks) on
-// tensor cores: f32 x split hi + lo into two bf16 MMAs, bf16 weights read once whatever m is
+// kGemvMaxRows < m <= the backend's row limit (decode batches of 9..64 sequences, diffusion blocks,
+// 8 blocks batched: 256 rows) on tensor cores: f32 x split hi + lo into two bf16 MMAs, bf16 weights read once whatever m is
 // (cuBLASLt's hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and
 // cp.async helpers are shared with the MoE kernels (cuda_mma_util.cuh).
 //
@@ -150,7 +150,8 @@ struct SkinnyJobs {
 
 template <int RG, int W, int ST>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
-    SkinnyGemmV2Kernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk) {
+    SkinnyGemmV2Kernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk,
+                       int row_tiles) {
   GridDependencyWait();
   using S = SkinnyShape<RG, W, ST>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -160,12 +161,17 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  const int tile = static_cast<int>(blockIdx.x) / splits;  // a cluster's blocks share their tile (and job)
+  // A cluster's blocks share their (column tile, row tile). The row tiles of a column tile are
+  // neighbours in the grid, so they run together and read its weights from L2 after the first.
+  const int cell = static_cast<int>(blockIdx.x) / splits;
+  const int tile = cell / row_tiles, row0 = (cell % row_tiles) * S::kRows;
+  x += static_cast<int64_t>(row0) * k;
+  m = min(m - row0, S::kRows);
   int job = 0;
   while (job + 1 < jobs.count && tile >= jobs.first_tile[job + 1]) ++job;
   const uint16_t* w = jobs.w[job];
-  float* y = jobs.y[job];
   const int n = jobs.n[job];
+  float* y = jobs.y[job] + static_cast<int64_t>(row0) * n;
   const int col0 = (tile - jobs.first_tile[job]) * S::kCols;
   const int k_begin = rank * k_chunk, k_end = min(k, k_begin + k_chunk);
   const int stages = k_end > k_begin ? (k_end - k_begin + kKt - 1) / kKt : 0;
@@ -298,7 +304,8 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
   jobs.first_tile[0] = 0;
   for (int j = 0; j < jobs.count; ++j)
     jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + S::kCols - 1) / S::kCols;
-  const int64_t tiles = jobs.first_tile[jobs.count];
+  const int64_t row_tiles = (m + S::kRows - 1) / S::kRows;
+  const int64_t tiles = jobs.first_tile[jobs.count] * row_tiles;
   const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, kMaxSplits);
   const int64_t k_chunk = (k + kKt * want - 1) / (kKt * want) * kKt;
   const int64_t splits = (k + k_chunk - 1) / k_chunk;
@@ -316,11 +323,12 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
   cfg.numAttrs = 1;
   // A failed launch is left in cudaGetLastError for the backend's check, like a <<<>>> launch.
   cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), jobs, accumulate,
-                     static_cast<int>(k_chunk));
+                     static_cast<int>(k_chunk), static_cast<int>(row_tiles));
 }
 
-// m <= 32: 32 x 128 tiles, 2 blocks an SM. m <= 64: 64 x 128 tiles, or 64 x 256 (1 block an SM, half
-// the activation reads from L2 per weight byte) when the outputs alone fill the SMs (lm_head).
+// m <= 32: 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM,
+// half the activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head,
+// or many row tiles).
 void LaunchSkinnyV2Rows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
                         cudaStream_t s) {
   if (m <= 32) {
@@ -331,7 +339,7 @@ void LaunchSkinnyV2Rows(const float* x, int64_t m, int64_t k, const SkinnyJobs& 
   const Residency res = KernelResidency(wide, SkinnyShape<2, 8, 4>::kSmem, SkinnyShape<2, 8, 4>::kThreads);
   int64_t wide_tiles = 0;
   for (int j = 0; j < jobs.count; ++j) wide_tiles += (jobs.n[j] + 255) / 256;
-  if (wide_tiles >= res.sms)
+  if (wide_tiles * ((m + 63) / 64) >= res.sms)
     LaunchSkinnyV2<2, 8, 4>(x, m, k, jobs, accumulate, s);
   else
     LaunchSkinnyV2<2, 4, 3>(x, m, k, jobs, accumulate, s);
@@ -340,7 +348,7 @@ void LaunchSkinnyV2Rows(const float* x, int64_t m, int64_t k, const SkinnyJobs& 
 }  // namespace
 
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
-  if (m <= 0 || m > kSkinnyGemmMaxRows || k % 32 != 0) return 0;
+  if (m <= 0 || m > (SkinnyV1() ? kSkinnyGemmMaxRows : kSkinnyGemmRowLimit) || k % 32 != 0) return 0;
   if (!SkinnyV1()) return 1;  // v2 splits k inside a cluster: no partial buffer
   // Few column tiles (narrow outputs) would leave most SMs idle: split k across blocks.
   const int64_t cols = (n + kMmaColsPerBlock - 1) / kMmaColsPerBlock, chunks = k / 32;

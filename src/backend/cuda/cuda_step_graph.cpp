@@ -56,9 +56,9 @@ void StepGraphs::ExplainNewKey(const std::vector<Command>& commands) {
   size_t i = 0;
   while (i < commands.size() && i < last_step_.size() && commands[i].hash == last_step_[i].second) ++i;
   if (i == commands.size() && i == last_step_.size()) {
-    std::fprintf(stderr, "step graphs: new step of %zu commands, the same as the previous one\n", commands.size());
+    std::fprintf(stderr, "step graphs: new chunk of %zu commands, the same as the previous one\n", commands.size());
   } else {
-    std::fprintf(stderr, "step graphs: new step of %zu commands (previous %zu); first difference at command %zu: %s\n",
+    std::fprintf(stderr, "step graphs: new chunk of %zu commands (previous %zu); first difference at command %zu: %s\n",
                  commands.size(), last_step_.size(), i, i < commands.size() ? commands[i].what : "(end)");
   }
   last_step_.clear();

@@ -8,6 +8,9 @@
 // a replay does exactly what running the commands would; what changes from step to step (token ids,
 // positions, page tables, descriptors) lives in device memory the kernels read, copied from the
 // pinned scratch ring by copy commands that are part of the graph (they read the ring when they run).
+// The backend cuts a long step into chunks (Flush, then Begin again: each chunk is fingerprinted,
+// captured and replayed on its own), so the GPU runs the first chunks while the host records the
+// rest instead of waiting for the whole step to be recorded.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,11 +34,11 @@ namespace tessera::cuda {
 class StepGraphs {
  public:
   struct Stats {
-    int64_t replayed = 0;  // steps run as one launch of a cached graph
-    int64_t captured = 0;  // steps captured into a new graph (their second sighting)
-    int64_t eager = 0;     // steps run command by command (first sighting, or not capturable)
-    // Host time from Begin to Flush, summed over the steps: the GPU waits for it before a replay,
-    // since nothing of a recorded step is queued until its fingerprint is known.
+    int64_t replayed = 0;  // steps (chunks) run as one launch of a cached graph
+    int64_t captured = 0;  // steps (chunks) captured into a new graph (their second sighting)
+    int64_t eager = 0;     // steps (chunks) run command by command (first sighting, or not capturable)
+    // Host time from Begin to Flush, summed over the steps (chunks): the GPU waits for a chunk's
+    // recording before its replay, since nothing of it is queued until its fingerprint is known.
     double recording_seconds = 0;
   };
 
@@ -46,6 +49,7 @@ class StepGraphs {
   StepGraphs& operator=(const StepGraphs&) = delete;
 
   bool recording() const { return recording_; }
+  size_t recorded() const { return commands_.size(); }  // commands since Begin
   // Starts recording (the caller has flushed any earlier step).
   void Begin();
   // Records fn(args...) (a launcher queueing on the stream; its result is ignored, errors are read
@@ -103,8 +107,8 @@ class StepGraphs {
   }
   static void Mix(Key& key, uint64_t v);
   void RunEager(const std::vector<Command>& commands);
-  // TESSERA_CUDA_GRAPHS_DEBUG=1: why a step got a new fingerprint (first command that differs from
-  // the step before), on stderr.
+  // TESSERA_CUDA_GRAPHS_DEBUG=1: why a chunk got a new fingerprint (first command that differs from
+  // the chunk before), on stderr.
   void ExplainNewKey(const std::vector<Command>& commands);
   // Captures the commands into a graph; null when the capture failed (the step then runs eagerly).
   cudaGraphExec_t Capture(const std::vector<Command>& commands);
