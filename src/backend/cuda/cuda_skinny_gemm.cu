@@ -1,8 +1,9 @@
 // tessera cuda backend: the dense few-row GEMM y[m, n] (+)= x[m, k] w[n, k]^T for
-// kGemvMaxRows < m <= the backend's row limit (decode batches of 9..64 sequences, diffusion blocks,
-// 8 blocks batched: 256 rows) on tensor cores: f32 x split hi + lo into two bf16 MMAs, bf16 weights read once whatever m is
-// (cuBLASLt's hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and
-// cp.async helpers are shared with the MoE kernels (cuda_mma_util.cuh).
+// kGemvMaxRows < m <= the backend's row limit (decode batches of 9..64 sequences, diffusion blocks;
+// small products of up to 256 rows, e.g. 8 blocks batched, in row tiles of 64) on tensor cores: f32
+// x split hi + lo into two bf16 MMAs, bf16 weights read from memory once whatever m is (cuBLASLt's
+// hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and cp.async helpers
+// are shared with the MoE kernels (cuda_mma_util.cuh).
 //
 // Two kernels (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons):
 // - v2 (default): weights and activations streamed through cp.async stages in shared memory (a
