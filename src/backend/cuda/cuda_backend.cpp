@@ -1,5 +1,6 @@
-// tessera cuda backend: device memory (caching allocator, pinned staging for uploads), cuBLASLt
-// GEMMs, and the ops of backend.h mapped onto the kernels of cuda_kernels.h. See cuda_backend.h.
+// tessera cuda backend: device memory (caching allocator, pinned staging for uploads), step
+// recording, and the ops of backend.h mapped onto the kernels of cuda_kernels.h (the dense products
+// in cuda_backend_gemm.cpp, MoE in cuda_backend_moe.cpp, sampling in cuda_backend_sampling.cpp).
 #include "backend/cuda/cuda_backend.h"
 
 #include <cublasLt.h>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "backend/cuda/cuda_gemm_plan.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
 
@@ -43,11 +45,6 @@ size_t RoundSize(size_t bytes) {
   return (bytes + unit - 1) / unit * unit;
 }
 
-void CheckLt(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS)
-    Fail(ErrorKind::kInternal, "cuBLASLt error {} in {}", static_cast<int>(st), what);
-}
-
 // Stream copies as launchers that Enqueue can record (errors are read with cudaGetLastError).
 void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   cudaMemcpyAsync(dst, src, bytes, kind, s);
@@ -67,18 +64,6 @@ size_t ScratchBytes(size_t bytes) {
 }
 
 }  // namespace
-
-struct CudaBackend::GemmPlan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~GemmPlan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 int CudaDeviceCount() {
   int n = 0;
@@ -131,7 +116,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
-  CheckLt(cublasLtCreate(&h), "cublasLtCreate");
+  cuda::CheckLt(cublasLtCreate(&h), "cublasLtCreate");
   lt_ = h;
   workspace_bytes_ = kWorkspaceBytes;
   workspace_ = DeviceBuffer(*this, workspace_bytes_);
@@ -386,143 +371,6 @@ const float* CudaBackend::RopeInvFreq(double theta, int64_t rotary_dim) {
     Upload(buf.data(), inv_freq.data(), half * sizeof(float));
   }
   return buf.f32();
-}
-
-// --- GEMM ------------------------------------------------------------------------------------
-
-// y[m, n] (+)= x[m, k] w[n, k]^T. Column-major view: y^T (n x m) = w (k x n)^T x^T (k x m).
-void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
-                         bool accumulate) {
-  // Plans are chosen for the pointers' alignment (cuBLASLt assumes 256 bytes unless told).
-  uint32_t align = 256;
-  for (const void* p : {static_cast<const void*>(w), x, static_cast<const void*>(y)})
-    while (align > 4 && (reinterpret_cast<uintptr_t>(p) & (align - 1))) align >>= 1;
-  auto key = std::make_tuple(m, n, k, bf16, accumulate, align);
-  auto it = plans_.find(key);
-  if (it == plans_.end()) {
-    auto plan = std::make_unique<GemmPlan>();
-    const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    CheckLt(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
-    CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
-    CheckLt(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k), "layout A");
-    CheckLt(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k), "layout B");
-    CheckLt(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, n), "layout C");
-    cublasLtMatmulPreference_t pref = nullptr;
-    CheckLt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-    CheckLt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                 sizeof(workspace_bytes_)),
-            "pref workspace");
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      CheckLt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "pref alignment");
-    cublasLtMatmulHeuristicResult_t res{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->op, plan->a,
-                                                             plan->b, plan->c, plan->c, pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    CheckLt(st, "AlgoGetHeuristic");
-    if (found == 0)
-      Fail(ErrorKind::kUnsupported, "cuBLASLt has no algorithm for a {}x{}x{} {} GEMM", m, n, k, bf16 ? "bf16" : "f32");
-    plan->algo = res.algo;
-    it = plans_.emplace(key, std::move(plan)).first;
-  }
-  Enqueue("cublasLtMatmul", RunGemm, lt_, it->second.get(), w, x, y, accumulate, workspace_.data(), workspace_bytes_,
-          stream_);
-}
-
-void CudaBackend::RunGemm(void* lt, const GemmPlan* plan, const void* w, const void* x, float* y, bool accumulate,
-                          void* workspace, size_t workspace_bytes, cudaStream_t s) {
-  // alpha and beta live in static storage: a recorded call runs after the caller's frame is gone.
-  static const float kOne = 1.0f, kZero = 0.0f;
-  CheckLt(
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(lt), plan->op, &kOne, w, plan->a, x, plan->b,
-                     accumulate ? &kOne : &kZero, y, plan->c, y, plan->c, &plan->algo, workspace, workspace_bytes, s),
-      "cublasLtMatmul");
-}
-
-// Up to 64 rows the MMA kernel beats cuBLASLt's two hi + lo GEMMs for most shapes. With more rows it
-// re-reads each weight tile per row tile of 64 and runs at a fraction of cuBLASLt's rate, so it only
-// takes small products (m n k <= kSkinnyGemmTiledMaxWork per weight), where cuBLASLt's ~20 us a call
-// dominates: one launch of several weights replaces that many cuBLASLt calls (CudaBench.MatMulRows).
-bool CudaBackend::UseSkinnyGemm(int64_t m, int64_t k, int64_t cols, int64_t weights) const {
-  if (m <= cuda::kGemvMaxRows || m > skinny_max_rows_) return false;
-  return m <= cuda::kSkinnyGemmMaxRows ||
-         static_cast<double>(m) * cols * k <= static_cast<double>(skinny_tiled_max_work_) * weights;
-}
-
-void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
-  if (m == 0) return;
-  if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
-  const int64_t n = w.shape[0], k = w.shape[1];
-  profiler_->Mark(m <= cuda::kGemvMaxRows         ? "MatMul gemv"
-                  : !UseSkinnyGemm(m, k, n, 1)    ? "MatMul gemm"
-                  : m <= cuda::kSkinnyGemmMaxRows ? "MatMul few-row mma"
-                                                  : "MatMul row-tiled mma");
-  if (w.dtype == DType::kBF16) {
-    const auto* wb = static_cast<const uint16_t*>(w.data);
-    if (m <= cuda::kGemvMaxRows) {
-      Enqueue("GemvBf16", cuda::GemvBf16, x, m, k, wb, n, y, accumulate, stream_);
-      return;
-    }
-    if (const int splits = UseSkinnyGemm(m, k, n, 1) ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
-        splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
-      DeviceBuffer partial;
-      if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
-      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(), stream_);
-      return;
-    }
-    // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
-    // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).
-    DeviceBuffer hi(*this, static_cast<size_t>(m * k) * 2), lo(*this, static_cast<size_t>(m * k) * 2);
-    Enqueue("F32ToBf16Split", cuda::F32ToBf16Split, x, m * k, static_cast<uint16_t*>(hi.data()),
-            static_cast<uint16_t*>(lo.data()), stream_);
-    GemmLt(wb, true, hi.data(), m, k, n, y, accumulate);
-    GemmLt(wb, true, lo.data(), m, k, n, y, true);
-  } else if (w.dtype == DType::kF32) {
-    GemmLt(w.data, false, x, m, k, n, y, accumulate);
-  } else {
-    Fail(ErrorKind::kUnsupported, "matmul: weight dtype {} is not supported on cuda", DTypeName(w.dtype));
-  }
-}
-
-// bf16 weights of one k: one launch for up to 4 of them, by the GEMV (m <= 8) or the MMA kernel
-// (m <= its row limit; decided here, before recording, as MatMul decides); anything else per weight.
-void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
-  static_assert(cuda::kGemvMaxJobs == 4 && cuda::kSkinnyMaxJobs == 4, "four weights a launch");
-  const bool gemv = m > 0 && m <= cuda::kGemvMaxRows;
-  const int64_t k = !outs.empty() && outs[0].w->shape.size() == 2 ? outs[0].w->shape[1] : -1;
-  int64_t cols = 0;
-  for (const MatMulOut& o : outs) cols += o.w->shape.empty() ? 0 : o.w->shape[0];
-  const auto weights = static_cast<int64_t>(outs.size());
-  bool one_launch = (gemv || (UseSkinnyGemm(m, k, cols, weights) && cuda::SkinnyGemmMultiAvailable())) &&
-                    !outs.empty() && outs.size() <= 4;
-  const uint16_t* w[4] = {};
-  float* y[4] = {};
-  int64_t n[4] = {};
-  for (size_t i = 0; one_launch && i < outs.size(); ++i) {
-    const Tensor& t = *outs[i].w;
-    one_launch = t.dtype == DType::kBF16 && t.shape.size() == 2 && t.shape[1] == k &&
-                 (gemv || cuda::SkinnyGemmFits(x, m, k, static_cast<const uint16_t*>(t.data)));
-    if (!one_launch) break;  // MatMul per weight reports what does not fit
-    w[i] = static_cast<const uint16_t*>(t.data);
-    y[i] = outs[i].y;
-    n[i] = t.shape[0];
-  }
-  if (!one_launch) {
-    Backend::MatMulMulti(x, m, outs);
-    return;
-  }
-  if (gemv) {
-    profiler_->Mark("MatMul gemv multi");
-    Enqueue("GemvBf16Multi", cuda::GemvBf16Multi, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2], w[3],
-            n[3], y[3], stream_);
-  } else {
-    profiler_->Mark("MatMul few-row mma multi");
-    Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
-            w[3], n[3], y[3], stream_);
-  }
 }
 
 // --- Row-wise ops ----------------------------------------------------------------------------

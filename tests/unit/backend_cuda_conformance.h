@@ -1,0 +1,78 @@
+// tessera tests: the fixture of the CUDA conformance tests (backend_cuda_conformance_test.cpp,
+// backend_cuda_matmul_test.cpp): a CPU backend (the reference) and a CUDA backend, device copies of
+// host data, and the relative error report (max |gpu - cpu| / max |cpu|, within 1e-2 for bf16-level
+// ops). Every test is skipped without a device.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "test_util.h"
+
+namespace tessera::cuda_conformance {
+
+inline constexpr double kTol = 1e-2;
+
+// Random inputs, never zero (tests/test_util.h).
+inline constexpr auto& Rand = testing::NonZeroUniform;
+
+inline std::vector<uint16_t> Bf16s(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+
+inline double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, ref = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+  }
+  return diff / ref;
+}
+
+class CudaConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+    cpu_ = MakeCpuBackend();
+    gpu_ = MakeCudaBackend();
+  }
+  // A device copy of host data (kept alive by the fixture).
+  template <typename T>
+  T* Dev(const std::vector<T>& v) {
+    bufs_.emplace_back(*gpu_, std::max<size_t>(v.size() * sizeof(T), 4));
+    gpu_->Upload(bufs_.back().data(), v.data(), v.size() * sizeof(T));
+    return static_cast<T*>(bufs_.back().data());
+  }
+  template <typename T>
+  std::vector<T> Host(const T* p, size_t n) {
+    std::vector<T> out(n);
+    gpu_->Download(out.data(), p, n * sizeof(T));
+    return out;
+  }
+  Tensor HostBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+    return Tensor{v.data(), DType::kBF16, {rows, cols}};
+  }
+  Tensor DevBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+    return Tensor{Dev(v), DType::kBF16, {rows, cols}};
+  }
+  void Report(const char* op, double err, double tol = kTol) {
+    std::printf("conformance %-36s rel err %.3e\n", op, err);
+    RecordProperty(op, std::to_string(err));
+    EXPECT_LE(err, tol) << op;
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::vector<DeviceBuffer> bufs_;
+};
+
+}  // namespace tessera::cuda_conformance

@@ -1,0 +1,132 @@
+// tessera tests: CUDA backend conformance of the dense products (MatMul, MatMulMulti) against the
+// CPU backend: every path by row count (GEMV, the MMA kernel's row tiles, cuBLASLt's hi + lo GEMMs),
+// ragged shapes, several weights in one launch. Skipped without a device.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "unit/backend_cuda_conformance.h"
+
+namespace tessera::cuda_conformance {
+namespace {
+
+TEST_F(CudaConformance, MatMulBf16AndF32) {
+  const int64_t k = 2048, n = 768;
+  const auto w = Bf16s(Rand(n * k, -0.05f, 0.05f, 1));
+  // m <= 8: GEMV; 9..64: the MMA kernel's one row tile (32 or 64 rows, partly filled); 65..256: its
+  // row tiles of 64 (the last partly filled) while m n k is small (100 rows here), else cuBLASLt's
+  // hi + lo GEMMs (256, 257). RowTiledMmaMatchesCpu forces the row tiles for every shape.
+  for (int64_t m : {1, 5, 8, 9, 20, 33, 64, 65, 100, 256, 257}) {
+    const auto x = Rand(m * k, -1, 1, 10 + m);
+    std::vector<float> want(m * n, 0.5f), got;
+    auto y = want;
+    cpu_->MatMul(x.data(), m, HostBf16(w, n, k), want.data(), /*accumulate=*/true);
+    float* dy = Dev(y);
+    gpu_->MatMul(Dev(x), m, DevBf16(w, n, k), dy, true);
+    got = Host(dy, m * n);
+    Report(("MatMul bf16 m=" + std::to_string(m)).c_str(), RelErr(got, want));
+  }
+  // A wide output (272 column tiles of 128): the few-row kernel runs unsplit (the case above splits k).
+  {
+    const int64_t wk = 256, wn = 34816, m = 20;
+    const auto ww = Bf16s(Rand(wn * wk, -0.05f, 0.05f, 5));
+    const auto x = Rand(m * wk, -1, 1, 6);
+    std::vector<float> want(m * wn);
+    cpu_->MatMul(x.data(), m, HostBf16(ww, wn, wk), want.data(), false);
+    float* dy = Dev(std::vector<float>(want.size()));
+    gpu_->MatMul(Dev(x), m, DevBf16(ww, wn, wk), dy, false);
+    Report("MatMul bf16 m=20 n=34816", RelErr(Host(dy, want.size()), want));
+  }
+  // Ragged shapes: n not a multiple of a column tile, k a multiple of 32 but not of 64, every
+  // kernel family (GEMV, few-row m <= 32 and 33..64, the 256-column variant for very wide outputs).
+  for (const auto& [m, rn, rk] : {std::tuple<int64_t, int64_t, int64_t>{1, 517, 2080}, {3, 517, 2080}, {8, 517, 2080},
+                                 {9, 517, 2080}, {40, 517, 2080}, {64, 517, 2080}, {48, 34856, 288},
+                                 {200, 517, 2080}, {130, 34856, 288}}) {
+    const auto rw = Bf16s(Rand(rn * rk, -0.05f, 0.05f, 7 + m));
+    const auto x = Rand(m * rk, -1, 1, 20 + m);
+    std::vector<float> want(m * rn, -0.25f);
+    auto y = want;
+    cpu_->MatMul(x.data(), m, HostBf16(rw, rn, rk), want.data(), /*accumulate=*/true);
+    float* dy = Dev(y);
+    gpu_->MatMul(Dev(x), m, DevBf16(rw, rn, rk), dy, true);
+    Report(("MatMul bf16 m=" + std::to_string(m) + " n=" + std::to_string(rn) + " k=" + std::to_string(rk)).c_str(),
+           RelErr(Host(dy, m * rn), want));
+  }
+  const auto wf = Rand(256 * 512, -0.05f, 0.05f, 3);
+  const auto x = Rand(16 * 512, -1, 1, 4);
+  std::vector<float> want(16 * 256);
+  cpu_->MatMul(x.data(), 16, Tensor{wf.data(), DType::kF32, {256, 512}}, want.data(), false);
+  float* dy = Dev(std::vector<float>(16 * 256));
+  gpu_->MatMul(Dev(x), 16, Tensor{Dev(wf), DType::kF32, {256, 512}}, dy, false);
+  Report("MatMul f32 m=16", RelErr(Host(dy, want.size()), want));
+}
+
+// The MMA kernel's row tiles of 64 for products the default leaves to cuBLASLt (a backend with
+// TESSERA_CUDA_SKINNY_MAX_WORK unbounded): partly filled last tiles, both column widths (128, and
+// 256 for outputs that fill the SMs), k split across a cluster (narrow outputs), accumulate.
+TEST_F(CudaConformance, RowTiledMmaMatchesCpu) {
+  setenv("TESSERA_CUDA_SKINNY_MAX_WORK", "1000000000000000", 1);
+  auto tiled = MakeCudaBackend();
+  unsetenv("TESSERA_CUDA_SKINNY_MAX_WORK");
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{65, 768, 2048}, {130, 517, 2080},
+                                {256, 2048, 4096}, {200, 34856, 288}, {256, 12352, 2048}}) {
+    const auto w = Bf16s(Rand(n * k, -0.05f, 0.05f, 60 + m));
+    const auto x = Rand(m * k, -1, 1, 70 + m);
+    std::vector<float> want(m * n, 0.75f);
+    auto y = want;
+    cpu_->MatMul(x.data(), m, HostBf16(w, n, k), want.data(), /*accumulate=*/true);
+    DeviceBuffer dx(*tiled, x.size() * 4), dw(*tiled, w.size() * 2), dy(*tiled, y.size() * 4);
+    tiled->Upload(dx.data(), x.data(), x.size() * 4);
+    tiled->Upload(dw.data(), w.data(), w.size() * 2);
+    tiled->Upload(dy.data(), y.data(), y.size() * 4);
+    tiled->MatMul(dx.f32(), m, Tensor{dw.data(), DType::kBF16, {n, k}}, dy.f32(), true);
+    std::vector<float> got(y.size());
+    tiled->Download(got.data(), dy.data(), got.size() * 4);
+    Report(("MatMul row-tiled m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k)).c_str(),
+           RelErr(got, want));
+  }
+}
+
+// Several weights of one input in one launch (q / k / v, router + shared expert). GEMV rows
+// (m <= 8): each output bit-identical to its own MatMul on the GPU (every job splits k as it would
+// alone). MMA-kernel rows (9..64, and 256 for the router + shared expert: the jobs share one k
+// split and the row tiles), per weight otherwise (q / k / v at 256 rows, everything at 257): within
+// tolerance of the CPU, as every row is. Shapes: q / k / v of Qwen3-30B-A3B, the router, shared
+// gate / up and 1-column output gate of Qwen3.5, ragged widths.
+TEST_F(CudaConformance, MatMulMultiEqualsMatMulEach) {
+  const int64_t k = 2048;
+  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{4096, 512, 512}, {256, 512, 512, 1}, {517, 3, 1000}}) {
+    std::vector<std::vector<uint16_t>> ws;
+    for (size_t j = 0; j < ns.size(); ++j) ws.push_back(Bf16s(Rand(ns[j] * k, -0.05f, 0.05f, 40 + j)));
+    for (int64_t m : {1, 2, 8, 9, 32, 33, 64, 65, 256, 257}) {
+      const auto x = Rand(m * k, -1, 1, 50 + m);
+      const float* dx = Dev(x);
+      std::vector<Tensor> dw;
+      std::vector<Backend::MatMulOut> outs;
+      std::vector<float*> single;
+      for (size_t j = 0; j < ns.size(); ++j) dw.push_back(DevBf16(ws[j], ns[j], k));
+      for (size_t j = 0; j < ns.size(); ++j) {
+        outs.push_back({&dw[j], Dev(std::vector<float>(m * ns[j], 7.0f))});
+        single.push_back(Dev(std::vector<float>(m * ns[j], 7.0f)));
+        gpu_->MatMul(dx, m, dw[j], single[j], false);
+      }
+      gpu_->MatMulMulti(dx, m, outs);
+      for (size_t j = 0; j < ns.size(); ++j) {
+        const auto got = Host(outs[j].y, m * ns[j]), alone = Host(single[j], m * ns[j]);
+        if (m <= 8) {
+          EXPECT_EQ(got, alone) << "m=" << m << " weight " << j << " n=" << ns[j];
+        }
+        std::vector<float> want(m * ns[j]);
+        cpu_->MatMul(x.data(), m, HostBf16(ws[j], ns[j], k), want.data(), false);
+        Report(("MatMulMulti m=" + std::to_string(m) + " n=" + std::to_string(ns[j])).c_str(), RelErr(got, want));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cuda_conformance
