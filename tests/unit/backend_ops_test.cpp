@@ -179,6 +179,82 @@ TEST(BackendOps, PagedBlockCausalAttention) {
   }
 }
 
+// AttentionBatch with commit_len: rows [0, commit_len) of each entry land in the cache exactly where
+// KvWrite puts them, rows past commit_len (an uncommitted diffusion block) and other pages stay as
+// they were, and the attention output is the one without any commit (fresh rows come from k / v).
+TEST(BackendOps, AttentionBatchCommitsOnlyCommittedRows) {
+  CpuBackend be;
+  ASSERT_EQ(be.KvCacheDType(), DType::kF32);
+  const int64_t nh = 4, kvh = 2, hd = 8, page = 3, kvd = kvh * hd, num_pages = 12;
+  struct Entry {
+    int64_t P, T, commit;
+    std::vector<int32_t> pages;  // distinct per entry, scattered
+  };
+  const std::vector<Entry> entries = {{4, 6, 3, {7, 2, 9, 0}}, {0, 5, 5, {5, 11}}, {5, 2, 0, {1, 10, 3}}};
+  const std::vector<float> fill = Rand(num_pages * page * kvd, 30, 5, 6);  // never a value of k / v
+  std::vector<float> kc = fill, vc = fill;
+  std::vector<std::vector<float>> q, k, v;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const Entry& en = entries[e];
+    q.push_back(Rand(en.T * nh * hd, 40 + e, -2, 2));
+    k.push_back(Rand((en.P + en.T) * kvd, 50 + e, -2, 2));
+    v.push_back(Rand((en.P + en.T) * kvd, 60 + e));
+    be.KvWrite(k[e].data(), v[e].data(), kvd, en.P, kvd, 0, en.pages.data(), page, kc.data(), vc.data());
+  }
+  // The expected cache: the prefixes, then exactly the committed rows by KvWrite.
+  std::vector<float> want_k = kc, want_v = vc;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const Entry& en = entries[e];
+    be.KvWrite(k[e].data() + en.P * kvd, v[e].data() + en.P * kvd, kvd, en.commit, kvd, en.P, en.pages.data(), page,
+               want_k.data(), want_v.data());
+  }
+  auto run = [&](bool commit, std::vector<float>* k_cache, std::vector<float>* v_cache) {
+    std::vector<std::vector<float>> out(entries.size());
+    std::vector<AttentionArgs> args;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const Entry& en = entries[e];
+      out[e].assign(en.T * nh * hd, 0.0f);
+      AttentionArgs a;
+      a.q = q[e].data();
+      a.q_stride = nh * hd;
+      a.k = k[e].data() + en.P * kvd;
+      a.v = v[e].data() + en.P * kvd;
+      a.kv_stride = kvd;
+      a.T = en.T;
+      a.num_heads = nh;
+      a.num_kv_heads = kvh;
+      a.head_dim = hd;
+      a.first_pos = en.P;
+      a.k_cache = k_cache->data();
+      a.v_cache = v_cache->data();
+      a.pages = en.pages.data();
+      a.commit_len = commit ? en.commit : 0;
+      a.page_size = page;
+      a.scale = 0.3f;
+      a.out = out[e].data();
+      a.out_stride = nh * hd;
+      args.push_back(a);
+    }
+    be.AttentionBatch(args);
+    return out;
+  };
+  std::vector<float> plain_k = kc, plain_v = vc;
+  const auto plain = run(false, &plain_k, &plain_v);
+  EXPECT_EQ(plain_k, kc);  // commit_len 0 writes nothing
+  EXPECT_EQ(plain_v, vc);
+  const auto committed = run(true, &kc, &vc);
+  EXPECT_EQ(kc, want_k);
+  EXPECT_EQ(vc, want_v);
+  // And directly, not through KvWrite: the rows past commit_len still hold the fill.
+  for (const Entry& en : entries)
+    for (int64_t pos = en.P + en.commit; pos < en.P + en.T; ++pos) {
+      const int64_t row = static_cast<int64_t>(en.pages[pos / page]) * page + pos % page;
+      EXPECT_TRUE(std::equal(kc.begin() + row * kvd, kc.begin() + (row + 1) * kvd, fill.begin() + row * kvd)) << pos;
+      EXPECT_TRUE(std::equal(vc.begin() + row * kvd, vc.begin() + (row + 1) * kvd, fill.begin() + row * kvd)) << pos;
+    }
+  for (size_t e = 0; e < entries.size(); ++e) EXPECT_EQ(committed[e], plain[e]) << "entry " << e;
+}
+
 TEST(BackendOps, CausalConv1dContinuesFromState) {
   CpuBackend be;
   const int64_t T = 9, C = 5, K = 4;
