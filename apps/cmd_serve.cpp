@@ -5,6 +5,7 @@
 // stop accepting, let in-flight requests finish up to --drain-timeout seconds, exit 0.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -159,6 +160,25 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
   return cfg.engine.kv_cache_memory > 0 ? cfg.engine.kv_cache_memory : pool_total;
 }
 
+// On the CPU nothing else sizes memory: the KV pool and the recurrent-state slots are allocated up
+// front, so sizes beyond the machine would fail deep in an allocation (or get the process killed).
+// Refuse them here, naming the keys. On a GPU the memory plan (KvCacheBudget) has checked already.
+void CheckHostMemory(Model& model, const tessera::EngineConfig& ec) {
+  int64_t free_bytes = 0, total_bytes = 0;
+  if (model.backend().MemoryInfo(&free_bytes, &total_bytes)) return;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return;
+  const double host = static_cast<double>(pages) * static_cast<double>(page_size);
+  const StatePlan slots = PlanState(ec, model.config(), model.StateBytesPerSequencePerRank());
+  const double state = static_cast<double>(slots.slots()) * static_cast<double>(slots.bytes_per_slot);  // no overflow
+  const double kv = static_cast<double>(ec.kv_cache_bytes);
+  if (kv + state > host)
+    Fail(ErrorKind::kInvalidArgument,
+         "the KV cache ({}) and the recurrent-state slots ({}) need more than this machine's {} of memory: lower "
+         "engine.kv_cache_memory, engine.num_state_snapshots or engine.max_num_seqs",
+         HumanBytes(kv), HumanBytes(state), HumanBytes(host));
+}
+
 // Engine settings from the config and the model: pages for every sequence at full length at most
 // (more would be memory no request can use), fewer when the budget says so.
 tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, const HfModelDir& dir,
@@ -185,6 +205,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   const int64_t per_token = Model::KvBytesPerToken(mc, model.KvCacheDType());  // at the backend's KV element type
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
   ec.kv_cache_bytes = std::max<int64_t>(std::min(KvCacheBudget(cfg, model, ec), useful), per_token * ec.page_size);
+  CheckHostMemory(model, ec);
   if (mc.diffusion || cfg.model.diffusion) {
     DiffusionOverrides o;
     if (cfg.diffusion.block_size > 0) o.block_size = cfg.diffusion.block_size;

@@ -491,7 +491,11 @@ void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride,
           static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), stream_);
 }
 
-void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
+void CudaBackend::Attention(const AttentionArgs& a) {
+  AttentionArgs b = a;
+  b.commit_len = 0;  // Attention never writes the cache (backend.h); AttentionBatch does
+  AttentionBatch({b});
+}
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   profiler_->Mark("AttentionBatch");
