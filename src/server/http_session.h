@@ -1,0 +1,209 @@
+// tessera server: the types http_server.cpp and http_session_generation.cpp share (private to
+// src/server): the server's state (HttpServer::Impl), the Link that carries a generation's engine
+// events to its session, one generation's state (Gen) and the per-connection Session.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/access_log.h"
+#include "server/http_server.h"
+#include "server/openai_protocol.h"
+#include "server/security.h"
+#include "server/tool_parser.h"
+
+namespace tessera {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+class Session;
+
+// Engine -> session path for one generation; cut by EndGeneration or Stop.
+struct Link {
+  std::mutex mu;
+  std::shared_ptr<Session> session;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+};
+
+struct HttpServer::Impl {
+  Impl(ServerConfig c, EngineApi& e, PromptBuilder& p)
+      : cfg(std::move(c)),
+        engine(e),
+        prompts(p),
+        m(registry),
+        keys(ApiKeyStore::Load(cfg.security.api_keys, cfg.security.api_key_file)),
+        allow(cfg.security.allow_cidrs),
+        rate(cfg.limits.requests_per_minute, cfg.limits.tokens_per_minute),
+        conc(cfg.limits.max_concurrent_requests, cfg.limits.max_queue),
+        log(cfg.server.access_log, cfg.server.log_requests),
+        acceptor(net::make_strand(ioc)),
+        work(net::make_work_guard(ioc)) {
+    created = UnixNow();
+    registry.AddCollector([this] {
+      EngineSnapshot s = engine.Snapshot();
+      m.requests_running.Set(static_cast<double>(s.requests_running));
+      m.requests_waiting.Set(static_cast<double>(s.requests_waiting + conc.waiting()));
+      m.kv_pages_used.Set(static_cast<double>(s.kv_pages_used));
+      m.kv_pages_total.Set(static_cast<double>(s.kv_pages_total));
+      m.prefix_cache_queries.Set(static_cast<double>(s.prefix_cache_queries));
+      m.prefix_cache_hits.Set(static_cast<double>(s.prefix_cache_hits));
+      m.ready.Set(s.ready && !draining ? 1.0 : 0.0);
+    });
+  }
+
+  void DoAccept();
+  void BeginRequest() {
+    std::lock_guard<std::mutex> l(mu);
+    ++in_flight;
+  }
+  void EndRequest() {
+    std::lock_guard<std::mutex> l(mu);
+    --in_flight;
+    cv.notify_all();
+  }
+  void AddLink(const std::shared_ptr<Link>& k) {
+    std::lock_guard<std::mutex> l(mu);
+    links.insert(k);
+  }
+  void RemoveLink(const std::shared_ptr<Link>& k) {
+    std::lock_guard<std::mutex> l(mu);
+    links.erase(k);
+  }
+
+  ServerConfig cfg;
+  EngineApi& engine;
+  PromptBuilder& prompts;
+  MetricsRegistry registry;
+  ServerMetrics m;
+  ApiKeyStore keys;
+  IpAllowList allow;
+  RateLimiter rate;
+  ConcurrencyLimiter conc;
+  AccessLog log;
+  // The model's diffusion defaults with the config's diffusion section on top. Read per request:
+  // `tessera serve` starts the server before the model (and so its defaults) exists.
+  DiffusionParams DiffusionDefaults() const {
+    DiffusionParams d = engine.ModelInfo().default_diffusion;
+    if (cfg.diffusion.block_size > 0) d.block_size = cfg.diffusion.block_size;
+    if (cfg.diffusion.steps > 0) d.steps = cfg.diffusion.steps;
+    if (cfg.diffusion.policy == "static") d.policy = DiffusionPolicy::kStatic;
+    if (cfg.diffusion.policy == "threshold") d.policy = DiffusionPolicy::kThreshold;
+    if (cfg.diffusion.policy == "editing") d.policy = DiffusionPolicy::kEditing;
+    if (!cfg.diffusion.policy.empty()) d.threshold = static_cast<float>(cfg.diffusion.threshold);
+    return d;
+  }
+  int64_t created = 0;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::executor_work_guard<net::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+  std::atomic<bool> draining{false}, started{false}, stopped{false};
+  std::atomic<int> bound_port{0};
+  std::atomic<uint64_t> next_id{1};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  int64_t in_flight = 0;
+  std::set<std::shared_ptr<Link>> links;
+};
+
+// One generation request's state (lives on the session strand).
+struct Gen {
+  ParsedRequest req;
+  std::vector<int32_t> prompt;
+  std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<Link> link;
+  ResponseHeader hdr;
+  std::optional<ToolCallParser> parser;
+  std::string content, raw_text;
+  std::vector<ToolCall> calls;
+  std::vector<TokenLogprob> logprobs;
+  int64_t completion_tokens = 0, text_offset = 0;
+  bool done = false, queued = false, admitted = false, first_token_seen = false;
+  uint64_t ticket = 0;
+  std::string rate_key;
+  Clock::time_point arrival, admitted_at, last_token;
+  std::unique_ptr<net::steady_timer> timer;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl* srv) : stream_(std::move(socket)), srv_(srv) {}
+
+  void Run() {
+    beast::error_code ec;
+    remote_ = stream_.socket().remote_endpoint(ec).address().to_string();
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+  }
+
+  // Called through the Link from the engine thread (posted here).
+  void OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev);
+  void OnAdmitted(const std::shared_ptr<Gen>& g);
+  auto executor() { return stream_.get_executor(); }
+
+ private:
+  void DoRead();
+  void OnRead(beast::error_code ec, size_t);
+  void BeginEntry();
+  void Handle(http::request<http::string_body>& req);
+  void Route(http::request<http::string_body>& req, const std::string& path);
+  void Authenticate(const http::request<http::string_body>& req);
+  void StartGeneration(http::request<http::string_body>& req, bool chat);
+  void Submit(const std::shared_ptr<Gen>& g);
+  void EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs);
+  void EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs, const ojson& logprobs);
+  void FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reason, const RequestStats& stats);
+  void FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e);
+  void EndGeneration(const std::shared_ptr<Gen>& g);
+  void StartWatch(const std::shared_ptr<Gen>& g);
+  void ClientGone(const std::shared_ptr<Gen>& g);
+
+  void SendResponse(int status, std::string body, const char* content_type, bool close = false,
+                    std::vector<std::pair<std::string, std::string>> headers = {});
+  void SendError(const ApiError& e, bool close = false);
+  void WriteRaw(std::string data);
+  void WriteChunk(const std::string& data) { WriteRaw(fmt::format("{:x}\r\n{}\r\n", data.size(), data)); }
+  void EndStream();
+  void DoWrite();
+  void Record();
+  void FinishRequest();
+  void GracefulClose();
+  void Drain();
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl* srv_;
+  std::string remote_;
+  // The request being answered.
+  AccessLogEntry entry_;
+  Clock::time_point start_;
+  bool keep_alive_ = true, active_ = false, recorded_ = false;
+  std::shared_ptr<Gen> gen_;
+  // Streaming output.
+  std::deque<std::string> outq_;
+  bool writing_ = false, end_after_write_ = false, closed_ = false;
+  std::string drain_buf_;
+};
+
+}  // namespace tessera

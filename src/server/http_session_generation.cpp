@@ -1,0 +1,344 @@
+// tessera server: the generation half of Session: a /v1/chat/completions or /v1/completions
+// request from its parsed body through admission (rate limit, concurrency cap), the engine's events
+// (SSE chunks or one JSON answer) to its end, timeout, or the client leaving.
+#include <algorithm>
+
+#include "core/error.h"
+#include "server/http_session.h"
+
+namespace tessera {
+
+void Session::StartGeneration(http::request<http::string_body>& req, bool chat) {
+  if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
+  if (!srv_->engine.Snapshot().ready)
+    throw ApiError(503, "service_unavailable", "the model is still loading");
+  ojson body = ojson::parse(req.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) throw InvalidRequest("the request body is not valid JSON");
+  const EngineModelInfo& info = srv_->engine.ModelInfo();
+  auto g = std::make_shared<Gen>();
+  g->arrival = start_;
+  const DiffusionParams ddef = srv_->DiffusionDefaults();
+  g->req = chat ? ParseChatRequest(body, info, ddef) : ParseCompletionRequest(body, info, ddef);
+  entry_.stream = g->req.stream;
+  try {
+    if (chat) {
+      g->prompt = srv_->prompts.BuildChat(g->req.messages, g->req.ParseTools() ? g->req.tools : ojson(),
+                                          g->req.chat_template_kwargs);
+      g->forced_prefix = ForcedToolCallPrefix(g->req, srv_->prompts.UsesXmlToolCalls());
+      if (!g->forced_prefix.empty()) {
+        std::vector<int32_t> opening = srv_->prompts.Encode(g->forced_prefix);
+        g->prompt.insert(g->prompt.end(), opening.begin(), opening.end());
+      }
+    }
+    else
+      g->prompt = g->req.prompt_is_ids ? g->req.prompt_ids : srv_->prompts.Encode(g->req.prompt_text);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInvalidArgument) throw InvalidRequest(e.what(), chat ? "messages" : "prompt");
+    throw;
+  }
+  CheckPromptLength(g->req, static_cast<int64_t>(g->prompt.size()), info.max_model_len);
+  // A tokenizer larger than the model's vocabulary (a mismatched --tokenizer) would otherwise fail
+  // inside the engine, after a streaming response has already begun with 200.
+  for (int32_t id : g->prompt)
+    if (id < 0 || id >= info.vocab_size)
+      throw InvalidRequest(fmt::format("the prompt has token id {}, outside the model's vocabulary [0, {}): the "
+                                       "tokenizer does not match the model",
+                                       id, info.vocab_size),
+                           chat ? "messages" : "prompt");
+  entry_.prompt_tokens = static_cast<int64_t>(g->prompt.size());
+  entry_.completion_tokens = 0;
+  if (srv_->log.log_requests()) entry_.prompt = chat ? DumpJson(g->req.messages) : g->req.prompt_text;
+
+  g->rate_key = entry_.key_id.empty() ? "ip:" + remote_ : entry_.key_id;
+  auto d = srv_->rate.Admit(g->rate_key, static_cast<int64_t>(g->prompt.size()), Clock::now());
+  if (!d.allowed) {
+    ApiError e(429, "rate_limit_error", "Rate limit reached for this API key; retry later", "",
+               "rate_limit_exceeded");
+    e.retry_after_s = d.retry_after_s;
+    throw e;
+  }
+  g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
+  if (g->req.ParseTools()) {
+    g->parser.emplace(g->req.tools);
+    if (!g->forced_prefix.empty()) (void)g->parser->Push(g->forced_prefix);  // inside a call: emits nothing
+  }
+  g->link = std::make_shared<Link>();
+  g->link->session = shared_from_this();
+  g->link->cancelled = g->cancelled;
+
+  std::weak_ptr<Link> wlink = g->link;
+  auto* conc = &srv_->conc;
+  auto on_admit = [wlink, g, conc] {
+    auto link = wlink.lock();
+    std::shared_ptr<Session> s;
+    if (link) {
+      std::lock_guard<std::mutex> l(link->mu);
+      s = link->session;
+    }
+    if (!s) return conc->Release();
+    net::post(s->executor(), [s, g] { s->OnAdmitted(g); });
+  };
+  auto r = srv_->conc.Acquire(on_admit, &g->ticket);
+  if (r == ConcurrencyLimiter::Result::kRejected) {
+    ApiError e(429, "rate_limit_error", "Too many concurrent requests; retry later", "",
+               "rate_limit_exceeded");
+    e.retry_after_s = 1;
+    throw e;
+  }
+  gen_ = g;
+  srv_->AddLink(g->link);
+  if (srv_->cfg.server.request_timeout_s > 0) {
+    g->timer = std::make_unique<net::steady_timer>(stream_.get_executor());
+    g->timer->expires_after(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(srv_->cfg.server.request_timeout_s)));
+    g->timer->async_wait([self = shared_from_this(), g](beast::error_code ec) {
+      if (ec || g != self->gen_ || g->done) return;
+      self->FailGeneration(
+          g, ApiError(504, "timeout_error",
+                      fmt::format("request timed out after {} s", self->srv_->cfg.server.request_timeout_s)));
+    });
+  }
+  StartWatch(g);
+  if (r == ConcurrencyLimiter::Result::kAdmitted) {
+    OnAdmitted(g);
+  } else {
+    g->queued = true;
+  }
+}
+
+void Session::OnAdmitted(const std::shared_ptr<Gen>& g) {
+  if (g->done) return srv_->conc.Release();  // ended while waiting: hand the slot on
+  g->queued = false;
+  g->admitted = true;
+  g->admitted_at = Clock::now();
+  if (g->req.stream) {
+    WriteRaw(
+        fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                    "Transfer-Encoding: chunked\r\nX-Request-Id: {}\r\nConnection: {}\r\n\r\n",
+                    entry_.request_id, keep_alive_ ? "keep-alive" : "close"));
+    if (g->req.chat)
+      WriteChunk(SseData(ChatChunkJson(g->hdr, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
+                                       g->req.include_usage)));
+  }
+  Submit(g);
+}
+
+void Session::Submit(const std::shared_ptr<Gen>& g) {
+  GenerationRequest r;
+  r.id = entry_.request_id;
+  r.prompt = g->prompt;
+  r.sampling = g->req.sampling;
+  r.diffusion = g->req.diffusion;
+  r.emit_steps = g->req.stream && g->req.stream_steps;
+  r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
+  r.cancelled = g->cancelled;
+  std::shared_ptr<Link> link = g->link;
+  r.on_event = [link, g](const GenerationEvent& ev) {
+    std::lock_guard<std::mutex> l(link->mu);
+    if (!link->session) return;
+    auto s = link->session;
+    net::post(s->executor(), [s, g, ev] { s->OnEvent(g, ev); });
+  };
+  srv_->engine.Submit(std::move(r));
+}
+
+void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) {
+  if (g != gen_ || g->done) return;
+  auto now = Clock::now();
+  ServerMetrics& m = srv_->m;
+  switch (ev.kind) {
+    case GenerationEvent::Kind::kTokens: {
+      size_t k = ev.tokens.size();
+      if (!g->first_token_seen) {
+        g->first_token_seen = true;
+        entry_.ttft_s = Seconds(now - g->arrival);
+        m.ttft.Observe(entry_.ttft_s);
+      } else if (k > 0) {
+        double dt = Seconds(now - g->last_token) / static_cast<double>(k);
+        for (size_t i = 0; i < k; ++i) m.inter_token.Observe(dt);
+      }
+      g->last_token = now;
+      g->completion_tokens += static_cast<int64_t>(k);
+      g->raw_text += ev.text;
+      ojson lp = nullptr;
+      if (g->req.logprobs && !ev.logprobs.empty()) {
+        g->logprobs.insert(g->logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        auto text_fn = [this](int32_t id) { return srv_->prompts.TokenText(id); };
+        lp = g->req.chat ? ChatLogprobsJson(ev.logprobs, text_fn)
+                         : CompletionLogprobsJson(ev.logprobs, text_fn, g->text_offset);
+      }
+      g->text_offset += static_cast<int64_t>(ev.text.size());
+      if (g->parser)
+        EmitParsed(g, g->parser->Push(ev.text), lp);
+      else
+        EmitContent(g, ev.text, lp);
+      return;
+    }
+    case GenerationEvent::Kind::kDiffusionStep:
+      if (g->req.stream && g->req.stream_steps)
+        WriteChunk(SseData(DiffusionStepJson(ev.step, g->req.diffusion ? g->req.diffusion->mask_token_id : -1,
+                                             [this](int32_t id) { return srv_->prompts.TokenText(id); }),
+                           "diffusion_step"));
+      return;
+    case GenerationEvent::Kind::kFinished:
+      if (ev.finish_reason == FinishReason::kCancelled)
+        return FailGeneration(g, ApiError(503, "service_unavailable", "the engine cancelled the request"));
+      if (ev.finish_reason == FinishReason::kError)
+        return FailGeneration(g, ApiError(500, "internal_error", "the engine failed the request"));
+      return FinishGeneration(g, ev.finish_reason, ev.stats);
+    case GenerationEvent::Kind::kError:
+      // The engine reports request problems it finds (bad ids, too long...) this way; once output
+      // has started it can only be an internal failure.
+      if (!g->first_token_seen) return FailGeneration(g, InvalidRequest(ev.error));
+      return FailGeneration(g, ApiError(500, "internal_error", ev.error));
+  }
+}
+
+void Session::EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs) {
+  if (!g->req.stream) {
+    g->content += text;
+    return;
+  }
+  if (text.empty() && logprobs.is_null()) return;
+  if (g->req.chat)
+    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"content", text}}, nullptr, logprobs, g->req.include_usage)));
+  else
+    WriteChunk(SseData(CompletionChunkJson(g->hdr, text, nullptr, logprobs, g->req.include_usage)));
+}
+
+void Session::EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs,
+                         const ojson& logprobs) {
+  ojson lp = logprobs;
+  for (auto& e : evs) {
+    if (!e.is_call) {
+      EmitContent(g, e.content, lp);
+      lp = nullptr;
+      continue;
+    }
+    g->calls.push_back(e.call);
+    if (!g->req.stream) continue;
+    ojson head = {{"index", e.index},
+                  {"id", e.call.id},
+                  {"type", "function"},
+                  {"function", {{"name", e.call.name}, {"arguments", ""}}}};
+    ojson args = {{"index", e.index}, {"function", {{"arguments", e.call.arguments}}}};
+    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"tool_calls", ojson::array({head})}}, nullptr, nullptr,
+                                     g->req.include_usage)));
+    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"tool_calls", ojson::array({args})}}, nullptr, nullptr,
+                                     g->req.include_usage)));
+  }
+}
+
+void Session::FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reason, const RequestStats& st) {
+  if (g->parser) EmitParsed(g, g->parser->Finish(), nullptr);
+  EndGeneration(g);
+  ServerMetrics& m = srv_->m;
+  auto now = Clock::now();
+  int64_t prompt = st.prompt_tokens > 0 ? st.prompt_tokens : static_cast<int64_t>(g->prompt.size());
+  int64_t completion = std::max(st.completion_tokens, g->completion_tokens);
+  ojson usage = UsageJson(prompt, completion, st.cached_tokens);
+  const char* fr = FinishReasonText(reason, !g->calls.empty());
+  m.e2e.Observe(Seconds(now - g->arrival));
+  m.queue_time.Observe(Seconds(g->admitted_at - g->arrival) + st.queue_seconds);
+  m.prompt_tokens.Inc({}, static_cast<double>(prompt));
+  m.generation_tokens.Inc({}, static_cast<double>(completion));
+  m.cached_tokens.Inc({}, static_cast<double>(st.cached_tokens));
+  if (g->req.diffusion) {
+    if (st.forwards > 0)
+      m.diffusion_tokens_per_forward.Observe(static_cast<double>(completion) /
+                                             static_cast<double>(st.forwards));
+    for (int64_t s : st.steps_per_block) m.diffusion_steps_per_block.Observe(static_cast<double>(s));
+  }
+  srv_->rate.ChargeTokens(g->rate_key, completion, now);
+  entry_.prompt_tokens = prompt;
+  entry_.completion_tokens = completion;
+  entry_.finish_reason = fr;
+  if (srv_->log.log_requests()) entry_.completion = g->raw_text;
+  if (g->req.stream) {
+    if (g->req.chat)
+      WriteChunk(SseData(ChatChunkJson(g->hdr, ojson::object(), fr, nullptr, g->req.include_usage)));
+    else
+      WriteChunk(SseData(CompletionChunkJson(g->hdr, "", fr, nullptr, g->req.include_usage)));
+    if (g->req.include_usage) WriteChunk(SseData(UsageChunkJson(g->hdr, g->req.chat, usage)));
+    WriteChunk(kSseDone);
+    return EndStream();
+  }
+  auto text_fn = [this](int32_t id) { return srv_->prompts.TokenText(id); };
+  ojson lp = nullptr;
+  if (g->req.logprobs)
+    lp = g->req.chat ? ChatLogprobsJson(g->logprobs, text_fn)
+                     : CompletionLogprobsJson(g->logprobs, text_fn, 0);
+  ojson body = g->req.chat ? ChatCompletionJson(g->hdr, g->content, g->calls, fr, usage, lp)
+                           : CompletionJson(g->hdr, g->content, fr, usage, lp);
+  SendResponse(200, DumpJson(body), "application/json");
+}
+
+void Session::FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e) {
+  EndGeneration(g);
+  entry_.completion_tokens = g->completion_tokens;
+  if (g->req.stream && g->admitted) {
+    // Headers are out: the error goes in the stream (as vLLM does), then [DONE].
+    entry_.status = e.status;
+    entry_.error = e.message;
+    WriteChunk("data: " + ErrorJson(e) + "\n\n");
+    WriteChunk(kSseDone);
+    return EndStream();
+  }
+  SendError(e);
+}
+
+void Session::EndGeneration(const std::shared_ptr<Gen>& g) {
+  if (g->done) return;
+  g->done = true;
+  // Cancel and destroy the timeout timer here, on the strand, while the io_context surely lives:
+  // the engine may hold the last reference to `g` (through on_event) until after the server is gone.
+  if (g->timer) {
+    g->timer->cancel();
+    g->timer.reset();
+  }
+  if (g->queued) {
+    // Still waiting for a slot: leave the queue. If the slot was granted meanwhile, OnAdmitted
+    // (already posted) sees done and passes it on.
+    srv_->conc.Cancel(g->ticket);
+  } else if (g->admitted) {
+    srv_->conc.Release();
+  }
+  g->cancelled->store(true);  // harmless after a normal finish; stops the engine otherwise
+  {
+    std::lock_guard<std::mutex> l(g->link->mu);
+    g->link->session.reset();
+  }
+  srv_->RemoveLink(g->link);
+}
+
+void Session::StartWatch(const std::shared_ptr<Gen>& g) {
+  // Readability without reading: EOF or an error means the client left; data means a pipelined
+  // request (stop watching, it will be read after this response).
+  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), g](beast::error_code ec) {
+    if (g != self->gen_ || g->done || ec == net::error::operation_aborted) return;
+    if (!ec) {
+      char c;
+      beast::error_code pec;
+      self->stream_.socket().non_blocking(true, pec);
+      size_t n = self->stream_.socket().receive(net::buffer(&c, 1), tcp::socket::message_peek, pec);
+      if (pec == net::error::would_block || pec == net::error::try_again) return self->StartWatch(g);
+      if (!pec && n > 0) return;
+    }
+    self->ClientGone(g);
+  });
+}
+
+void Session::ClientGone(const std::shared_ptr<Gen>& g) {
+  EndGeneration(g);
+  entry_.status = 499;  // nginx's "client closed request"
+  entry_.completion_tokens = g->completion_tokens;
+  keep_alive_ = false;
+  closed_ = true;
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+  if (!writing_) outq_.clear();  // else the pending write's handler clears it
+  FinishRequest();
+}
+
+}  // namespace tessera
