@@ -125,9 +125,8 @@ int RunGenerate(GenerateFlags& f) {
   ec.collect_expert_stats = f.stats;
   ec.force_diffusion = f.diffusion;
   ec.max_model_len = mc.max_position_embeddings;
-  const int64_t kv_per_token = Model::KvBytesPerToken(mc, model->KvCacheDType());  // the engine's page bytes
-  ec.kv_cache_bytes =
-      std::min<int64_t>(kv_per_token * (static_cast<int64_t>(prompt.size()) + f.max_tokens + 256), 8ll << 30);
+  ec.kv_cache_bytes = std::min<int64_t>(
+      Model::KvBytesPerToken(mc) * (static_cast<int64_t>(prompt.size()) + f.max_tokens + 256), 8ll << 30);
   GenerationRequest req;
   req.id = "cli";
   req.prompt = prompt;
@@ -160,7 +159,7 @@ int RunGenerate(GenerateFlags& f) {
     req.diffusion = ResolveDiffusionParams(mc, dir, tokenizer.get(), o, ec.max_model_len);
     ec.default_diffusion = *req.diffusion;
     // Room for the prompt, the output rounded up to whole blocks and one block of scratch.
-    ec.kv_cache_bytes += kv_per_token * 3 * req.diffusion->block_size;
+    ec.kv_cache_bytes += Model::KvBytesPerToken(mc) * 3 * req.diffusion->block_size;
   }
   req.emit_steps = f.show_steps || !f.trace.empty();
 

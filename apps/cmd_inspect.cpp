@@ -1,15 +1,13 @@
 // tessera CLI: `tessera inspect`: what a model is and what it needs, from config.json alone:
 // layers by type, total / active parameters, weight bytes in bf16 / int8 / int4, KV bytes per
-// token (bf16 on the GPU, f32 on the CPU), recurrent-state bytes per sequence and the state slots
-// serve allocates (running sequences and prefix-cache snapshots), the memory a context x concurrency
-// needs (KV as the CPU holds it), and the GPU memory plan (KV as the GPU holds it).
+// token, recurrent-state bytes per sequence and the state slots serve allocates (running sequences
+// and prefix-cache snapshots), the memory a context x concurrency needs, and the GPU memory plan.
 #include <cstdio>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "core/dtype.h"
 #include "engine/memory_plan.h"
 #include "io/hf_config.h"
 #include "model/model.h"
@@ -79,11 +77,8 @@ int RunInspect(const InspectFlags& f) {
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
   int64_t moe = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) moe += cfg.IsMoeLayer(l);
-  // KV and recurrent state as tessera's caches hold them. Inspect has no device: the KV figures outside
-  // the GPU plan are the CPU backend's (f32), the plan's the CUDA backend's (bf16, half the bytes); the
-  // recurrent state is f32 on both.
-  const int64_t kv_per_token = Model::KvBytesPerToken(cfg, DType::kF32);
-  const int64_t kv_per_token_gpu = Model::KvBytesPerToken(cfg, DType::kBF16);
+  // KV and recurrent state as tessera's caches hold them (f32 on the CPU and on the GPU).
+  const int64_t kv_per_token = Model::KvBytesPerToken(cfg);
   const int64_t state_per_seq = Model::StateBytesPerSequence(cfg);
   const double weights_bf16 = total * 2;
   const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
@@ -114,7 +109,6 @@ int RunInspect(const InspectFlags& f) {
                        {"int4", static_cast<int64_t>(bytes_int4)}};
   j["active_weight_bytes_bf16"] = static_cast<int64_t>(active * 2);
   j["kv_bytes_per_token"] = kv_per_token;
-  j["kv_cache_dtype"] = DTypeName(DType::kF32);  // the CPU's; "gpu_plan" has the GPU's
   j["state_bytes_per_sequence"] = state_per_seq;
   j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
                  {"weights_bytes", static_cast<int64_t>(weights_bf16)}, {"kv_bytes", static_cast<int64_t>(kv)},
@@ -129,18 +123,12 @@ int RunInspect(const InspectFlags& f) {
       throw UsageError("--gpu-memory-utilization must be in (0, 1]");
     const GpuMemoryPlan plan =
         PlanGpuMemory(ParseByteSize(f.gpu_memory, "--gpu-memory"), f.gpu_memory_utilization,
-                      static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token_gpu, DType::kBF16,
-                      slots.bytes(), ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
-    j["gpu_plan"] = {{"total_bytes", plan.total_bytes},
-                     {"utilization", plan.utilization},
-                     {"budget_bytes", plan.budget_bytes},
-                     {"in_use_bytes", plan.in_use_bytes},
-                     {"state_bytes", plan.state_bytes},
-                     {"reserve_bytes", plan.reserve_bytes},
-                     {"kv_pool_bytes", plan.kv_pool_bytes},
-                     {"kv_cache_dtype", DTypeName(plan.kv_dtype)},
-                     {"kv_bytes_per_token", plan.kv_bytes_per_token},
-                     {"kv_tokens", plan.kv_tokens}};
+                      static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token, slots.bytes(),
+                      ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
+    j["gpu_plan"] = {{"total_bytes", plan.total_bytes},   {"utilization", plan.utilization},
+                     {"budget_bytes", plan.budget_bytes}, {"in_use_bytes", plan.in_use_bytes},
+                     {"state_bytes", plan.state_bytes},   {"reserve_bytes", plan.reserve_bytes},
+                     {"kv_pool_bytes", plan.kv_pool_bytes}, {"kv_tokens", plan.kv_tokens}};
     plan_line = DescribeGpuMemoryPlan(plan);
     if (plan.kv_pool_bytes <= 0) {
       std::fprintf(stderr, "tessera inspect: the model does not fit: %s\n", plan_line.c_str());
@@ -166,13 +154,13 @@ int RunInspect(const InspectFlags& f) {
               HumanBytes(weights_bf16).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
   std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
               HumanBytes(active * 2).c_str());
-  std::printf("KV cache:         %s per token (bf16, %lld attention layers) on the GPU, %s (f32) on the CPU\n",
-              HumanBytes(kv_per_token_gpu).c_str(), (long long)full, HumanBytes(kv_per_token).c_str());
+  std::printf("KV cache:         %s per token (f32, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
+              (long long)full);
   std::printf("recurrent state:  %s per sequence (f32)\n", HumanBytes(state_per_seq).c_str());
   std::printf("state slots:      %s\n", DescribeStatePlan(slots).c_str());
-  std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s (f32, as on the CPU) + state %s\n",
-              (long long)f.context, (long long)f.concurrency, HumanBytes(need).c_str(),
-              HumanBytes(weights_bf16).c_str(), HumanBytes(kv).c_str(), HumanBytes(state).c_str());
+  std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n", (long long)f.context,
+              (long long)f.concurrency, HumanBytes(need).c_str(), HumanBytes(weights_bf16).c_str(),
+              HumanBytes(kv).c_str(), HumanBytes(state).c_str());
   if (!plan_line.empty())
     std::printf("%s (in use: bf16 weights + %s CUDA context estimate)\n", plan_line.c_str(),
                 HumanBytes(static_cast<double>(kCudaContextBytes)).c_str());
@@ -189,8 +177,7 @@ Subcommand AddInspectCommand(CLI::App& root) {
   app->add_option("--concurrency", f->concurrency, "Concurrent sequences for the memory estimate")
       ->check(CLI::PositiveNumber);
   app->add_option("--gpu-memory", f->gpu_memory,
-                  "GPU memory size (e.g. 141GB, 80GiB): print the memory plan serve --device cuda makes on it "
-                  "(KV cache in bf16)");
+                  "GPU memory size (e.g. 141GB, 80GiB): print the memory plan serve --device cuda makes on it");
   app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Share of the GPU for tessera (0..1]");
   app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences per step, for the plan's state and reserve");
   app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Tokens per step, for the plan's reserve");

@@ -139,10 +139,10 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
   const tessera::ModelConfig& mc = model.config();
   const int ranks = model.tensor_parallel_size();
   // Rank 0's device stands for every rank (the same GPUs, the same share of the weights).
-  const GpuMemoryPlan plan = PlanGpuMemory(total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes,
-                                           model.KvBytesPerTokenPerRank(), model.KvCacheDType(),
-                                           PlanState(ec, mc, model.StateBytesPerSequencePerRank()).bytes(),
-                                           ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
+  const GpuMemoryPlan plan =
+      PlanGpuMemory(total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes,
+                    model.KvBytesPerTokenPerRank(), PlanState(ec, mc, model.StateBytesPerSequencePerRank()).bytes(),
+                    ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
   spdlog::info("{}{}", DescribeGpuMemoryPlan(plan), ranks > 1 ? fmt::format(" per GPU, {} GPUs", ranks) : "");
   if (plan.kv_pool_bytes < model.KvBytesPerTokenPerRank() * ec.page_size)
     Fail(ErrorKind::kInvalidArgument,
@@ -151,8 +151,7 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
          "(--tensor-parallel-size)",
          cfg.engine.gpu_memory_utilization, DescribeGpuMemoryPlan(plan));
   // Pool bytes per rank -> pages -> the engine's total over ranks.
-  const int64_t pool_total =
-      plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc, model.KvCacheDType());
+  const int64_t pool_total = plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc);
   if (cfg.engine.kv_cache_memory > pool_total)
     Fail(ErrorKind::kInvalidArgument,
          "config key 'engine.kv_cache_memory': {:.1f} GiB does not fit; the GPU memory plan leaves {:.1f} GiB ({})",
@@ -202,7 +201,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   ec.force_diffusion = cfg.model.diffusion;
   ec.collect_expert_stats = true;  // feeds tessera_moe_routed_tokens_total
   ec.sampling_defaults = SamplingDefaultsFromHf(dir);
-  const int64_t per_token = Model::KvBytesPerToken(mc, model.KvCacheDType());  // at the backend's KV element type
+  const int64_t per_token = Model::KvBytesPerToken(mc);
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
   ec.kv_cache_bytes = std::max<int64_t>(std::min(KvCacheBudget(cfg, model, ec), useful), per_token * ec.page_size);
   CheckHostMemory(model, ec);
@@ -294,12 +293,9 @@ int RunServe(ServeFlags& f) {
                  tokenizer->vocab_size(), model->config().vocab_size);
   Engine engine(model.get(), tokenizer.get(), MakeEngineConfig(cfg, *model, dir, *tokenizer));
   const EngineModelInfo& info = engine.ModelInfo();
-  // The KV sizes as `tessera inspect` prints them ("KV cache: ... per token (bf16, ...)").
-  spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens ({} per token, {}), max_num_seqs {}",
-               info.name, info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
-               engine.Snapshot().kv_pages_total, engine.config().page_size,
-               HumanBytes(static_cast<double>(Model::KvBytesPerToken(model->config(), model->KvCacheDType()))),
-               DTypeName(model->KvCacheDType()), engine.config().max_num_seqs);
+  spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens, max_num_seqs {}", info.name,
+               info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
+               engine.Snapshot().kv_pages_total, engine.config().page_size, engine.config().max_num_seqs);
   const StatePlan state = PlanState(engine.config(), model->config(), model->StateBytesPerSequencePerRank());
   const int ranks = model->tensor_parallel_size();
   spdlog::info("recurrent state: {}{}", DescribeStatePlan(state),

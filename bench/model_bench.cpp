@@ -288,8 +288,7 @@ RunResult RunOnce(Model& model, const Accounting& acc, const Options& o, const s
   r.prefill_s = Seconds(t0, Clock::now());
   r.prefill_distinct /= chunks;
 
-  // K and V of all attention layers as the cache holds them (f32: this bench loads on the CPU).
-  const double kv_row = static_cast<double>(Model::KvBytesPerToken(c, model.KvCacheDType()));
+  const double kv_row = static_cast<double>(Model::KvBytesPerToken(c));  // K and V, all attention layers
   const double state = 2.0 * static_cast<double>(Model::StateBytesPerSequence(c));  // read + written
   const auto t1 = Clock::now();
   for (int64_t i = 0; i < o.decode; ++i) {

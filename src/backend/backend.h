@@ -50,13 +50,9 @@ struct AttentionArgs {
   int64_t kv_stride = 0;
   int64_t T = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t first_pos = 0;           // absolute position of row 0; keys [0, first_pos) come from the cache
-  // The paged cache, [num_pages * page_size, num_kv_heads, head_dim] of Backend::KvCacheDType().
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
-  const int32_t* pages = nullptr;  // page ids covering [0, first_pos) (and the committed rows)
-  // AttentionBatch first writes rows [0, commit_len) of k / v into the cache at positions first_pos..
-  // (the rows that persist; an uncommitted diffusion block reads its own rows from k / v only).
-  int64_t commit_len = 0;
+  const float* k_cache = nullptr;  // [num_pages * page_size, num_kv_heads, head_dim]
+  const float* v_cache = nullptr;
+  const int32_t* pages = nullptr;  // page ids covering [0, first_pos)
   int64_t page_size = 0;
   int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
   float scale = 1.0f;
@@ -232,35 +228,24 @@ class Backend {
   virtual void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                       int64_t dst_stride) = 0;
 
-  // Element type of the paged KV cache (KvWrite, KvWriteRows, AttentionArgs::k_cache): f32 here and on
-  // the CPU; a GPU backend keeps bf16 (half the bytes a decode step reads, twice the tokens a pool holds).
-  virtual DType KvCacheDType() const { return DType::kF32; }
-  // Paged KV cache: writes T rows of k/v ([T, kv_dim] f32, stride kv_stride) at positions first_pos..
-  // into k_cache/v_cache ([num_pages * page_size, kv_dim] of KvCacheDType()).
-  virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-                       const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) = 0;
+  // Paged KV cache: writes T rows of k/v ([T, kv_dim], stride kv_stride) at positions
+  // first_pos.. into k_cache/v_cache ([num_pages * page_size, kv_dim]).
+  virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
+                       int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                       float* v_cache) = 0;
   // The batched form of KvWrite (all segments of a batch in one call): k_cache[cache_rows[i]] =
-  // k[src_rows[i]] (rows of kv_dim; k/v row stride kv_stride), the same for v. Host indices. The
-  // default is for f32 caches.
+  // k[src_rows[i]] (rows of kv_dim floats; k/v row stride kv_stride), the same for v. Host indices.
   virtual void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
-                           const int64_t* cache_rows, int64_t n, void* k_cache, void* v_cache) {
+                           const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) {
     for (int64_t i = 0; i < n; ++i) {
-      CopyBuffer(static_cast<float*>(k_cache) + cache_rows[i] * kv_dim, k + src_rows[i] * kv_stride,
-                 kv_dim * sizeof(float));
-      CopyBuffer(static_cast<float*>(v_cache) + cache_rows[i] * kv_dim, v + src_rows[i] * kv_stride,
-                 kv_dim * sizeof(float));
+      CopyBuffer(k_cache + cache_rows[i] * kv_dim, k + src_rows[i] * kv_stride, kv_dim * sizeof(float));
+      CopyBuffer(v_cache + cache_rows[i] * kv_dim, v + src_rows[i] * kv_stride, kv_dim * sizeof(float));
     }
   }
-  // Attention of one entry; its commit_len is not written (AttentionBatch does that).
   virtual void Attention(const AttentionArgs& a) = 0;
-  // Attention of several sequences' rows (the segments of a batch, same heads) in one call: first the
-  // committed rows of every entry into the cache, then the attention; device backends launch once for
-  // all of them. The default runs KvWrite and Attention per entry.
+  // Attention of several sequences' rows (the segments of a batch, same heads) in one call; device
+  // backends launch once for all of them. The default runs Attention per entry.
   virtual void AttentionBatch(const std::vector<AttentionArgs>& args) {
-    for (const AttentionArgs& a : args)
-      if (a.commit_len > 0)
-        KvWrite(a.k, a.v, a.kv_stride, a.commit_len, a.num_kv_heads * a.head_dim, a.first_pos, a.pages, a.page_size,
-                a.k_cache, a.v_cache);
     for (const AttentionArgs& a : args) Attention(a);
   }
 

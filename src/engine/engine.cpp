@@ -43,8 +43,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   if (config_.max_num_batched_tokens <= 0)
     Fail(ErrorKind::kInvalidArgument, "max_num_batched_tokens must be positive");
   int64_t pages = config_.num_pages;
-  // Unsplit K and V bytes per token at the cache's element type (bf16 on the GPU, f32 on the CPU).
-  const int64_t kv_per_token = Model::KvBytesPerToken(mc, model_->KvCacheDType());
+  const int64_t kv_per_token = Model::KvBytesPerToken(mc);
   if (pages <= 0) {
     int64_t per_page = std::max<int64_t>(1, kv_per_token * config_.page_size);
     pages = config_.kv_cache_bytes / per_page;

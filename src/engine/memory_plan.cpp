@@ -60,7 +60,7 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
 }
 
 GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,
-                            DType kv_dtype, int64_t state_bytes, int64_t reserve_bytes) {
+                            int64_t state_bytes, int64_t reserve_bytes) {
   GpuMemoryPlan p;
   p.total_bytes = total_bytes;
   p.utilization = utilization;
@@ -70,7 +70,6 @@ GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_
   p.reserve_bytes = reserve_bytes;
   p.kv_pool_bytes = p.budget_bytes - in_use_bytes - state_bytes - reserve_bytes;
   p.kv_bytes_per_token = kv_bytes_per_token;
-  p.kv_dtype = kv_dtype;
   p.kv_tokens = kv_bytes_per_token > 0 && p.kv_pool_bytes > 0 ? p.kv_pool_bytes / kv_bytes_per_token : 0;
   return p;
 }
@@ -78,9 +77,9 @@ GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_
 std::string DescribeGpuMemoryPlan(const GpuMemoryPlan& p) {
   return fmt::format(
       "gpu memory: {:.2f} x {} = {}: in use {} (weights, context), state {}, activation reserve {}, KV pool {} "
-      "({} tokens at {} B, {})",
+      "({} tokens at {} B)",
       p.utilization, Gib(p.total_bytes), Gib(p.budget_bytes), Gib(p.in_use_bytes), Gib(p.state_bytes),
-      Gib(p.reserve_bytes), Gib(p.kv_pool_bytes), p.kv_tokens, p.kv_bytes_per_token, DTypeName(p.kv_dtype));
+      Gib(p.reserve_bytes), Gib(p.kv_pool_bytes), p.kv_tokens, p.kv_bytes_per_token);
 }
 
 }  // namespace tessera

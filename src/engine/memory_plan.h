@@ -3,14 +3,12 @@
 // (weights, CUDA context, anything else on the device), then the recurrent-state slots of hybrid
 // models, then a reserve for the activations of the largest step; the KV page pool gets the rest.
 // `tessera serve --device cuda` plans from the device's numbers after loading; `tessera inspect
-// --gpu-memory SIZE` from a device size, the bf16 weights and kCudaContextBytes, with the same code;
-// both count the KV pages in bf16, as the CUDA backend keeps them.
+// --gpu-memory SIZE` from a device size, the bf16 weights and kCudaContextBytes, with the same code.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
 #include "engine/engine.h"
 #include "model/model_config.h"
 
@@ -29,7 +27,6 @@ struct GpuMemoryPlan {
   int64_t reserve_bytes = 0;      // activations of the largest step
   int64_t kv_pool_bytes = 0;      // what is left for KV pages (<= 0: does not fit)
   int64_t kv_bytes_per_token = 0;
-  DType kv_dtype = DType::kF32;   // element type of the KV pages (the backend's KvCacheDType())
   int64_t kv_tokens = 0;          // kv_pool_bytes / kv_bytes_per_token
 };
 
@@ -58,13 +55,12 @@ std::string HumanBytes(double bytes);
 // to max_num_seqs x 32 rows, twice over for the caching allocator's rounding and reuse, plus 256 MiB.
 int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs);
 
-// The plan for one device (one rank): per-token KV (elements of kv_dtype) and per-slot state bytes as
-// that rank holds them.
+// The plan for one device (one rank): per-token KV and per-slot state bytes as that rank holds them.
 GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,
-                            DType kv_dtype, int64_t state_bytes, int64_t reserve_bytes);
+                            int64_t state_bytes, int64_t reserve_bytes);
 
 // One line: "gpu memory: 0.90 x 139.8 GiB = 125.8 GiB: in use 57.2 GiB, state 0 B, reserve 1.3 GiB,
-// KV pool 67.3 GiB (735094 tokens at 98304 B, bf16)".
+// KV pool 67.3 GiB (367,001 tokens at 196,608 B)".
 std::string DescribeGpuMemoryPlan(const GpuMemoryPlan& p);
 
 }  // namespace tessera

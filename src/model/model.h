@@ -63,9 +63,8 @@ class Model {
 
   // Forward() returns logits on the host; callers of backend() ops use backend memory (backend.h).
   // The unsplit model's cache sizes (the sum over ranks when no KV / key head is replicated).
-  // K and V of all attention layers with elements of kv_dtype (the backend's KvCacheDType()).
-  static int64_t KvBytesPerToken(const ModelConfig& cfg, DType kv_dtype);
-  static int64_t StateBytesPerSequence(const ModelConfig& cfg);  // f32 conv + recurrent state
+  static int64_t KvBytesPerToken(const ModelConfig& cfg);         // f32 K and V, all attention layers
+  static int64_t StateBytesPerSequence(const ModelConfig& cfg);   // f32 conv + recurrent state
   // What ONE rank (one GPU) holds per token / per state slot: the numbers a per-GPU memory budget
   // divides by. Equal to the static ones when tensor_parallel_size is 1.
   int64_t KvBytesPerTokenPerRank() const;
@@ -74,8 +73,6 @@ class Model {
 
   // Rank 0's backend (the only one when tensor_parallel_size is 1).
   Backend& backend();
-  // Element type of the KV cache pages (rank 0's backend's; every rank has the same kind).
-  DType KvCacheDType() const;
 
  private:
   struct Rank;

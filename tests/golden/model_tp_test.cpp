@@ -159,13 +159,10 @@ TEST_P(TensorParallel, PerRankCacheSizesShrink) {
   const int n = std::get<1>(GetParam());
   const ModelConfig& c = p_.one->config();
   EXPECT_EQ(p_.split->tensor_parallel_size(), n);
-  // CPU ranks keep an f32 cache.
-  EXPECT_EQ(p_.one->KvCacheDType(), DType::kF32);
-  EXPECT_EQ(p_.split->KvCacheDType(), DType::kF32);
-  EXPECT_EQ(p_.one->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c, DType::kF32));
+  EXPECT_EQ(p_.one->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c));
   // KV heads (2) split over 2 ranks, or one replicated head per rank over 4.
   const int64_t kv_per_rank = std::max<int64_t>(1, c.num_kv_heads / n);
-  EXPECT_EQ(p_.split->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c, DType::kF32) / c.num_kv_heads * kv_per_rank);
+  EXPECT_EQ(p_.split->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c) / c.num_kv_heads * kv_per_rank);
   if (c.NumLayersOf(LayerKind::kLinearAttention) > 0) {
     EXPECT_LT(p_.split->StateBytesPerSequencePerRank(), Model::StateBytesPerSequence(c));
   }

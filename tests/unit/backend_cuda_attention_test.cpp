@@ -3,10 +3,8 @@
 // and the call shapes that pick different kernels and block shapes: a prompt (tiles of rows, key
 // splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
 // splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
-// tensor-core flash kernel (TESSERA_CUDA_ATTENTION_FLASH=1) and without it (the per-head kernel), and
-// prints the relative error (max |gpu - cpu| / max |cpu|). K / V are drawn as bf16 values (the GPU
-// keeps its cache, and stages new rows, in bf16), so the error is the kernels'. Skipped without a
-// device.
+// tensor-core flash kernel (TESSERA_CUDA_ATTENTION_FLASH=1) and without it (the grouped kernels), and
+// prints the relative error (max |gpu - cpu| / max |cpu|). Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +22,6 @@
 
 #include "backend/backend.h"
 #include "test_util.h"
-#include "unit/backend_cuda_conformance.h"
 
 namespace tessera {
 namespace {
@@ -33,7 +30,6 @@ constexpr double kTol = 1e-4;
 
 // Random inputs, never zero (tests/test_util.h).
 constexpr auto& Rand = testing::NonZeroUniform;
-using cuda_conformance::RoundBf16;  // what the GPU's KV cache holds
 
 double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, ref = 1e-30;
@@ -88,10 +84,10 @@ class Call {
       pages_total_ += (s.first_pos + s.T + kPage - 1) / kPage + 1;
     }
     q_ = Rand(rows_ * q_stride_, -2, 2, seed);
-    k_ = RoundBf16(Rand(rows_ * kv_stride_, -1, 1, seed + 1));
-    v_ = RoundBf16(Rand(rows_ * kv_stride_, -1, 1, seed + 2));
-    kc_ = RoundBf16(Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 3));
-    vc_ = RoundBf16(Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 4));
+    k_ = Rand(rows_ * kv_stride_, -1, 1, seed + 1);
+    v_ = Rand(rows_ * kv_stride_, -1, 1, seed + 2);
+    kc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 3);
+    vc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 4);
     std::vector<int32_t> perm(pages_total_);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<unsigned>(seed)));
@@ -104,8 +100,7 @@ class Call {
     want_.assign(rows_ * out_stride_, 0.0f);
     if (!reference) return;
     auto cpu = MakeCpuBackend();
-    std::vector<float> kc = kc_, vc = vc_;  // Args takes writable caches (nothing is committed here)
-    for (const AttentionArgs& a : Args(q_.data(), k_.data(), v_.data(), kc.data(), vc.data(), want_.data()))
+    for (const AttentionArgs& a : Args(q_.data(), k_.data(), v_.data(), kc_.data(), vc_.data(), want_.data()))
       cpu->Attention(a);
   }
 
@@ -116,10 +111,10 @@ class Call {
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
       return b;
     };
-    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = DevBf16(gpu, kc_), dvc = DevBf16(gpu, vc_);
+    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_);
     // The gaps between output rows stay 0 on both sides: a stray write shows as an error.
     DeviceBuffer dout = dev(std::vector<float>(want_.size(), 0.0f));
-    gpu.AttentionBatch(Args(dq.f32(), dk.f32(), dv.f32(), dkc.data(), dvc.data(), dout.f32()));
+    gpu.AttentionBatch(Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32()));
     std::vector<float> got(want_.size());
     gpu.Download(got.data(), dout.data(), got.size() * sizeof(float));
     return RelErr(got, want_);
@@ -132,9 +127,8 @@ class Call {
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
       return b;
     };
-    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = DevBf16(gpu, kc_), dvc = DevBf16(gpu, vc_),
-                 dout = dev(want_);
-    const auto args = Args(dq.f32(), dk.f32(), dv.f32(), dkc.data(), dvc.data(), dout.f32());
+    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_), dout = dev(want_);
+    const auto args = Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32());
     gpu.AttentionBatch(args);
     gpu.Synchronize();
     const auto start = std::chrono::steady_clock::now();
@@ -148,16 +142,7 @@ class Call {
  private:
   static constexpr int64_t kPage = 16;
 
-  // Host values (already bf16 values) as a bf16 device buffer: the layout of the GPU's KV cache.
-  static DeviceBuffer DevBf16(Backend& gpu, const std::vector<float>& h) {
-    std::vector<uint16_t> bits(h.size());
-    for (size_t i = 0; i < h.size(); ++i) bits[i] = F32ToBf16(h[i]);
-    DeviceBuffer b(gpu, bits.size() * sizeof(uint16_t));
-    gpu.Upload(b.data(), bits.data(), bits.size() * sizeof(uint16_t));
-    return b;
-  }
-
-  std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, void* kc, void* vc,
+  std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, const float* kc, const float* vc,
                                   float* out) const {
     std::vector<AttentionArgs> args;
     int64_t row0 = 0;
@@ -275,7 +260,7 @@ TEST_F(CudaAttention, PromptsUnsplit) {
   for (const Shape& sh : kOtherGroups) RunBoth("8 prompts of 280", sh, seqs, 510);
 }
 
-// Timing of the calls of issue 5's rows (one layer's attention), flash kernel against the per-head
+// Timing of the calls of issue 5's rows (one layer's attention), flash kernel against the grouped
 // kernels: only with TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).
 TEST_F(CudaAttention, Timing) {
   if (const char* e = std::getenv("TESSERA_CUDA_ATTENTION_BENCH"); e == nullptr || std::string(e) != "1")
@@ -298,12 +283,9 @@ TEST_F(CudaAttention, Timing) {
         }
         us[f] = call.TimeOn(*gpu, 20);
       }
-      // K and V of every key once (bf16): the least a call reads; GB/s of the flash kernel against it.
-      double kv_bytes = 0;
-      for (const Seq& s : seqs) kv_bytes += static_cast<double>(s.first_pos + s.T) * sh.kv_heads * sh.hd * 2 * 2;
-      std::printf("attention timing heads=%ld/%ld hd=%ld %-22s flash %9.1f us (%6.0f GB/s of K/V)  per-head %9.1f us\n",
+      std::printf("attention timing heads=%ld/%ld hd=%ld %-22s flash %9.1f us  grouped %9.1f us\n",
                   static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(),
-                  us[0], kv_bytes / us[0] / 1e3, us[1]);
+                  us[0], us[1]);
     }
 }
 

@@ -135,9 +135,8 @@ struct StepCost {
 //    (attention or Gated DeltaNet projections, norms, router, shared expert and its gate, dense
 //    FFNs), the routed experts the step touches (`distinct_per_layer` from collect_expert_stats;
 //    without stats the upper bound min(E, rows * k)), the whole lm_head, one embedding row a token;
-//  - the KV cache is bf16, as the CUDA backend keeps it (Model::KvBytesPerToken): each sequence's
-//    committed prefix is read once, its committed rows written once; fresh rows' K/V stay in
-//    activations;
+//  - the KV cache is f32 (Model::KvBytesPerToken): each sequence's committed prefix is read once,
+//    its committed rows written once; fresh rows' K/V stay in activations;
 //  - Gated DeltaNet conv + recurrent state (Model::StateBytesPerSequence, f32) is read and written
 //    once per sequence per step;
 //  - activations, routing metadata and logits are not counted;
@@ -158,7 +157,7 @@ StepCost CountStep(const ModelConfig& c, const WeightCensus& w, const StepShape&
   const double weight_params = w.non_expert_params + touched * w.expert_params + w.lm_head_params +
                                static_cast<double>(rows) * c.hidden_size;
   const double kv_bytes = static_cast<double>(s.sequences) * (s.cached_keys + s.committed_rows) *
-                          Model::KvBytesPerToken(c, DType::kBF16);
+                          Model::KvBytesPerToken(c);
   const double state_bytes = 2.0 * s.sequences * Model::StateBytesPerSequence(c);
   cost.bytes = 2.0 * weight_params + kv_bytes + state_bytes;
 

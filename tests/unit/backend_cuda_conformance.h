@@ -30,12 +30,6 @@ inline std::vector<uint16_t> Bf16s(const std::vector<float>& v) {
   return out;
 }
 
-// The values of v rounded to bf16 (what a bf16 KV cache holds), as floats.
-inline std::vector<float> RoundBf16(std::vector<float> v) {
-  for (float& x : v) x = Bf16ToF32(F32ToBf16(x));
-  return v;
-}
-
 inline double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, ref = 1e-30;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -65,15 +59,6 @@ class CudaConformance : public ::testing::Test {
     gpu_->Download(out.data(), p, n * sizeof(T));
     return out;
   }
-  // n bf16 values of device memory as floats (the GPU's KV cache).
-  std::vector<float> HostBf16Values(const void* p, size_t n) {
-    const std::vector<uint16_t> bits = Host(static_cast<const uint16_t*>(p), n);
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = Bf16ToF32(bits[i]);
-    return out;
-  }
-  // A zeroed bf16 buffer of n values on the device.
-  uint16_t* DevZeroBf16(size_t n) { return Dev(std::vector<uint16_t>(n, 0)); }
   Tensor HostBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
     return Tensor{v.data(), DType::kBF16, {rows, cols}};
   }

@@ -238,10 +238,9 @@ TEST(CliInspect, ParameterCountsMatchPublishedSizes) {
     EXPECT_LT(k["active_params_no_embedding"].get<double>(), 4.0e9) << dir;
     EXPECT_GT(k["state_bytes_per_sequence"].get<int64_t>(), 0) << dir;
   }
-  // Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 4 bytes (f32, as the CPU cache holds it).
+  // Qwen3-30B-A3B: 48 layers x 2 (K, V) x 4 kv heads x 128 x 4 bytes (f32, as the caches hold it).
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --json");
   EXPECT_EQ(json::parse(r.out)["kv_bytes_per_token"].get<int64_t>(), 48 * 2 * 4 * 128 * 4);
-  EXPECT_EQ(json::parse(r.out)["kv_cache_dtype"].get<std::string>(), "f32");
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("30 Gated DeltaNet"), std::string::npos) << r.out;
@@ -263,9 +262,7 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
   EXPECT_GT(p["reserve_bytes"].get<int64_t>(), int64_t{256} << 20);
   EXPECT_EQ(p["kv_pool_bytes"].get<int64_t>(), p["budget_bytes"].get<int64_t>() - p["in_use_bytes"].get<int64_t>() -
                                                     p["state_bytes"].get<int64_t>() - p["reserve_bytes"].get<int64_t>());
-  // The GPU keeps bf16 KV: 10 attention layers x 2 (K, V) x 2 kv heads x 256 x 2 bytes a token.
-  EXPECT_EQ(p["kv_bytes_per_token"].get<int64_t>(), 10 * 2 * 2 * 256 * 2);
-  EXPECT_EQ(p["kv_tokens"].get<int64_t>(), p["kv_pool_bytes"].get<int64_t>() / (10 * 2 * 2 * 256 * 2));
+  EXPECT_EQ(p["kv_tokens"].get<int64_t>(), p["kv_pool_bytes"].get<int64_t>() / j["kv_bytes_per_token"].get<int64_t>());
   EXPECT_GT(p["kv_tokens"].get<int64_t>(), 100000);
   // 35B parameters in bf16 do not fit in 40 GiB.
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) + " --gpu-memory 40GiB");
@@ -274,31 +271,6 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3.5-35b-a3b")) +
                  " --gpu-memory 141GB --gpu-memory-utilization 1.5");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-}
-
-// The GPU plan counts KV pages in bf16, as the CUDA backend keeps them (half the CPU's f32 bytes, twice
-// the tokens in the same pool); the figures outside the plan are the CPU's, and both outputs say which.
-TEST(CliInspect, GpuPlanCountsKvInBf16) {
-  const std::string model = Quote(DataPath("configs/qwen3-30b-a3b"));
-  const int64_t f32_per_token = 48 * 2 * 4 * 128 * 4, bf16_per_token = 48 * 2 * 4 * 128 * 2;
-  auto r = RunCommand(Bin() + " inspect --model " + model + " --json --gpu-memory 141GB --max-num-seqs 32");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json j = json::parse(r.out);
-  EXPECT_EQ(j["kv_cache_dtype"].get<std::string>(), "f32");
-  EXPECT_EQ(j["kv_bytes_per_token"].get<int64_t>(), f32_per_token);
-  const json& p = j["gpu_plan"];
-  EXPECT_EQ(p["kv_cache_dtype"].get<std::string>(), "bf16");
-  EXPECT_EQ(p["kv_bytes_per_token"].get<int64_t>(), bf16_per_token);
-  EXPECT_EQ(2 * p["kv_bytes_per_token"].get<int64_t>(), j["kv_bytes_per_token"].get<int64_t>());
-  EXPECT_EQ(p["kv_tokens"].get<int64_t>(), p["kv_pool_bytes"].get<int64_t>() / bf16_per_token);
-  // The text: the per-token line names both, the plan line the bf16 bytes it divided by.
-  r = RunCommand(Bin() + " inspect --model " + model + " --gpu-memory 141GB --max-num-seqs 32");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("KV cache:         96.00 KiB per token (bf16, 48 attention layers) on the GPU, 192.00 KiB "
-                       "(f32) on the CPU"),
-            std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find(fmt::format("tokens at {} B, bf16)", bf16_per_token)), std::string::npos) << r.out;
 }
 
 // --num-state-snapshots sets the prefix-cache snapshot slots of a hybrid model's recurrent state:
@@ -358,8 +330,6 @@ TEST(CliServe, StateSnapshotsReachTheEngine) {
   std::string log = start_up_log("qwen3_5_moe", "--num-state-snapshots 3");
   EXPECT_NE(log.find("recurrent state: 4 sequence slots + 3 prefix-cache snapshots"), std::string::npos) << log;
   EXPECT_NE(log.find("engine.num_state_snapshots: 3"), std::string::npos) << log;  // the effective configuration
-  // The KV sizes as inspect prints them: 2 attention layers x 2 (K, V) x 2 kv heads x 64 x 4 bytes (f32 on the CPU).
-  EXPECT_NE(log.find("x 16 tokens (2.00 KiB per token, f32)"), std::string::npos) << log;
   log = start_up_log("qwen3_5_moe", "");
   EXPECT_NE(log.find("recurrent state: 4 sequence slots + 1 prefix-cache snapshots"), std::string::npos) << log;
   log = start_up_log("qwen3_5_moe", "--num-state-snapshots 3 --no-enable-prefix-caching");

@@ -150,11 +150,8 @@ TEST(ModelLoader, FusedExpertTensorsGiveSameLogits) {
 
 TEST(ModelLoader, CacheSizes) {
   auto cfg = ModelConfig::FromHf(LoadHfModelDir(DataPath("fixtures/models/qwen3_next")));
-  // 2 attention layers * (K + V) * 2 kv heads * 64 dims * 4 bytes (f32, the CPU cache) or 2 (bf16, the
-  // GPU cache: half).
-  EXPECT_EQ(Model::KvBytesPerToken(cfg, DType::kF32), 2 * 2 * 2 * 64 * 4);
-  EXPECT_EQ(Model::KvBytesPerToken(cfg, DType::kBF16), 2 * 2 * 2 * 64 * 2);
-  EXPECT_EQ(2 * Model::KvBytesPerToken(cfg, DType::kBF16), Model::KvBytesPerToken(cfg, DType::kF32));
+  // 2 attention layers * (K + V) * 2 kv heads * 64 dims * 4 bytes.
+  EXPECT_EQ(Model::KvBytesPerToken(cfg), 2 * 2 * 2 * 64 * 4);
   // 2 GDN layers * (conv 256 * 3 + 4 heads * 32 * 32) * 4 bytes.
   EXPECT_EQ(Model::StateBytesPerSequence(cfg), 2 * (256 * 3 + 4 * 32 * 32) * 4);
 }

@@ -139,15 +139,13 @@ void CpuBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t sr
 }
 
 void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                         int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) {
-  // The CPU cache is f32 (KvCacheDType() keeps the default).
-  float* kc = static_cast<float*>(k_cache);
-  float* vc = static_cast<float*>(v_cache);
+                         int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                         float* v_cache) {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t pos = first_pos + t;
     const int64_t row = static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
-    std::memcpy(kc + row * kv_dim, k + t * kv_stride, kv_dim * sizeof(float));
-    std::memcpy(vc + row * kv_dim, v + t * kv_stride, kv_dim * sizeof(float));
+    std::memcpy(k_cache + row * kv_dim, k + t * kv_stride, kv_dim * sizeof(float));
+    std::memcpy(v_cache + row * kv_dim, v + t * kv_stride, kv_dim * sizeof(float));
   }
 }
 

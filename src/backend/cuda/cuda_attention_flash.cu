@@ -1,31 +1,37 @@
 // tessera cuda backend: flash-style attention on tensor cores for every attention call whose shape it
 // supports (AttentionFlashSupported). One block serves a tile of query rows of one sequence times all
 // G query heads of one KV head (the MMA's M dimension is (row, head) pairs), so each K/V tile is read
-// from memory once per tile of rows, not once per row and head.
+// from memory once per tile of rows instead of once per row (the grouped kernels of
+// cuda_attention_gqa.cu read it once per row: 32 times for a diffusion block, 4,096 for a prompt).
 //
-// K and V are bf16: the paged cache, and the call's new rows that KvStage converted just before
-// (k_new / v_new). Per block: key tiles of NK keys are copied (cp.async, bf16 as stored) into two
-// shared-memory stages, the next tile's copy in flight while the current one is used. Each warp owns
-// 16 query vectors and a slice of NKW keys of every tile: S = Q K^T on bf16 m16n8k16 MMAs, an online
-// softmax in f32 on the accumulators (base 2: log2(e) is folded into the query scale), O += P V on
-// MMAs. Precision: the f32 operands (Q, P) are split into hi + lo bf16 parts, so a product is
-// hi*K + lo*K (2 MMAs): exact products of the bf16 K / V, ~16 mantissa bits of Q and P.
+// Per block: key tiles of NK keys are copied (cp.async, f32 as stored) into two shared-memory stages,
+// the next tile's copy in flight while the current one is used. Each warp owns 16 query vectors and a
+// slice of NKW keys of every tile: S = Q K^T on bf16 m16n8k16 MMAs, an online softmax in f32 on the
+// accumulators (base 2: log2(e) is folded into the query scale), O += P V on MMAs. Precision: every
+// f32 operand is split into hi + lo bf16 parts and a product is hi*hi + hi*lo + lo*hi (3 MMAs, ~16
+// mantissa bits; a plain bf16 rounding costs ~1e-3 per layer). Q is split once into shared memory;
+// K and V are split as their fragments are read (cheap next to the copies for few rows; for many
+// rows each of the 4 query warps splits the tile again: a bf16 copy of the tile is a possible step).
 //
 // Fragment layouts (lane = 4 g + q): S reads K rows with the MoE kernels' permutation of k
 // (cuda_mma_util.cuh: lane q holds d 8q..8q+7 of a 32-wide chunk, the same for Q), so a lane's K
-// fragment is one 16-byte read. P V takes V with ldmatrix.trans (keys are the rows of the 8x8
-// matrices), the plain n-tile order: accumulator t holds d 8t + 2q, + 1. Staged K rows are D + 32
-// bf16 apart (rows g and g + 1 16 banks apart: the 16-byte reads of 8 lanes hit distinct banks), V
-// rows D + 8 (ldmatrix's 8 row addresses hit distinct 16-byte bank groups).
+// fragment is two 16-byte reads. P V permutes the output columns: B column n of n-tile 4 i + e is
+// d = 32 i + 4 n + e, so lane g reads V as float4s at d = 32 i + 4 g and an accumulator lane holds
+// d = 32 i + 8 q .. 8 q + 7. Staged rows are D + 4 floats apart: both reads are free of bank conflicts.
 //
 // Masks per element (causal, or block-causal with blocks from position 0); a key tile past every row
 // of the tile is never loaded. Keys split across blocks (decode, few sequences:
 // AttentionFlashSplitPlan over tiles x KV heads) write (max, sum, unnormalised output) per (row,
-// head, split) exactly like the per-head kernel, and AttentionMerge combines them.
+// head, split) exactly like the other attention kernels, and AttentionMerge combines them.
 //
 // Shapes: head_dim 128 or 256, G = 4, 8 or 16. Two block shapes: many rows (4 query warps, M = 64:
 // 64 / G rows a tile; head_dim 256 adds a second key warp per query warp to keep 8 warps an SM)
 // and few rows (decode: 1 query warp, M = 16 = 16 / G rows, two key warps merged at the end).
+//
+// H200, one layer's AttentionBatch call (host-timed mean, CudaAttention.Timing), flash vs grouped:
+// 32/4 heads of 128 at 1K context: decode b1 23 vs 24 us, b64 125 vs 206 us, denoise 1x32 50 vs
+// 92 us, 8x32 190 vs 491 us, prefill 4096 2.09 vs 8.16 ms; 16/2 heads of 256: b1 25 vs 28 us, b64
+// 161 vs 178 us, 1x32 59 vs 93 us, 8x32 195 vs 497 us, prefill 4096 2.09 vs 9.76 ms.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,44 +56,29 @@ struct FlashShape {
   static constexpr int M = 16 * QW;    // query vectors (row, head) of a block
   static constexpr int TR = M / G;     // query rows of a tile
   static constexpr int NK = NKW * KW;  // keys of a shared-memory tile
-  static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA)
-  static constexpr int SKK = D + 32;   // staged K row stride in bf16 (conflict-free fragment reads)
-  static constexpr int SKV = D + 8;    // staged V row stride in bf16 (conflict-free ldmatrix)
-  static constexpr int CH = D / 8;     // 16-byte pieces of a row
-  static constexpr size_t kStageBytes = size_t{NK} * (SKK + SKV) * 2;  // a tile's K rows, then its V rows
-  static constexpr size_t kKvBytes = 2 * kStageBytes;
+  static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA; float4 groups of V)
+  static constexpr int SK = D + 4;     // staged row stride in floats (conflict-free fragment reads)
+  static constexpr int kStageFloats = 2 * NK * SK;  // a tile's K rows, then its V rows
+  static constexpr size_t kKvBytes = 2 * size_t{kStageFloats} * 4;
   static constexpr size_t kQBytes = size_t{QW} * NC * 4 * 32 * 16;  // Q fragments, hi and lo
   static constexpr size_t kStatBytes = 2 * size_t{kWarps} * 16 * 4;  // (max, sum) per warp row: merge
   static constexpr size_t kSmem = kKvBytes + kQBytes + kStatBytes;
-  static constexpr int kRowsPerWarp = 2 * NK / kWarps;  // staged rows a warp copies
   static_assert(M % G == 0 && TR >= 1, "a warp's 16 vectors are whole rows of G heads");
   static_assert(NKW % 16 == 0, "P V takes the keys 16 at a time");
-  static_assert(2 * NK % kWarps == 0 && kRowsPerWarp <= 32, "a lane holds the address of a row a warp copies");
-  static_assert(kRowsPerWarp * CH % 32 == 0, "whole 16-byte pieces a lane");
-  static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
+  static_assert(2 * NK % kWarps == 0 && 2 * NK / kWarps <= 32, "a lane per row a warp copies");
   static_assert(KW == 1 || size_t{KW - 1} * QW * D * 64 <= kKvBytes, "the merge reuses the K/V stages");
   static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 };
-
-// Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i..8i+7 give matrix i's row addresses):
-// lane (g, q) gets elements (2q, g) and (2q + 1, g) of each, i.e. the B fragment of rows = k.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
-}
 
 template <int G, int D, int QW, int KW, int NKW>
 __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
     FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
   GridDependencyWait();
   using S = FlashShape<G, D, QW, KW, NKW>;
-  constexpr int NK = S::NK, NC = S::NC, SKK = S::SKK, SKV = S::SKV, CH = S::CH;
+  constexpr int NK = S::NK, NC = S::NC, SK = S::SK;
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* kv = smem;                                  // [stage]: K [NK][SKK], then V [NK][SKV] (bf16)
-  uint4* qf = reinterpret_cast<uint4*>(smem + S::kKvBytes);  // [QW][NC][4][32]
+  float* kv = reinterpret_cast<float*>(smem);                                       // [stage][K|V][NK][SK]
+  uint4* qf = reinterpret_cast<uint4*>(smem + S::kKvBytes);                         // [QW][NC][4][32]
 
   // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in the tile).
   const int4 tile = tiles[blockIdx.x];
@@ -118,37 +109,37 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   }
 
   // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows) is copied by
-  // warp rho % kWarps, in 16-byte pieces spread over the lanes. Lane l of a warp finds the address of
-  // the warp's row l of a tile (page table lookup) one tile ahead, and the copy loop takes it by
-  // shuffle, so no memory access sits between the copies. Keys past j_end get nullptr: zero-filled,
-  // never read from memory.
-  constexpr int kRowsPerWarp = S::kRowsPerWarp;
-  const int64_t kv_dim = p.num_kv_heads * D;
-  auto row_pointer = [&](int n) -> const uint16_t* {
+  // warp rho % kWarps, a 16-byte piece a lane (one 512- or 1024-byte row an instruction). Lane l of
+  // a warp finds the address of the warp's row l of a tile (page table lookup) one tile ahead, and the
+  // copy loop takes it by shuffle, so no memory access sits between the copies. Keys past j_end get
+  // nullptr: zero-filled, never read from memory.
+  constexpr int kRowsPerWarp = 2 * NK / S::kWarps, CH = D / 4;  // rows a warp copies; pieces of a row
+  auto row_pointer = [&](int n) -> const float* {
     const int rho = warp + lane * S::kWarps;
     if (n >= ntiles || lane >= kRowsPerWarp) return nullptr;
     const int64_t j = j_begin + int64_t{n} * NK + rho % NK;
     if (j >= j_end) return nullptr;
     const bool value = rho >= NK;
-    if (j >= p.first_pos) return (value ? p.v_new : p.k_new) + (j - p.first_pos) * kv_dim + kvh * D;
+    if (j >= p.first_pos) return (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D;
     const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
     return (value ? p.v_cache : p.k_cache) + (row * p.num_kv_heads + kvh) * D;
   };
-  const uint16_t* const dummy = p.k_new;  // a valid address for the zero-filling copies (not read)
+  const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
   // Tile n into stage n % 2 as one cp.async group (an empty group past the last tile, so that the
   // wait below counts the same every iteration); rows: this lane's row_pointer(n).
-  auto issue = [&](int n, const uint16_t* rows) {
+  auto issue = [&](int n, const float* rows) {
     if (n < ntiles) {
-      uint16_t* kst = reinterpret_cast<uint16_t*>(kv + (n & 1) * S::kStageBytes);
-      uint16_t* vst = kst + NK * SKK;
+      float* st = kv + (n & 1) * S::kStageFloats;
 #pragma unroll
-      for (int it = 0; it < kRowsPerWarp * CH / 32; ++it) {
-        const int idx = lane + 32 * it, r = idx / CH, col = idx % CH;
+      for (int r = 0; r < kRowsPerWarp; ++r) {
         const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows), r);
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(bits);
-        const int rho = warp + r * S::kWarps;
-        uint16_t* dst = rho < NK ? kst + rho * SKK : vst + (rho - NK) * SKV;
-        CpAsync16(dst + 8 * col, src ? src + 8 * col : dummy, src != nullptr);
+        const float* src = reinterpret_cast<const float*>(bits);
+        float* dst = st + (warp + r * S::kWarps) * SK;
+#pragma unroll
+        for (int cc = 0; cc < CH / 32; ++cc) {
+          const int col = lane + 32 * cc;
+          CpAsync16(dst + 4 * col, src ? src + 4 * col : dummy, src != nullptr);
+        }
       }
     }
     CpAsyncCommit();
@@ -195,9 +186,9 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   for (int n = 0; n < ntiles; ++n) {
     CpAsyncWait<1>();  // this thread's pieces of tile n have landed (tile n + 1 may be in flight)
     __syncthreads();   // ... and everyone's (and Q, the first time)
-    const uint16_t* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
-    const uint16_t* Ks = reinterpret_cast<const uint16_t*>(kv + (n & 1) * S::kStageBytes);
-    const uint16_t* Vs = Ks + NK * SKK;
+    const float* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
+    const float* Ks = kv + (n & 1) * S::kStageFloats;
+    const float* Vs = Ks + NK * SK;
     const int64_t key0 = j_begin + int64_t{n} * NK;
     int lim[2];  // keys of this tile visible to the lane's rows: tile positions < lim[h]
 #pragma unroll
@@ -218,14 +209,21 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
         const uint32_t ql0[4] = {l0.x, l0.y, l0.z, l0.w}, ql1[4] = {l1.x, l1.y, l1.z, l1.w};
 #pragma unroll
         for (int j = 0; j < NKW / 8; ++j) {
-          // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's: words 0, 1
-          // are k-step 0's b0, b1, words 2, 3 k-step 1's.
-          const uint4 kw4 = *reinterpret_cast<const uint4*>(Ks + (kb + 8 * j + g) * SKK + 32 * c + 8 * q);
+          // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's.
+          const float* kr = Ks + (kb + 8 * j + g) * SK + 32 * c + 8 * q;
+          const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
+          uint32_t bh[4], bl[4];
+          SplitPair(x0.x, x0.y, bh[0], bl[0]);
+          SplitPair(x0.z, x0.w, bh[1], bl[1]);
+          SplitPair(x1.x, x1.y, bh[2], bl[2]);
+          SplitPair(x1.z, x1.w, bh[3], bl[3]);
           float* sj = sa[c & 1][j];
-          Mma(sj, qh0, kw4.x, kw4.y);
-          Mma(sj, ql0, kw4.x, kw4.y);
-          Mma(sj, qh1, kw4.z, kw4.w);
-          Mma(sj, ql1, kw4.z, kw4.w);
+          Mma(sj, qh0, bh[0], bh[1]);
+          Mma(sj, qh0, bl[0], bl[1]);
+          Mma(sj, ql0, bh[0], bh[1]);
+          Mma(sj, qh1, bh[2], bh[3]);
+          Mma(sj, qh1, bl[2], bl[3]);
+          Mma(sj, ql1, bh[2], bh[3]);
         }
       }
       float s[NKW / 8][4];
@@ -268,9 +266,7 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
         acc[t][2] *= corr[1], acc[t][3] *= corr[1];
       }
       // O += P V, 16 keys a k-step: the A fragment of keys 16 kk .. + 15 is S n-tiles 2 kk (a0, a1)
-      // and 2 kk + 1 (a2, a3). B from ldmatrix.trans: lanes 0-7 address keys 0-7, lanes 8-15 keys
-      // 8-15 of d block 2 tp, lanes 16-31 the same of d block 2 tp + 1.
-      const uint16_t* vrow = Vs + (kb + (lane & 15)) * SKV + 8 * (lane >> 4);
+      // and 2 kk + 1 (a2, a3); lane (g, q) needs V rows 16 kk + 2q, + 1, + 8, + 9.
 #pragma unroll
       for (int kk = 0; kk < NKW / 16; ++kk) {
         uint32_t ph[4], pl[4];
@@ -278,14 +274,24 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
         SplitPair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
         SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
         SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        const float* vb = Vs + (kb + 16 * kk + 2 * q) * SK + 4 * g;
 #pragma unroll
-        for (int tp = 0; tp < D / 16; ++tp) {
-          uint32_t b[4];
-          LdMatrixX4Trans(b, vrow + 16 * kk * SKV + 16 * tp);
-          Mma(acc[2 * tp], ph, b[0], b[1]);
-          Mma(acc[2 * tp], pl, b[0], b[1]);
-          Mma(acc[2 * tp + 1], ph, b[2], b[3]);
-          Mma(acc[2 * tp + 1], pl, b[2], b[3]);
+        for (int i = 0; i < NC; ++i) {
+          const float4 v0 = *reinterpret_cast<const float4*>(vb + 32 * i);
+          const float4 v1 = *reinterpret_cast<const float4*>(vb + SK + 32 * i);
+          const float4 v8 = *reinterpret_cast<const float4*>(vb + 8 * SK + 32 * i);
+          const float4 v9 = *reinterpret_cast<const float4*>(vb + 9 * SK + 32 * i);
+          const float a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
+          const float a8[4] = {v8.x, v8.y, v8.z, v8.w}, a9[4] = {v9.x, v9.y, v9.z, v9.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            uint32_t bh0, bl0, bh1, bl1;
+            SplitPair(a0[e], a1[e], bh0, bl0);  // b0: keys 2q, 2q + 1 of column d = 32 i + 4 g + e
+            SplitPair(a8[e], a9[e], bh1, bl1);  // b1: keys 2q + 8, 2q + 9
+            Mma(acc[4 * i + e], ph, bh0, bh1);
+            Mma(acc[4 * i + e], ph, bl0, bl1);
+            Mma(acc[4 * i + e], pl, bh0, bh1);
+          }
         }
       }
     }
@@ -348,7 +354,8 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
     }
   }
 
-  // Output: row half h of lane (g, q) holds d = 8 t + 2 q + e in acc[t][2 h + e].
+  // Output: row half h of lane (g, q) holds d = 32 i + 8 q + e (acc[4 i + e][2 h]) and
+  // d = 32 i + 8 q + 4 + e (acc[4 i + e][2 h + 1]).
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -356,16 +363,21 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
     const int64_t hq = kvh * G + head[h];
     float* o;
     if (splits == 1) {
-      o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + 2 * q;
+      o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + 8 * q;
     } else {
       // A split with no keys for this row writes sum 0: the merge gives it no weight.
       float* part = partial + (((r0 + rrow[h]) * heads + hq) * splits + z) * (D + 2);
       if (q == 0) part[0] = l_fin[h] > 0 ? m_fin[h] * kLn2 : -INFINITY, part[1] = l_fin[h];
-      o = part + 2 + 2 * q;
+      o = part + 2 + 8 * q;
     }
     const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
 #pragma unroll
-    for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
+    for (int i = 0; i < NC; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        o[32 * i + e] = acc[4 * i + e][2 * h] * inv;
+        o[32 * i + 4 + e] = acc[4 * i + e][2 * h + 1] * inv;
+      }
   }
 }
 
@@ -403,33 +415,13 @@ bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) 
 
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows) { return (few_rows ? 16 : 64) / group; }
 
-void KeySplitPlan(int64_t blocks, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk, int64_t min_chunk) {
-  // Blocks of min_chunk keys at least, at most 64 splits (the merge reads them all), ~4 blocks per SM.
-  constexpr int64_t kMaxSplits = 64;
-  *splits = 1;
-  *key_chunk = INT64_MAX;
-  blocks = blocks > 0 ? blocks : 1;
-  const int64_t want = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
-  if (blocks >= want || max_keys <= min_chunk) return;
-  // The key count rounded up to 2^k {1, 1.25, 1.5, 1.75}: splits and chunk (arguments of the step's
-  // graph, cuda_step_graph.h) then change 4 times per doubling of the context, not every chunk.
-  int64_t top = 16;
-  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
-  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
-  const int64_t target = (want + blocks - 1) / blocks < kMaxSplits ? (want + blocks - 1) / blocks : kMaxSplits;
-  const int64_t chunk = ((keys + target - 1) / target + min_chunk - 1) / min_chunk * min_chunk;
-  const int64_t n = (keys + chunk - 1) / chunk;
-  if (n <= 1) return;
-  *splits = static_cast<int>(n);
-  *key_chunk = chunk;
-}
-
 void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
                              int* splits, int64_t* key_chunk) {
-  // A larger least chunk for tiles of many rows: their partials are 64 query vectors x (head_dim + 2)
-  // floats a split, and every block stages 64 query vectors, so a split should bring a few K/V tiles
-  // (decode tiles: 16 vectors).
-  KeySplitPlan(num_tiles * kv_heads, max_keys, sm_count, splits, key_chunk, few_rows ? 32 : 128);
+  // GqaSplitPlan's stepping (~4 blocks an SM, <= 64 splits, the key count rounded up to 2^k {1, 1.25,
+  // 1.5, 1.75} so that decode steps keep their graph), with a larger least chunk for tiles of many
+  // rows: their partials are 64 query vectors x (head_dim + 2) floats a split, and every block
+  // stages 64 query vectors, so a split should bring a few K/V tiles (decode tiles: 16 vectors).
+  GqaSplitPlan(num_tiles, kv_heads, max_keys, sm_count, splits, key_chunk, few_rows ? 32 : 128);
 }
 
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,

@@ -109,11 +109,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_MAX_WORK"); v && *v) skinny_tiled_max_work_ = std::atoll(v);
   if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM"); v && std::string(v) == "0") skinny_max_rows_ = 0;
   if (!cuda::SkinnyGemmMultiAvailable()) skinny_max_rows_ = std::min(skinny_max_rows_, cuda::kSkinnyGemmMaxRows);
-  // TESSERA_CUDA_ATTENTION_FLASH=0 (or TESSERA_CUDA_ATTENTION=per-head) keeps attention on the
-  // per-(row, head) kernel instead of the tensor-core flash kernel (comparisons, tests).
+  // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
+  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
+  // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_FLASH")) flash_attention_ = std::string(v) != "0";
-  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION"); v && std::string(v) == "per-head")
-    flash_attention_ = false;
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
@@ -470,92 +469,76 @@ void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t s
 // --- Sequence ops ----------------------------------------------------------------------------
 
 void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                          int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) {
+                          int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
+                          float* v_cache) {
   profiler_->Mark("KvWrite");
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
-  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size,
-          static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), stream_);
+  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache,
+          stream_);
 }
 
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
-                              const int64_t* src_rows, const int64_t* cache_rows, int64_t n, void* k_cache,
-                              void* v_cache) {
+                              const int64_t* src_rows, const int64_t* cache_rows, int64_t n, float* k_cache,
+                              float* v_cache) {
   profiler_->Mark("KvWriteRows");
   if (n == 0) return;
   std::vector<int64_t> pairs(2 * n);
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
   const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
-  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n,
-          static_cast<uint16_t*>(k_cache), static_cast<uint16_t*>(v_cache), stream_);
+  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache,
+          v_cache, stream_);
 }
 
-void CudaBackend::Attention(const AttentionArgs& a) {
-  AttentionArgs b = a;
-  b.commit_len = 0;  // Attention never writes the cache (backend.h); AttentionBatch does
-  AttentionBatch({b});
-}
+void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   profiler_->Mark("AttentionBatch");
   // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
-  const int64_t heads = args[0].num_heads, D = args[0].head_dim, kv_heads = args[0].num_kv_heads;
-  const int64_t kv_dim = kv_heads * D;
+  const int64_t heads = args[0].num_heads, D = args[0].head_dim;
+  // The grouped kernel reads K/V rows as float4.
+  const auto aligned = cuda::Aligned16;
+  bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
-  int64_t R = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != kv_heads)
+    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != args[0].num_kv_heads)
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
-    if (a.commit_len < 0 || a.commit_len > a.T)
-      Fail(ErrorKind::kInvalidArgument, "attention: commit_len {} outside [0, {}]", a.commit_len, a.T);
+    rows_aligned = rows_aligned && aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0 &&
+                   (a.first_pos == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
-    // Pages cover the cached prefix and the rows committed now.
-    const int64_t paged = a.first_pos + a.commit_len;
-    if (paged > 0) {
-      if (!a.pages || a.page_size <= 0 || !a.k_cache || !a.v_cache)
-        Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix or committed rows need pages and a cache");
-      pages.insert(pages.end(), a.pages, a.pages + (paged - 1) / a.page_size + 1);
+    if (a.first_pos > 0) {
+      if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
+      pages.insert(pages.end(), a.pages, a.pages + (a.first_pos - 1) / a.page_size + 1);
     }
-    R += a.T;
   }
-  if (R == 0) return;
   const ScratchArray dpages = UploadScratch(pages.data(), pages.size() * sizeof(int32_t));
-  // The new rows as bf16 next to the cache (the kernels read both alike), staged by KvStage.
-  DeviceBuffer fresh(*this, static_cast<size_t>(2 * R * kv_dim) * sizeof(uint16_t));
-  auto* k_new = static_cast<uint16_t*>(fresh.data());
-  uint16_t* v_new = k_new + R * kv_dim;
   std::vector<cuda::AttentionParams> descs;
   std::vector<int2> rows;
-  int64_t max_keys = 0, row0 = 0;
+  int64_t max_keys = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
-    const bool paged = a.first_pos + a.commit_len > 0;
     descs.push_back({a.q, a.q_stride, a.k, a.v, a.kv_stride, a.T, a.num_heads, a.num_kv_heads, a.head_dim,
-                     a.first_pos, static_cast<uint16_t*>(a.k_cache), static_cast<uint16_t*>(a.v_cache),
-                     paged ? dpages.i32() + page_off[i] : nullptr, a.page_size, a.block_size, a.scale, a.out,
-                     a.out_stride, k_new + row0 * kv_dim, v_new + row0 * kv_dim, a.commit_len});
+                     a.first_pos, a.k_cache, a.v_cache, a.first_pos > 0 ? dpages.i32() + page_off[i] : nullptr,
+                     a.page_size, a.block_size, a.scale, a.out, a.out_stride});
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
     max_keys = std::max(max_keys, a.first_pos + a.T);
-    row0 += a.T;
   }
-  const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
-  const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
-  const auto* dr = static_cast<const int2*>(drows.data);
-  Enqueue("KvStage", cuda::KvStage, dd, dr, R, kv_dim, stream_);
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (R == 0) return;
+  const int64_t kv_heads = args[0].num_kv_heads;
   // Flash-style kernel on tensor cores (cuda_attention_flash.cu): a block per (tile of rows of one
   // sequence, KV head, key split), K/V read once per tile. Decode calls (every sequence fits one
   // few-row tile) take its few-row block shape. Tiles are queued longest first (a prompt's last
   // rows see the most keys), so the long blocks do not end up in the last wave.
-  if (flash_attention_ && cuda::AttentionFlashSupported(heads, kv_heads, D)) {
+  if (flash_attention_ && gqa_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D)) {
     const int64_t group = heads / kv_heads;
     int64_t max_t = 0;
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
@@ -563,7 +546,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     const int64_t tile_rows = cuda::AttentionFlashTileRows(group, few_rows);
     std::vector<int4> tiles;
     std::vector<std::pair<int64_t, size_t>> order;  // (keys of the tile's last row, tile)
-    row0 = 0;
+    int64_t row0 = 0;
     for (size_t i = 0; i < args.size(); ++i) {
       const AttentionArgs& a = args[i];
       for (int64_t t0 = 0; t0 < a.T; t0 += tile_rows) {
@@ -580,37 +563,58 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     std::vector<int4> sorted(tiles.size());
     for (size_t i = 0; i < order.size(); ++i) sorted[i] = tiles[order[i].second];
     const int64_t num_tiles = static_cast<int64_t>(sorted.size());
-    // Splits over tiles (and at least 128 keys a split for many-row tiles): the plan moves in steps
-    // of the context (graph-friendly), and prompts (many tiles) take every key in one block.
+    // Splits as for the grouped kernel, over tiles instead of rows (and at least 128 keys a split for
+    // many-row tiles): the plan moves in steps of the context (graph-friendly), and prompts (many
+    // tiles) take every key in one block.
     int splits = 1;
     int64_t chunk = std::numeric_limits<int64_t>::max();
     cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
+    const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
     const ScratchArray dtiles = UploadScratch(sorted.data(), sorted.size() * sizeof(int4));
+    const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
     const auto* dt = static_cast<const int4*>(dtiles.data);
     DeviceBuffer partial;
     if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
     Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, splits, chunk,
             partial.f32(), stream_);
-    if (splits > 1) Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, splits, partial.f32(), stream_);
+    if (splits > 1) {
+      const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+      Enqueue("AttentionMerge", cuda::AttentionMerge, dd, static_cast<const int2*>(drows.data), R, heads, splits,
+              partial.f32(), stream_);
+    }
     return;
   }
-  // Other shapes: one block per (row, head). Few blocks over many keys would leave most SMs idle:
-  // split each row's keys across blocks in whole 128-key groups and merge. One split takes every
-  // key: its chunk is a constant, not the growing context length, so that decode steps keep their
-  // graph (cuda_step_graph.h).
+  const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
+  // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
+  // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole
+  // 128-key groups.
   const int64_t blocks = R * heads, want = 2 * sm_count_;
+  // One split takes every key: its chunk is a constant, not the growing context length, so that
+  // decode steps keep their graph (cuda_step_graph.h). The grouped kernel's plan also moves in
+  // steps of the context (4 a doubling), not with every 128 keys.
   int splits = 1;
   int64_t chunk = std::numeric_limits<int64_t>::max();
-  if (blocks < want && max_keys > 2 * kKeyChunk) {
+  if (grouped) {
+    cuda::GqaSplitPlan(R, kv_heads, max_keys, sm_count_, &splits, &chunk);
+  } else if (blocks < want && max_keys > 2 * kKeyChunk) {
     const int64_t groups = (max_keys + kKeyChunk - 1) / kKeyChunk;
     splits = static_cast<int>(std::min<int64_t>({64, groups, (want + blocks - 1) / blocks}));
     chunk = (groups + splits - 1) / splits * kKeyChunk;
     splits = static_cast<int>((max_keys + chunk - 1) / chunk);
     if (splits == 1) chunk = std::numeric_limits<int64_t>::max();
   }
+  const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
+  const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
+  const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
+  const auto* dr = static_cast<const int2*>(drows.data);
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-  Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
+  if (grouped) {
+    Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
+    Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, splits, partial.f32(), stream_);
+  } else {
+    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
+  }
 }
 
 void CudaBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,

@@ -69,11 +69,10 @@ class CudaBackend : public Backend {
   void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
               int64_t dst_stride) override;
 
-  DType KvCacheDType() const override { return DType::kBF16; }
   void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-               const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) override;
+               const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache) override;
   void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
-                   const int64_t* cache_rows, int64_t n, void* k_cache, void* v_cache) override;
+                   const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) override;
   void Attention(const AttentionArgs& a) override;
   void AttentionBatch(const std::vector<AttentionArgs>& args) override;
 
@@ -173,6 +172,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<cuda::StepGraphs> graphs_;
   bool step_graphs_ = true;                      // TESSERA_CUDA_GRAPHS=0: every op queued at once
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
+  bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
   int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight

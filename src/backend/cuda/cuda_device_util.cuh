@@ -3,7 +3,6 @@
 // inline functions: every .cu gets its own copy, no relocatable device code needed.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,9 +11,8 @@
 
 namespace tessera::cuda {
 
-// One bf16 value (its bits) as f32, and f32 rounded to bf16 bits (nearest even, as the host's F32ToBf16).
+// One bf16 value (its bits) as f32.
 __device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
-__device__ __forceinline__ uint16_t ToBf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 // A 16-byte load of weights read once: through the non-coherent path, not kept in L1.
 __device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
@@ -52,11 +50,11 @@ __device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); 
 
 // Key j's K (or V) row of KV head kvh in an attention step: positions from first_pos on are the
 // step's fresh rows, earlier ones live in the paged cache.
-__device__ __forceinline__ const uint16_t* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {
-  const int64_t D = p.head_dim, kv_dim = p.num_kv_heads * D;
-  if (j >= p.first_pos) return (value ? p.v_new : p.k_new) + (j - p.first_pos) * kv_dim + kvh * D;
+__device__ __forceinline__ const float* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {
+  const int64_t D = p.head_dim;
+  if (j >= p.first_pos) return (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D;
   const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-  return (value ? p.v_cache : p.k_cache) + row * kv_dim + kvh * D;
+  return (value ? p.v_cache : p.k_cache) + row * p.num_kv_heads * D + kvh * D;
 }
 
 }  // namespace tessera::cuda

@@ -180,15 +180,14 @@ __global__ void AddKernel(const float* x, int64_t n, float* y) {
 }
 
 __global__ void KvWriteKernel(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                              int64_t first_pos, const int32_t* pages, int64_t page_size, uint16_t* kc,
-                              uint16_t* vc) {
+                              int64_t first_pos, const int32_t* pages, int64_t page_size, float* kc, float* vc) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * kv_dim) return;
   const int64_t t = i / kv_dim, d = i % kv_dim, pos = first_pos + t;
   const int64_t row = static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
-  kc[row * kv_dim + d] = ToBf16(k[t * kv_stride + d]);
-  vc[row * kv_dim + d] = ToBf16(v[t * kv_stride + d]);
+  kc[row * kv_dim + d] = k[t * kv_stride + d];
+  vc[row * kv_dim + d] = v[t * kv_stride + d];
 }
 
 __global__ void F32ToBf16SplitKernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
@@ -512,7 +511,7 @@ void Add(const float* x, int64_t n, float* y, cudaStream_t s) {
 }
 
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-             const int32_t* pages, int64_t page_size, uint16_t* k_cache, uint16_t* v_cache, cudaStream_t s) {
+             const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache, cudaStream_t s) {
   if (T * kv_dim > 0)
     LaunchKernel(KvWriteKernel, Blocks(T * kv_dim), kThreads, 0, s)(k, v, kv_stride, T, kv_dim, first_pos, pages,
                                                                     page_size, k_cache, v_cache);

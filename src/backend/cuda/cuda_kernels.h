@@ -30,9 +30,8 @@ void Add(const float* x, int64_t n, float* y, cudaStream_t s);
 // row-in-registers RmsNorm (dim % 4 == 0, <= 8192, 16-byte aligned), else Add then RmsNorm.
 void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
                 float* y, cudaStream_t s);
-// T rows of k / v (f32) into the bf16 paged cache at positions first_pos..
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-             const int32_t* pages, int64_t page_size, uint16_t* k_cache, uint16_t* v_cache, cudaStream_t s);
+             const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache, cudaStream_t s);
 void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
 // x = hi + lo with hi = bf16(x), lo = bf16(x - hi): two bf16 GEMMs then carry ~16 mantissa bits.
 void F32ToBf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t s);
@@ -136,25 +135,18 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
 struct AttentionParams {
   const float* q;
   int64_t q_stride;
-  const float* k;  // the call's new rows (f32): KvStage turns them into k_new / v_new
+  const float* k;
   const float* v;
   int64_t kv_stride;
   int64_t T, num_heads, num_kv_heads, head_dim, first_pos;
-  uint16_t* k_cache;  // paged cache, bf16 [num_pages * page_size, num_kv_heads * head_dim]
-  uint16_t* v_cache;
-  const int32_t* pages;  // device; covers [0, first_pos + commit_len)
+  const float* k_cache;
+  const float* v_cache;
+  const int32_t* pages;  // device
   int64_t page_size, block_size;
   float scale;
   float* out;
   int64_t out_stride;
-  uint16_t* k_new;  // [T, num_kv_heads * head_dim] bf16 copies of k / v (written by KvStage)
-  uint16_t* v_new;
-  int64_t commit_len;  // rows [0, commit_len) also go to the cache
 };
-// The new K / V rows of every sequence as bf16 into k_new / v_new, the committed ones also into the
-// paged cache (one block per row; rows as for AttentionBatch). The attention kernels read keys
-// j >= first_pos from k_new / v_new, older ones from the cache: both bf16.
-void KvStage(const AttentionParams* descs, const int2* rows, int64_t R, int64_t kv_dim, cudaStream_t s);
 // Attention of the rows of several sequences in one launch: descs (device) has one entry per
 // sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
 // splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
@@ -165,26 +157,34 @@ void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, i
 // Combines the partials of split keys into the rows' outputs (AttentionBatch does it itself).
 void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
                     const float* partial, cudaStream_t s);
-// Key splits over `blocks` blocks (each a row or tile of rows times one KV head), the longest row
-// seeing max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys
-// crosses 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no
-// keys. A split takes min_chunk keys at least.
-void KeySplitPlan(int64_t blocks, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk, int64_t min_chunk);
+// Grouped-query attention (cuda_attention_gqa.cu): one block per (row, KV head, split) serving the
+// G query heads of the KV head, same partial layout; needs 16-byte aligned K/V rows and a shape
+// AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge.
+bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
+void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
+                  int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
+// Key splits for AttentionGqa over R = rows query rows of kv_heads KV heads, the longest row seeing
+// max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
+// 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
+// A split takes min_chunk keys at least.
+void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
+                  int64_t min_chunk = 32);
 // Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
 // of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
 // K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
 // the call's rows[], rows in the tile <= AttentionFlashTileRows). few_rows picks the decode block shape
 // (AttentionFlashTileRows(G, true) rows a tile), else the prompt / diffusion-block one. Same partial
-// layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Reads K / V as bf16 (cache
-// and k_new / v_new); needs a shape AttentionFlashSupported accepts; q / out any alignment.
+// layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
+// K/V rows (kv_stride % 4 == 0) and a shape AttentionFlashSupported accepts; q / out any alignment.
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
-// Key splits for AttentionFlash (KeySplitPlan over num_tiles x kv_heads blocks).
+// Key splits for AttentionFlash (same contract as GqaSplitPlan, over num_tiles x kv_heads blocks).
 void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
                              int* splits, int64_t* key_chunk);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, int splits, int64_t key_chunk, float* partial,
                     cudaStream_t s);
+// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 // Per-head RmsNorm of q and k in place, then RoPE of both (the attention layer's q / k preparation)
 // in one launch: head_dim 128 or 256, 16-byte aligned rows. False (nothing queued) otherwise; the
 // host checks with QkNormRopeFits before recording.
@@ -196,9 +196,8 @@ inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
                 int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s);
-// k_cache[dst] = bf16(k[src]), v_cache[dst] = bf16(v[src]) for n pairs src_dst[2i], src_dst[2i + 1] (rows).
-void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst, int64_t n,
-                 uint16_t* k_cache, uint16_t* v_cache, cudaStream_t s);
+void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
+                 int64_t n, float* k_cache, float* v_cache, cudaStream_t s);
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                       const float* state, float* y, cudaStream_t s);
 void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,

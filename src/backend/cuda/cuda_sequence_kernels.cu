@@ -5,7 +5,6 @@
 // key_dim <= 128). See cuda_kernels.h.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -53,13 +52,13 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
-    const uint16_t* kr = KvRow(p, j, kvh, false);
-    const uint16_t* vr = KvRow(p, j, kvh, true);
+    const float* kr = KvRow(p, j, kvh, false);
+    const float* vr = KvRow(p, j, kvh, true);
     float s = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) s += q[i] * Bf16(kr[d]);
+      if (i < per && d < D) s += q[i] * kr[d];
     }
     s = WarpSum(s);
     const float m_new = fmaxf(m, s);
@@ -69,7 +68,7 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) acc[i] = acc[i] * corr + e * Bf16(vr[d]);
+      if (i < per && d < D) acc[i] = acc[i] * corr + e * vr[d];
     }
     m = m_new;
   }
@@ -548,49 +547,20 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
 }
 
 __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
-                                  const int64_t* src_dst, int64_t n, uint16_t* kc, uint16_t* vc) {
+                                  const int64_t* src_dst, int64_t n, float* kc, float* vc) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * kv_dim) return;
   const int64_t r = i / kv_dim, d = i % kv_dim, src = src_dst[2 * r], dst = src_dst[2 * r + 1];
-  kc[dst * kv_dim + d] = ToBf16(k[src * kv_stride + d]);
-  vc[dst * kv_dim + d] = ToBf16(v[src * kv_stride + d]);
+  kc[dst * kv_dim + d] = k[src * kv_stride + d];
+  vc[dst * kv_dim + d] = v[src * kv_stride + d];
 }
 
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
-                 int64_t n, uint16_t* k_cache, uint16_t* v_cache, cudaStream_t s) {
+                 int64_t n, float* k_cache, float* v_cache, cudaStream_t s) {
   if (n * kv_dim > 0)
     LaunchKernel(KvWriteRowsKernel, static_cast<unsigned>((n * kv_dim + 255) / 256), 256, 0, s)(k, v, kv_stride, kv_dim,
                                                                                     src_dst, n, k_cache, v_cache);
-}
-
-// Block per new row: its k / v as bf16 into k_new / v_new and, when committed, into its cache row.
-__global__ void KvStageKernel(const AttentionParams* descs, const int2* rows) {
-  GridDependencyWait();
-  const int2 rr = rows[blockIdx.x];
-  const AttentionParams& p = descs[rr.x];
-  const int64_t t = rr.y, kv_dim = p.num_kv_heads * p.head_dim;
-  const float* k = p.k + t * p.kv_stride;
-  const float* v = p.v + t * p.kv_stride;
-  uint16_t* kn = p.k_new + t * kv_dim;
-  uint16_t* vn = p.v_new + t * kv_dim;
-  uint16_t* kc = nullptr;
-  uint16_t* vc = nullptr;
-  if (t < p.commit_len) {
-    const int64_t pos = p.first_pos + t;
-    const int64_t row = static_cast<int64_t>(p.pages[pos / p.page_size]) * p.page_size + pos % p.page_size;
-    kc = p.k_cache + row * kv_dim, vc = p.v_cache + row * kv_dim;
-  }
-  for (int64_t d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-    const uint16_t kb = ToBf16(k[d]), vb = ToBf16(v[d]);
-    kn[d] = kb, vn[d] = vb;
-    if (kc) kc[d] = kb, vc[d] = vb;
-  }
-}
-
-void KvStage(const AttentionParams* descs, const int2* rows, int64_t R, int64_t kv_dim, cudaStream_t s) {
-  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(512, (kv_dim + 31) / 32 * 32));
-  if (R > 0 && kv_dim > 0) LaunchKernel(KvStageKernel, static_cast<unsigned>(R), threads, 0, s)(descs, rows);
 }
 
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,

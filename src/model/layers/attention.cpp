@@ -35,22 +35,29 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   be.QkNormRope(q.f32(), qdim, nh, k.f32(), kvdim, kvh, R, hd, w.q_norm, w.k_norm, eps, one_plus, c.rotary_dim,
                 ctx.positions, c.rope_theta);
 
-  // The pages are of the backend's KvCacheDType(); only the backend reads or writes them.
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
   if (ctx.caches && cache_index < static_cast<int64_t>(ctx.caches->k.size())) {
-    k_cache = ctx.caches->k[cache_index].data();
-    v_cache = ctx.caches->v[cache_index].data();
+    k_cache = ctx.caches->k[cache_index].f32();
+    v_cache = ctx.caches->v[cache_index].f32();
   }
-  // All segments in one call that writes the committed rows to the cache and runs the attention (a
-  // device backend launches once per layer, not once per sequence).
+  // All segments at once: one KV scatter of the committed rows and one attention call (a device
+  // backend launches once per layer, not once per sequence).
+  std::vector<int64_t> src_rows, cache_rows;
   std::vector<AttentionArgs> args;
   args.reserve(ctx.segments.size());
   for (const SegmentRows& s : ctx.segments) {
     const int32_t* pages = s.cache ? s.cache->pages.data() : nullptr;
-    AttentionArgs a;
     // Only the committed rows persist; the uncommitted block reads its own K/V from the k/v buffers.
-    if (s.cache && s.commit_len > 0) a.commit_len = s.commit_len;
+    if (s.cache && s.commit_len > 0) {
+      const int64_t page_size = ctx.caches->page_size;
+      for (int64_t t = 0; t < s.commit_len; ++t) {
+        const int64_t pos = s.first_pos + t;
+        src_rows.push_back(s.row0 + t);
+        cache_rows.push_back(static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size);
+      }
+    }
+    AttentionArgs a;
     a.q = q.f32() + s.row0 * qdim;
     a.q_stride = qdim;
     a.k = k.f32() + s.row0 * kvdim;
@@ -71,6 +78,9 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.out_stride = qdim;
     args.push_back(a);
   }
+  if (!src_rows.empty())
+    be.KvWriteRows(k.f32(), v.f32(), kvdim, kvdim, src_rows.data(), cache_rows.data(),
+                   static_cast<int64_t>(src_rows.size()), k_cache, v_cache);
   be.AttentionBatch(args);
   if (gated) be.SigmoidGate(attn.f32(), R, qdim, qdim, gate.f32(), qdim);
   be.MatMul(attn.f32(), R, w.o_proj, out);
