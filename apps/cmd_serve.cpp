@@ -168,8 +168,10 @@ void CheckHostMemory(Model& model, const tessera::EngineConfig& ec) {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page_size <= 0) return;
   const double host = static_cast<double>(pages) * static_cast<double>(page_size);
+  // Every rank holds its share of each slot; kv_cache_bytes is the total over ranks. In double: no overflow.
   const StatePlan slots = PlanState(ec, model.config(), model.StateBytesPerSequencePerRank());
-  const double state = static_cast<double>(slots.slots()) * static_cast<double>(slots.bytes_per_slot);  // no overflow
+  const double state = static_cast<double>(slots.slots()) * static_cast<double>(slots.bytes_per_slot) *
+                       static_cast<double>(model.tensor_parallel_size());
   const double kv = static_cast<double>(ec.kv_cache_bytes);
   if (kv + state > host)
     Fail(ErrorKind::kInvalidArgument,

@@ -338,8 +338,8 @@ TEST(CliServe, StateSnapshotsReachTheEngine) {
   log = start_up_log("qwen3_moe", "--num-state-snapshots 3");
   EXPECT_NE(log.find("recurrent state: none"), std::string::npos) << log;
   EXPECT_NE(log.find("engine.num_state_snapshots ignored: the model has no recurrent state"), std::string::npos) << log;
-  // More snapshots than the machine has memory for: a one-line error naming the key, before any
-  // allocation (each snapshot of the fixture is a few KiB; 10^12 of them are petabytes).
+  // More snapshots than the machine has memory for: after the start-up log, an error naming the key
+  // before any cache is allocated (each snapshot of the fixture is a few KiB; 10^12 are petabytes).
   {
     auto r = RunCommand(Bin() + " serve --port 0 --model " + Quote(Model("qwen3_5_moe")) + " --tokenizer " +
                         Quote(DataPath("fixtures/tokenizers/bytes")) + " --num-state-snapshots 1000000000000");
