@@ -3,8 +3,10 @@
 // and the call shapes that pick different kernels and block shapes: a prompt (tiles of rows, key
 // splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
 // splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
-// tensor-core flash kernel (TESSERA_CUDA_ATTENTION_FLASH=1) and without it (the grouped kernels), and
-// prints the relative error (max |gpu - cpu| / max |cpu|). Skipped without a device.
+// tensor-core kernels (TESSERA_CUDA_ATTENTION_FLASH=1: flash, and the decode kernel for decode calls)
+// and without them (the grouped kernels); decode calls also on the flash kernel's few-row shape
+// (TESSERA_CUDA_ATTENTION_DECODE=0). Prints the relative error (max |gpu - cpu| / max |cpu|).
+// Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,23 +187,40 @@ class Call {
 const Shape kShapes[] = {{32, 4, 128}, {16, 2, 256}};
 const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
 
-// The call on a CUDA backend made with TESSERA_CUDA_ATTENTION_FLASH=1 and one made with =0.
-void RunBoth(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed) {
+// The call on CUDA backends made with each kernel choice: the tensor-core kernels (decode calls on
+// the decode kernel), the flash kernel's few-row shape for decode calls too
+// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and the grouped kernels (FLASH=0).
+void RunKernels(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed,
+                bool decode_off) {
   const Call call(sh, seqs, seed);
-  for (const char* flash : {"1", "0"}) {
+  struct Choice {
+    const char *flash, *decode, *label;
+  };
+  const Choice choices[] = {{"1", "1", "flash=1"}, {"1", "0", "flash=1 decode=0"}, {"0", "1", "flash=0"}};
+  for (const Choice& ch : choices) {
+    if (!decode_off && std::string(ch.decode) == "0") continue;
     std::unique_ptr<Backend> gpu;
     {
-      ScopedEnv env("TESSERA_CUDA_ATTENTION_FLASH", flash);
+      ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
+      ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
       gpu = MakeCudaBackend();
     }
     const double err = call.RunOn(*gpu);
     char name[160];
-    std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld flash=%s", what.c_str(),
-                  static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
-                  static_cast<long>(call.rows()), flash);
+    std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s", what.c_str(), static_cast<long>(sh.heads),
+                  static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), static_cast<long>(call.rows()), ch.label);
     std::printf("attention %-72s rel err %.3e\n", name, err);
     EXPECT_LE(err, kTol) << name;
   }
+}
+
+void RunBoth(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed) {
+  RunKernels(what, sh, seqs, seed, /*decode_off=*/false);
+}
+
+// Decode calls: every kernel choice, the flash kernel's few-row shape included.
+void RunDecode(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed) {
+  RunKernels(what, sh, seqs, seed, /*decode_off=*/true);
 }
 
 class CudaAttention : public ::testing::Test {
@@ -234,13 +253,17 @@ TEST_F(CudaAttention, BatchedDecode) {
   std::mt19937 rng(5);
   for (int i = 0; i < 64; ++i) seqs.push_back({1 + static_cast<int64_t>(rng() % 2000), 1, 0});
   seqs[0].first_pos = 1, seqs[1].first_pos = 2000;
-  for (const Shape& sh : kShapes) RunBoth("decode 64 x 1", sh, seqs, 300);
+  for (const Shape& sh : kShapes) RunDecode("decode 64 x 1", sh, seqs, 300);
   // One and two sequences: many key splits, some of them empty for the shorter sequence.
-  for (const Shape& sh : kShapes) RunBoth("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 310);
-  for (const Shape& sh : kShapes) RunBoth("decode 1 x 1", sh, {{1, 1, 0}}, 320);
-  // Group sizes 4 and 16 on the few-row tiles (4 rows of 4 heads, 1 row of 16), one partly filled.
+  for (const Shape& sh : kShapes) RunDecode("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 310);
+  for (const Shape& sh : kShapes) RunDecode("decode 1 x 1", sh, {{1, 1, 0}}, 320);
+  // A one-token prompt (every key is a new row) and a row whose keys end mid-tile after 16-key tiles.
+  for (const Shape& sh : kShapes) RunDecode("decode, no prefix + 37 keys", sh, {{0, 1, 0}, {36, 1, 0}}, 325);
+  // Group sizes 4 and 16 on the few-row tiles (4 rows of 4 heads, 1 row of 16), one partly filled;
+  // the decode kernel's tiles: 2 rows of 4 heads (one with 2 rows, one with 1), 1 row of 16.
   for (const Shape& sh : kOtherGroups) {
-    RunBoth("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 330);
+    RunDecode("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 330);
+    RunDecode("decode 2 + 1 rows", sh, {{700, 2, 0}, {40, 1, 0}}, 335);
     RunBoth("decode 1 + 3 rows", sh, {{700, 1, 0}, {40, 3, 0}}, 340);
   }
 }
@@ -260,8 +283,9 @@ TEST_F(CudaAttention, PromptsUnsplit) {
   for (const Shape& sh : kOtherGroups) RunBoth("8 prompts of 280", sh, seqs, 510);
 }
 
-// Timing of the calls of issue 5's rows (one layer's attention), flash kernel against the grouped
-// kernels: only with TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).
+// Timing of the calls of issue 5's rows (one layer's attention), the tensor-core kernels against the
+// flash kernel alone and the grouped kernels: only with TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints
+// microseconds per call).
 TEST_F(CudaAttention, Timing) {
   if (const char* e = std::getenv("TESSERA_CUDA_ATTENTION_BENCH"); e == nullptr || std::string(e) != "1")
     GTEST_SKIP() << "skipped: set TESSERA_CUDA_ATTENTION_BENCH=1";
@@ -274,18 +298,21 @@ TEST_F(CudaAttention, Timing) {
   for (const Shape& sh : kShapes)
     for (const auto& [what, seqs] : rows) {
       const Call call(sh, seqs, 600, /*reference=*/false);
-      double us[2];
-      for (int f = 0; f < 2; ++f) {
+      // Tensor cores (decode rows on the decode kernel), the flash kernel alone, the grouped kernels.
+      double us[3];
+      for (int f = 0; f < 3; ++f) {
         std::unique_ptr<Backend> gpu;
         {
-          ScopedEnv env("TESSERA_CUDA_ATTENTION_FLASH", f == 0 ? "1" : "0");
+          ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", f < 2 ? "1" : "0");
+          ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", f == 1 ? "0" : "1");
           gpu = MakeCudaBackend();
         }
         us[f] = call.TimeOn(*gpu, 20);
       }
-      std::printf("attention timing heads=%ld/%ld hd=%ld %-22s flash %9.1f us  grouped %9.1f us\n",
-                  static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(),
-                  us[0], us[1]);
+      std::printf(
+          "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  grouped %9.1f us\n",
+          static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(), us[0],
+          us[1], us[2]);
     }
 }
 

@@ -113,6 +113,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
   // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_FLASH")) flash_attention_ = std::string(v) != "0";
+  // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead.
+  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_DECODE")) decode_attention_ = std::string(v) != "0";
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;
@@ -543,7 +545,11 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     int64_t max_t = 0;
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
     const bool few_rows = max_t <= cuda::AttentionFlashTileRows(group, true);
-    const int64_t tile_rows = cuda::AttentionFlashTileRows(group, few_rows);
+    // Decode steps (one row a sequence) take the decode kernel: its tiles hold fewer rows.
+    const bool decode = decode_attention_ && max_t <= cuda::AttentionDecodeTileRows(group) &&
+                        cuda::AttentionDecodeSupported(heads, kv_heads, D);
+    const int64_t tile_rows =
+        decode ? cuda::AttentionDecodeTileRows(group) : cuda::AttentionFlashTileRows(group, few_rows);
     std::vector<int4> tiles;
     std::vector<std::pair<int64_t, size_t>> order;  // (keys of the tile's last row, tile)
     int64_t row0 = 0;
@@ -575,8 +581,13 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     const auto* dt = static_cast<const int4*>(dtiles.data);
     DeviceBuffer partial;
     if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-    Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, splits, chunk,
-            partial.f32(), stream_);
+    if (decode) {
+      Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, splits, chunk,
+              partial.f32(), stream_);
+    } else {
+      Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, splits, chunk,
+              partial.f32(), stream_);
+    }
     if (splits > 1) {
       const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
       Enqueue("AttentionMerge", cuda::AttentionMerge, dd, static_cast<const int2*>(drows.data), R, heads, splits,

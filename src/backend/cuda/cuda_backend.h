@@ -174,6 +174,7 @@ class CudaBackend : public Backend {
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
+  bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
   int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
   int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight
   int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels

@@ -1,0 +1,479 @@
+// tessera cuda backend: attention of decode steps (one query row per sequence,
+// or two at G = 4) on tensor cores. The few-row shape of the flash kernel
+// (cuda_attention_flash.cu) puts the query vectors in the MMA's M dimension
+// (16), so a decode row of G = 8 heads leaves half of every MMA empty, and it
+// stages K/V for its two warps with one cp.async instruction per row. On the
+// H200 that kernel issued ~1,350 instructions per warp per 16 keys at 1.5 warps
+// per scheduler (ncu, Qwen3-30B-A3B shape, 64 sequences at 1K context: 94
+// us, 2.9 TB/s, latency-bound). Here:
+//
+// - Keys are the M dimension: S^T = K Q^T (16 keys x 8 query vectors, k = head
+// dims) and
+//   O^T += V^T P^T (16 dims x 8 vectors, k = 16 keys), so the 8 (row, head)
+//   vectors fill N exactly (G = 16: two n-tiles). Precision as in the flash
+//   kernel: every f32 operand split into bf16 hi + lo, a product is hi*hi +
+//   hi*lo + lo*hi (3 MMAs).
+// - Each warp owns its K/V stages (two of 16 keys x 128 dims), filled by
+// cp.async (a 512-byte row an
+//   instruction) and waited for with __syncwarp only. A tile of cached keys
+//   within one page has its row addresses computed from one page lookup; others
+//   shuffle a per-lane row address. (Per-lane cp.async.bulk copies were tried
+//   first: the compiler serialises them lane by lane, ~9 instructions a row,
+//   the kernel's largest cost.)
+// - head_dim 256 splits the dims over two warps (DW = 2), which exchange their
+// partial scores through
+//   shared memory each tile, so a warp's stages stay 33 KiB and 6 warps fit an
+//   SM at either head_dim.
+// - KW key warps of a block take interleaved 16-key tiles of the block's keys
+// and merge at the end.
+//
+// Fragment layouts (lane = 4 g + q). S^T: A = K rows g and g + 8 of the tile,
+// read as the MoE kernels' permuted k (lane q holds dims 8q..8q+7 of a 32-dim
+// chunk: LoadA), B = Q^T with the same permutation (precomputed in registers);
+// accumulator c0, c1 = keys g, vectors 2q, 2q+1; c2, c3 = key g + 8. P goes
+// through shared memory to the B layout (keys 2q, 2q+1, 2q+8, 2q+9 of vector
+// g). O^T: m-tile 4h + e holds dims 64h + 4g + e (row g) and 64h + 32 + 4g + e
+// (row g + 8), so a lane reads V as float4s at 64h + 4g and 64h + 32 + 4g of
+// rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks,
+// key splits and the partial layout are the flash kernel's; AttentionMerge
+// combines splits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_device_util.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_mma_util.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// G query heads per KV head, head_dim D, KW key warps; DW = D / 128 warps share
+// a tile's dims.
+template <int G, int D, int KW>
+struct DecodeShape {
+  static constexpr int DW = D / 128, kWarps = KW * DW, kThreads = 32 * kWarps;
+  static constexpr int NT = G > 8 ? G / 8 : 1;                        // n-tiles of 8 query vectors
+  static constexpr int VEC = 8 * NT;                                  // query vectors (row, head) of a block
+  static constexpr int SK = 132;                                      // staged row stride (a 128-float slice + 4)
+  static constexpr int kStageFloats = 32 * SK;                        // 16 K rows, then 16 V rows
+  static constexpr size_t kWarpBytes = 2 * size_t{kStageFloats} * 4;  // a warp's two stages
+  static constexpr int PK = 20;                                       // P row stride (16 keys + 4)
+  static constexpr size_t kStageBytes = kWarps * kWarpBytes;
+  static constexpr size_t kPBytes = size_t{kWarps} * VEC * PK * 4;
+  static constexpr size_t kXBytes = DW > 1 ? 2 * size_t{kWarps} * NT * 4 * 32 * 4 : 0;  // score halves
+  static constexpr size_t kSmem = kStageBytes + kPBytes + kXBytes;
+  static_assert(D % 128 == 0 && VEC % G == 0, "whole rows of G heads in 8 or 16 vectors");
+  static_assert(size_t{NT} * 1152 * 4 <= kWarpBytes, "the merge fits a warp's stages");
+  static_assert(DW == 1 || KW == 1, "dim-split warps pair on barrier 1: one pair a block");
+};
+
+template <int G, int D, int KW>
+__global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
+    DecodeKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
+  GridDependencyWait();
+  using S = DecodeShape<G, D, KW>;
+  constexpr int NT = S::NT, SK = S::SK, PK = S::PK, DW = S::DW;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int dw = warp % DW, kw = warp / DW, g = lane >> 2, q = lane & 3;
+  float* stages = reinterpret_cast<float*>(smem + warp * S::kWarpBytes);  // [2][32][SK]
+  float* pbuf = reinterpret_cast<float*>(smem + S::kStageBytes) + warp * S::VEC * PK;
+  float* xbuf = reinterpret_cast<float*>(smem + S::kStageBytes + S::kPBytes);  // [2][warps][NT * 128]
+
+  // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in
+  // the tile).
+  const int4 tile = tiles[blockIdx.x];
+  const AttentionParams& p = descs[tile.x];
+  const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
+  const int nr = tile.w;
+  const int64_t total = p.first_pos + p.T;
+  auto last_key = [&](int64_t t) {
+    const int64_t pos = p.first_pos + t;
+    return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
+  };
+  const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
+  const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
+  const int64_t j_end = min(last_key(t0 + nr - 1) + 1, split_end);
+  const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + 15) / 16) : 0;
+  const int my_tiles = ntiles > kw ? (ntiles - kw + KW - 1) / KW : 0;  // this warp's: kw, kw + KW, ...
+
+  // The lane's accumulator columns: vectors 8 nt + 2q + c (row v / G, head v %
+  // G) and the keys they see.
+  int64_t col_end[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int row = (8 * nt + 2 * q + c) / G;
+      col_end[nt][c] = row < nr ? min(last_key(t0 + row) + 1, split_end) : 0;
+    }
+
+  // A tile's rows: 16 K rows then 16 V rows of its keys (the warp's 128-dim
+  // slice). A tile of cached keys within one page (the usual case: tiles start
+  // at multiples of 16) is two runs of rows at a fixed stride from two base
+  // addresses; any other tile gets a row address per lane (lane l: K of key l,
+  // or V of key l - 16; nullptr past j_end), shuffled to the copying lanes.
+  struct TileSource {
+    bool contiguous;
+    const float* k;  // contiguous: K row of the first key; else this lane's row
+                     // (or nullptr)
+    const float* v;
+  };
+  auto tile_source = [&](int i) -> TileSource {
+    const int64_t key0 = j_begin + int64_t{kw + i * KW} * 16;
+    TileSource t;
+    t.contiguous = key0 + 16 <= j_end && key0 + 16 <= p.first_pos && key0 % p.page_size + 16 <= p.page_size;
+    if (t.contiguous) {
+      const int64_t row = static_cast<int64_t>(p.pages[key0 / p.page_size]) * p.page_size + key0 % p.page_size;
+      const int64_t off = (row * p.num_kv_heads + kvh) * D + 128 * dw;
+      t.k = p.k_cache + off, t.v = p.v_cache + off;
+      return t;
+    }
+    t.v = nullptr;
+    const int64_t j = key0 + (lane & 15);
+    const bool value = lane >= 16;
+    if (j >= j_end) {
+      t.k = nullptr;
+    } else if (j >= p.first_pos) {
+      t.k = (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D + 128 * dw;
+    } else {
+      const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
+      t.k = (value ? p.v_cache : p.k_cache) + (row * p.num_kv_heads + kvh) * D + 128 * dw;
+    }
+    return t;
+  };
+  // Local tile i into stage i % 2 as one cp.async group (an empty group past
+  // the warp's last tile, so that the wait below counts the same every
+  // iteration): lane l copies bytes 16 l.. of every row (a 512-byte row an
+  // instruction). Rows past the keys are zero-filled without reading memory.
+  const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
+  auto issue = [&](int i, const TileSource& t) {
+    if (i < my_tiles) {
+      float* dst = stages + (i & 1) * S::kStageFloats + 4 * lane;
+      if (t.contiguous) {
+        const int64_t stride = p.num_kv_heads * D;
+        const float* k = t.k + 4 * lane;
+        const float* v = t.v + 4 * lane;
+#pragma unroll
+        for (int r = 0; r < 16; ++r, k += stride, v += stride) {
+          CpAsync16(dst + r * SK, k, true);
+          CpAsync16(dst + (16 + r) * SK, v, true);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < 32; ++r) {
+          const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(t.k), r);
+          const float* src = reinterpret_cast<const float*>(bits);
+          CpAsync16(dst + r * SK, src ? src + 4 * lane : dummy, src != nullptr);
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  issue(0, tile_source(0));
+  issue(1, tile_source(1));
+
+  // Q^T as B fragments (scaled by scale * log2 e), hi and lo, per n-tile and
+  // 32-dim chunk of the warp's slice: [0], [1] = b0, b1 of k-step 0 (dims 8q,
+  // 8q+1 / 8q+2, 8q+3), [2], [3] of k-step 1.
+  uint32_t qh[NT][4][4], ql[NT][4][4];
+  {
+    const float qscale = p.scale * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int v = 8 * nt + g, row = v / G;
+      const bool ok = row < nr;
+      const float* qr = p.q + (t0 + (ok ? row : 0)) * p.q_stride + (kvh * G + v % G) * D + 128 * dw + 8 * q;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float x[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = ok ? qr[32 * c + e] * qscale : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) SplitPair(x[2 * k], x[2 * k + 1], qh[nt][c][k], ql[nt][c][k]);
+      }
+    }
+  }
+
+  float m_run[NT][2], l_run[NT][2], acc[NT][8][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    m_run[nt][0] = m_run[nt][1] = -INFINITY;
+    l_run[nt][0] = l_run[nt][1] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) acc[nt][m][0] = acc[nt][m][1] = acc[nt][m][2] = acc[nt][m][3] = 0.0f;
+  }
+
+  for (int i = 0; i < my_tiles; ++i) {
+    const TileSource next = tile_source(i + 2);  // its page lookup overlaps this tile's work
+    CpAsyncWait<1>();                            // this lane's copies of tile i have landed ...
+    __syncwarp();                                // ... and every lane's
+    const float* Ks = stages + (i & 1) * S::kStageFloats;
+    const float* Vs = Ks + 16 * SK;
+    const int64_t key0 = j_begin + int64_t{kw + i * KW} * 16;
+
+    // S^T over the warp's 128 dims: one accumulator chain per 32-dim chunk
+    // (independent MMAs).
+    float sc[4][NT][4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      uint32_t ah[2][4], al[2][4];
+      LoadA(Ks + g * SK + 32 * c + 8 * q, Ks + (g + 8) * SK + 32 * c + 8 * q, true, true, ah, al);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float* a = sc[c][nt];
+        a[0] = a[1] = a[2] = a[3] = 0.0f;
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          Mma(a, ah[st], qh[nt][c][2 * st], qh[nt][c][2 * st + 1]);
+          Mma(a, ah[st], ql[nt][c][2 * st], ql[nt][c][2 * st + 1]);
+          Mma(a, al[st], qh[nt][c][2 * st], qh[nt][c][2 * st + 1]);
+        }
+      }
+    }
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = (sc[0][nt][e] + sc[1][nt][e]) + (sc[2][nt][e] + sc[3][nt][e]);
+    if constexpr (DW > 1) {
+      // The two dim halves: dw 0's scores plus dw 1's in both warps (the same
+      // sums, the same softmax). Double-buffered by tile parity: a partner is
+      // at most one tile behind at the barrier.
+      float* own = xbuf + ((i & 1) * S::kWarps + warp) * NT * 128;
+      const float* other = xbuf + ((i & 1) * S::kWarps + (warp ^ 1)) * NT * 128;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) own[(nt * 4 + e) * 32 + lane] = s[nt][e];
+      asm volatile("bar.sync 1, 64;\n" ::: "memory");  // the pair's own barrier (KW = 1)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float o = other[(nt * 4 + e) * 32 + lane];
+          s[nt][e] = dw == 0 ? s[nt][e] + o : o + s[nt][e];
+        }
+    }
+
+    // Mask and online softmax per column (s[nt][e]: key g + 8 (e / 2), vector 8
+    // nt + 2q + e % 2).
+    float corr[NT][2], mbase[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (key0 + g + 8 * (e >> 1) >= col_end[nt][e & 1]) s[nt][e] = -INFINITY;
+        mx[e & 1] = fmaxf(mx[e & 1], s[nt][e]);
+      }
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 4));
+        mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 8));
+        mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 16));
+        const float m_new = fmaxf(m_run[nt][c], mx[c]);
+        corr[nt][c] = m_new == -INFINITY ? 1.0f : exp2f(m_run[nt][c] - m_new);
+        mbase[nt][c] = m_new == -INFINITY ? 0.0f : m_new;
+        m_run[nt][c] = m_new;
+        l_run[nt][c] *= corr[nt][c];
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - mbase[nt][e & 1]);
+        l_run[nt][e & 1] += s[nt][e];
+        pbuf[(8 * nt + 2 * q + (e & 1)) * PK + g + 8 * (e >> 1)] = s[nt][e];
+      }
+    }
+    __syncwarp();
+    // P^T as B fragments: keys 2q, 2q+1 (b0) and 2q+8, 2q+9 (b1) of vector g.
+    uint32_t ph[NT][2], pl[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float* pr = pbuf + (8 * nt + g) * PK + 2 * q;
+      const float2 lo = *reinterpret_cast<const float2*>(pr), hi = *reinterpret_cast<const float2*>(pr + 8);
+      SplitPair(lo.x, lo.y, ph[nt][0], pl[nt][0]);
+      SplitPair(hi.x, hi.y, ph[nt][1], pl[nt][1]);
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        acc[nt][m][0] *= corr[nt][0], acc[nt][m][1] *= corr[nt][1];
+        acc[nt][m][2] *= corr[nt][0], acc[nt][m][3] *= corr[nt][1];
+      }
+    }
+    // O^T += V^T P^T.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float* vb = Vs + 2 * q * SK + 64 * h + 4 * g;
+      const float4 r0v = *reinterpret_cast<const float4*>(vb), r1v = *reinterpret_cast<const float4*>(vb + SK);
+      const float4 r8v = *reinterpret_cast<const float4*>(vb + 8 * SK);
+      const float4 r9v = *reinterpret_cast<const float4*>(vb + 9 * SK);
+      const float4 s0v = *reinterpret_cast<const float4*>(vb + 32),
+                   s1v = *reinterpret_cast<const float4*>(vb + SK + 32);
+      const float4 s8v = *reinterpret_cast<const float4*>(vb + 8 * SK + 32);
+      const float4 s9v = *reinterpret_cast<const float4*>(vb + 9 * SK + 32);
+      const float a0[4] = {r0v.x, r0v.y, r0v.z, r0v.w}, a1[4] = {r1v.x, r1v.y, r1v.z, r1v.w};
+      const float a8[4] = {r8v.x, r8v.y, r8v.z, r8v.w}, a9[4] = {r9v.x, r9v.y, r9v.z, r9v.w};
+      const float b0[4] = {s0v.x, s0v.y, s0v.z, s0v.w}, b1[4] = {s1v.x, s1v.y, s1v.z, s1v.w};
+      const float b8[4] = {s8v.x, s8v.y, s8v.z, s8v.w}, b9[4] = {s9v.x, s9v.y, s9v.z, s9v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        uint32_t vh[4], vl[4];
+        SplitPair(a0[e], a1[e], vh[0],
+                  vl[0]);  // row g (dim 64h + 4g + e), keys 2q, 2q+1
+        SplitPair(b0[e], b1[e], vh[1],
+                  vl[1]);                       // row g + 8 (dim 64h + 32 + 4g + e)
+        SplitPair(a8[e], a9[e], vh[2], vl[2]);  // row g, keys 2q+8, 2q+9
+        SplitPair(b8[e], b9[e], vh[3], vl[3]);  // row g + 8, keys 2q+8, 2q+9
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float* a = acc[nt][4 * h + e];
+          Mma(a, vh, ph[nt][0], ph[nt][1]);
+          Mma(a, vh, pl[nt][0], pl[nt][1]);
+          Mma(a, vl, ph[nt][0], ph[nt][1]);
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with stage i % 2 and with pbuf
+    issue(i + 2, next);
+  }
+
+  // Column sums over the 8 lanes g of a column (a fixed butterfly: every lane
+  // gets the same value).
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      l_run[nt][c] += __shfl_xor_sync(0xffffffffu, l_run[nt][c], 4);
+      l_run[nt][c] += __shfl_xor_sync(0xffffffffu, l_run[nt][c], 8);
+      l_run[nt][c] += __shfl_xor_sync(0xffffffffu, l_run[nt][c], 16);
+    }
+  if constexpr (KW > 1) {
+    // Key warps kw > 0 leave (max, sum, accumulators) in their own stages (only
+    // empty copy groups can be pending); warp kw = 0 of the same dims adds them
+    // in kw order at a common max.
+    float* mine = stages;  // [NT][8][4][32] accumulators, then [NT][2][32] max
+                           // and [NT][2][32] sums
+    if (kw > 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mine[((nt * 8 + m) * 4 + e) * 32 + lane] = acc[nt][m][e];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          mine[NT * 1024 + (nt * 2 + c) * 32 + lane] = m_run[nt][c];
+          mine[NT * 1088 + (nt * 2 + c) * 32 + lane] = l_run[nt][c];
+        }
+      }
+    }
+    __syncthreads();
+    if (kw > 0) return;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float gm = l_run[nt][c] > 0 ? m_run[nt][c] : -INFINITY;
+        for (int k = 1; k < KW; ++k) {
+          const float* o = reinterpret_cast<const float*>(smem + (k * DW + dw) * S::kWarpBytes);
+          if (o[NT * 1088 + (nt * 2 + c) * 32 + lane] > 0) gm = fmaxf(gm, o[NT * 1024 + (nt * 2 + c) * 32 + lane]);
+        }
+        const float f0 = l_run[nt][c] > 0 ? exp2f(m_run[nt][c] - gm) : 0.0f;
+        float gl = l_run[nt][c] * f0;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) acc[nt][m][c] *= f0, acc[nt][m][2 + c] *= f0;
+        for (int k = 1; k < KW; ++k) {
+          const float* o = reinterpret_cast<const float*>(smem + (k * DW + dw) * S::kWarpBytes);
+          const float lk = o[NT * 1088 + (nt * 2 + c) * 32 + lane];
+          const float fk = lk > 0 ? exp2f(o[NT * 1024 + (nt * 2 + c) * 32 + lane] - gm) : 0.0f;
+          gl += lk * fk;
+#pragma unroll
+          for (int m = 0; m < 8; ++m) {
+            acc[nt][m][c] += o[((nt * 8 + m) * 4 + c) * 32 + lane] * fk;
+            acc[nt][m][2 + c] += o[((nt * 8 + m) * 4 + 2 + c) * 32 + lane] * fk;
+          }
+        }
+        m_run[nt][c] = gm, l_run[nt][c] = gl;
+      }
+  }
+
+  // Output: column c of n-tile nt is vector 8 nt + 2q + c; m-tile 4h + e holds
+  // dims 64h + 4g + e (c) and 64h + 32 + 4g + e (2 + c) of the warp's slice.
+  const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int v = 8 * nt + 2 * q + c, row = v / G;
+      if (row >= nr) continue;
+      const int64_t hq = kvh * G + v % G;
+      const float l = l_run[nt][c];
+      float* o;
+      float inv = 1.0f;
+      if (splits == 1) {
+        o = p.out + (t0 + row) * p.out_stride + hq * D + 128 * dw;
+        inv = 1.0f / l;
+      } else {
+        // A split with no keys for this row writes sum 0: the merge gives it no
+        // weight.
+        float* part = partial + (((r0 + row) * heads + hq) * splits + z) * (D + 2);
+        if (g == 0 && dw == 0) part[0] = l > 0 ? m_run[nt][c] * kLn2 : -INFINITY, part[1] = l;
+        o = part + 2 + 128 * dw;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[64 * h + 4 * g + e] = acc[nt][4 * h + e][c] * inv;
+          o[64 * h + 32 + 4 * g + e] = acc[nt][4 * h + e][2 + c] * inv;
+        }
+    }
+}
+
+template <int G, int D, int KW>
+void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
+                  int64_t key_chunk, float* partial, cudaStream_t s) {
+  using S = DecodeShape<G, D, KW>;
+  auto* kernel = DecodeKernel<G, D, KW>;
+  KernelResidency(kernel, S::kSmem,
+                  S::kThreads);  // the dynamic shared memory limit, once per device
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
+  LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial);
+}
+
+using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
+
+// Block shapes: head_dim 128: two key warps (67 KiB, 3 blocks an SM); head_dim
+// 256: one key warp x two dim warps (67 KiB, 3 blocks an SM).
+template <int G>
+Launcher PickLauncher(int64_t head_dim) {
+  return head_dim == 128 ? LaunchDecode<G, 128, 2> : LaunchDecode<G, 256, 1>;
+}
+
+}  // namespace
+
+bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  return AttentionFlashSupported(heads, kv_heads, head_dim);
+}
+
+int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
+
+void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
+                     int64_t kv_heads, int64_t head_dim, int splits, int64_t key_chunk, float* partial,
+                     cudaStream_t s) {
+  if (num_tiles <= 0) return;
+  const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
+  const Launcher launch = G == 4   ? PickLauncher<4>(head_dim)
+                          : G == 8 ? PickLauncher<8>(head_dim)
+                                   : PickLauncher<16>(head_dim);
+  launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+}
+
+}  // namespace tessera::cuda
