@@ -1,42 +1,35 @@
-// tessera cuda backend: attention of decode steps (one query row per sequence,
-// or two at G = 4) on tensor cores. The few-row shape of the flash kernel
-// (cuda_attention_flash.cu) puts the query vectors in the MMA's M dimension
-// (16), so a decode row of G = 8 heads leaves half of every MMA empty, and it
-// stages K/V for its two warps with one cp.async instruction per row. On the
-// H200 that kernel issued ~1,350 instructions per warp per 16 keys at 1.5 warps
-// per scheduler (ncu, Qwen3-30B-A3B shape, 64 sequences at 1K context: 94
-// us, 2.9 TB/s, latency-bound). Here:
+// tessera cuda backend: attention of decode steps (one query row a sequence, or two at G = 4) on
+// tensor cores. The few-row shape of the flash kernel (cuda_attention_flash.cu) puts the query vectors
+// in the MMA's M dimension (16), so a decode row of G = 8 heads leaves half of every MMA empty; it
+// holds one block of two warps an SM at head_dim 256. On the H200 it issued ~1,350 instructions a warp
+// per 16 keys at 1.5 warps a scheduler (ncu, 64 sequences at 1K context, 32 / 4 heads of 128: 94 us,
+// 2.9 TB/s; 16 / 2 heads of 256: 137 us, 2.0 TB/s), latency-bound. Here:
 //
-// - Keys are the M dimension: S^T = K Q^T (16 keys x 8 query vectors, k = head
-// dims) and
-//   O^T += V^T P^T (16 dims x 8 vectors, k = 16 keys), so the 8 (row, head)
-//   vectors fill N exactly (G = 16: two n-tiles). Precision as in the flash
-//   kernel: every f32 operand split into bf16 hi + lo, a product is hi*hi +
-//   hi*lo + lo*hi (3 MMAs).
-// - Each warp owns its K/V stages (two of 16 keys x 128 dims), filled by
-// cp.async (a 512-byte row an
-//   instruction) and waited for with __syncwarp only. A tile of cached keys
-//   within one page has its row addresses computed from one page lookup; others
-//   shuffle a per-lane row address. (Per-lane cp.async.bulk copies were tried
-//   first: the compiler serialises them lane by lane, ~9 instructions a row,
-//   the kernel's largest cost.)
-// - head_dim 256 splits the dims over two warps (DW = 2), which exchange their
-// partial scores through
-//   shared memory each tile, so a warp's stages stay 33 KiB and 6 warps fit an
-//   SM at either head_dim.
-// - KW key warps of a block take interleaved 16-key tiles of the block's keys
-// and merge at the end.
+// - Keys are the M dimension: S^T = K Q^T (16 keys x 8 query vectors, k = head dims) and
+//   O^T += V^T P^T (16 dims x 8 vectors, k = 16 keys), so a row's 8 (row, head) vectors fill N
+//   exactly (G = 16: two n-tiles). Precision as in the flash kernel: every f32 operand split into
+//   bf16 hi + lo, a product hi*hi + hi*lo + lo*hi (3 MMAs).
+// - Each warp owns its K/V stages (two of 16 keys x 128 dims), filled by cp.async (a 512-byte row an
+//   instruction) and waited for with __syncwarp only. A tile of cached keys within one page gets its
+//   row addresses from one page lookup; others shuffle a per-lane row address.
+// - head_dim 256 splits the dims over two warps (DW = 2) that add their partial scores through shared
+//   memory each tile, so a warp's stages stay 33 KiB and 6 warps fit an SM at either head_dim.
+// - KW key warps of a block take interleaved 16-key tiles of the block's keys and merge at the end.
 //
-// Fragment layouts (lane = 4 g + q). S^T: A = K rows g and g + 8 of the tile,
-// read as the MoE kernels' permuted k (lane q holds dims 8q..8q+7 of a 32-dim
-// chunk: LoadA), B = Q^T with the same permutation (precomputed in registers);
-// accumulator c0, c1 = keys g, vectors 2q, 2q+1; c2, c3 = key g + 8. P goes
-// through shared memory to the B layout (keys 2q, 2q+1, 2q+8, 2q+9 of vector
-// g). O^T: m-tile 4h + e holds dims 64h + 4g + e (row g) and 64h + 32 + 4g + e
-// (row g + 8), so a lane reads V as float4s at 64h + 4g and 64h + 32 + 4g of
-// rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks,
-// key splits and the partial layout are the flash kernel's; AttentionMerge
-// combines splits.
+// Measured (ncu, same calls): 84.7 us at 3.2 TB/s (head_dim 128), 102 us at 2.6 TB/s (256), ~1,050
+// instructions a warp per 16 keys, still latency-bound (5.6 warps an SM, 5.6 cycles between a warp's
+// instructions). About half of the instructions split K and V into bf16 hi + lo; a cache that stores
+// them split (same bytes) would remove that. Tried and dropped (docs/PERFORMANCE.md): per-lane
+// cp.async.bulk copies (the compiler serialises them lane by lane, ~9 instructions a row) and tf32
+// MMAs with a 2-instruction split (twice the MMAs; 97.5 against 84.7 us).
+//
+// Fragments (lane = 4 g + q): A of S^T = K rows g and g + 8, lane q holding dims 8q..8q+7 of each
+// 32-dim chunk as the MoE kernels' permuted k (LoadA), B = Q^T the same way (in registers);
+// accumulator c0, c1 = key g, vectors 2q, 2q+1; c2, c3 = key g + 8. P goes through shared memory to
+// the B layout (keys 2q, 2q+1, 2q+8, 2q+9 of vector g). O^T: m-tile 4h + e holds dims 64h + 4g + e
+// (row g) and 64h + 32 + 4g + e (row g + 8), so a lane reads V as float4s at 64h + 4g and
+// 64h + 32 + 4g of rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks, key
+// splits and the partial layout are the flash kernel's; AttentionMerge combines splits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -53,8 +46,7 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// G query heads per KV head, head_dim D, KW key warps; DW = D / 128 warps share
-// a tile's dims.
+// G query heads per KV head, head_dim D, KW key warps; DW = D / 128 warps share a tile's dims.
 template <int G, int D, int KW>
 struct DecodeShape {
   static constexpr int DW = D / 128, kWarps = KW * DW, kThreads = 32 * kWarps;
@@ -86,8 +78,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   float* pbuf = reinterpret_cast<float*>(smem + S::kStageBytes) + warp * S::VEC * PK;
   float* xbuf = reinterpret_cast<float*>(smem + S::kStageBytes + S::kPBytes);  // [2][warps][NT * 128]
 
-  // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in
-  // the tile).
+  // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in the tile).
   const int4 tile = tiles[blockIdx.x];
   const AttentionParams& p = descs[tile.x];
   const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
@@ -103,8 +94,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + 15) / 16) : 0;
   const int my_tiles = ntiles > kw ? (ntiles - kw + KW - 1) / KW : 0;  // this warp's: kw, kw + KW, ...
 
-  // The lane's accumulator columns: vectors 8 nt + 2q + c (row v / G, head v %
-  // G) and the keys they see.
+  // The lane's accumulator columns: vectors 8 nt + 2q + c (row v / G, head v % G) and the keys they see.
   int64_t col_end[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -114,15 +104,13 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       col_end[nt][c] = row < nr ? min(last_key(t0 + row) + 1, split_end) : 0;
     }
 
-  // A tile's rows: 16 K rows then 16 V rows of its keys (the warp's 128-dim
-  // slice). A tile of cached keys within one page (the usual case: tiles start
-  // at multiples of 16) is two runs of rows at a fixed stride from two base
-  // addresses; any other tile gets a row address per lane (lane l: K of key l,
-  // or V of key l - 16; nullptr past j_end), shuffled to the copying lanes.
+  // A tile's rows: 16 K rows then 16 V rows of its keys (the warp's 128-dim slice). A tile of cached keys within one
+  // page (the usual case: tiles start at multiples of 16) is two runs of rows at a fixed stride from two base
+  // addresses; any other tile gets a row address per lane (lane l: K of key l, or V of key l - 16; nullptr past j_end),
+  // shuffled to the copying lanes.
   struct TileSource {
     bool contiguous;
-    const float* k;  // contiguous: K row of the first key; else this lane's row
-                     // (or nullptr)
+    const float* k;  // contiguous: K row of the first key; else this lane's row (or nullptr)
     const float* v;
   };
   auto tile_source = [&](int i) -> TileSource {
@@ -148,10 +136,9 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
     }
     return t;
   };
-  // Local tile i into stage i % 2 as one cp.async group (an empty group past
-  // the warp's last tile, so that the wait below counts the same every
-  // iteration): lane l copies bytes 16 l.. of every row (a 512-byte row an
-  // instruction). Rows past the keys are zero-filled without reading memory.
+  // Local tile i into stage i % 2 as one cp.async group (an empty group past the warp's last tile, so that the wait
+  // below counts the same every iteration): lane l copies bytes 16 l.. of every row (a 512-byte row an instruction).
+  // Rows past the keys are zero-filled without reading memory.
   const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
   auto issue = [&](int i, const TileSource& t) {
     if (i < my_tiles) {
@@ -180,9 +167,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   issue(0, tile_source(0));
   issue(1, tile_source(1));
 
-  // Q^T as B fragments (scaled by scale * log2 e), hi and lo, per n-tile and
-  // 32-dim chunk of the warp's slice: [0], [1] = b0, b1 of k-step 0 (dims 8q,
-  // 8q+1 / 8q+2, 8q+3), [2], [3] of k-step 1.
+  // Q^T as B fragments (scaled by scale * log2 e), hi and lo, per n-tile and 32-dim chunk of the warp's slice: [0], [1]
+  // = b0, b1 of k-step 0 (dims 8q, 8q+1 / 8q+2, 8q+3), [2], [3] of k-step 1.
   uint32_t qh[NT][4][4], ql[NT][4][4];
   {
     const float qscale = p.scale * kLog2e;
@@ -219,8 +205,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
     const float* Vs = Ks + 16 * SK;
     const int64_t key0 = j_begin + int64_t{kw + i * KW} * 16;
 
-    // S^T over the warp's 128 dims: one accumulator chain per 32-dim chunk
-    // (independent MMAs).
+    // S^T over the warp's 128 dims: one accumulator chain per 32-dim chunk (independent MMAs).
     float sc[4][NT][4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -244,9 +229,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = (sc[0][nt][e] + sc[1][nt][e]) + (sc[2][nt][e] + sc[3][nt][e]);
     if constexpr (DW > 1) {
-      // The two dim halves: dw 0's scores plus dw 1's in both warps (the same
-      // sums, the same softmax). Double-buffered by tile parity: a partner is
-      // at most one tile behind at the barrier.
+      // The two dim halves: dw 0's scores plus dw 1's in both warps (the same sums, the same softmax). Double-buffered
+      // by tile parity: a partner is at most one tile behind at the barrier.
       float* own = xbuf + ((i & 1) * S::kWarps + warp) * NT * 128;
       const float* other = xbuf + ((i & 1) * S::kWarps + (warp ^ 1)) * NT * 128;
 #pragma unroll
@@ -263,8 +247,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
         }
     }
 
-    // Mask and online softmax per column (s[nt][e]: key g + 8 (e / 2), vector 8
-    // nt + 2q + e % 2).
+    // Mask and online softmax per column (s[nt][e]: key g + 8 (e / 2), vector 8 nt + 2q + e % 2).
     float corr[NT][2], mbase[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -314,8 +297,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       const float4 r0v = *reinterpret_cast<const float4*>(vb), r1v = *reinterpret_cast<const float4*>(vb + SK);
       const float4 r8v = *reinterpret_cast<const float4*>(vb + 8 * SK);
       const float4 r9v = *reinterpret_cast<const float4*>(vb + 9 * SK);
-      const float4 s0v = *reinterpret_cast<const float4*>(vb + 32),
-                   s1v = *reinterpret_cast<const float4*>(vb + SK + 32);
+      const float4 s0v = *reinterpret_cast<const float4*>(vb + 32);
+      const float4 s1v = *reinterpret_cast<const float4*>(vb + SK + 32);
       const float4 s8v = *reinterpret_cast<const float4*>(vb + 8 * SK + 32);
       const float4 s9v = *reinterpret_cast<const float4*>(vb + 9 * SK + 32);
       const float a0[4] = {r0v.x, r0v.y, r0v.z, r0v.w}, a1[4] = {r1v.x, r1v.y, r1v.z, r1v.w};
@@ -325,12 +308,12 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         uint32_t vh[4], vl[4];
-        SplitPair(a0[e], a1[e], vh[0],
-                  vl[0]);  // row g (dim 64h + 4g + e), keys 2q, 2q+1
-        SplitPair(b0[e], b1[e], vh[1],
-                  vl[1]);                       // row g + 8 (dim 64h + 32 + 4g + e)
-        SplitPair(a8[e], a9[e], vh[2], vl[2]);  // row g, keys 2q+8, 2q+9
-        SplitPair(b8[e], b9[e], vh[3], vl[3]);  // row g + 8, keys 2q+8, 2q+9
+        // a0..a3: row g (dim 64h + 4g + e) and row g + 8 (dim 64h + 32 + 4g + e), keys 2q, 2q+1,
+        // then the same rows, keys 2q+8, 2q+9.
+        SplitPair(a0[e], a1[e], vh[0], vl[0]);
+        SplitPair(b0[e], b1[e], vh[1], vl[1]);
+        SplitPair(a8[e], a9[e], vh[2], vl[2]);
+        SplitPair(b8[e], b9[e], vh[3], vl[3]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           float* a = acc[nt][4 * h + e];
@@ -344,8 +327,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
     issue(i + 2, next);
   }
 
-  // Column sums over the 8 lanes g of a column (a fixed butterfly: every lane
-  // gets the same value).
+  // Column sums over the 8 lanes g of a column (a fixed butterfly: every lane gets the same value).
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -355,11 +337,9 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       l_run[nt][c] += __shfl_xor_sync(0xffffffffu, l_run[nt][c], 16);
     }
   if constexpr (KW > 1) {
-    // Key warps kw > 0 leave (max, sum, accumulators) in their own stages (only
-    // empty copy groups can be pending); warp kw = 0 of the same dims adds them
-    // in kw order at a common max.
-    float* mine = stages;  // [NT][8][4][32] accumulators, then [NT][2][32] max
-                           // and [NT][2][32] sums
+    // Key warps kw > 0 leave (max, sum, accumulators) in their own stages (only empty copy groups can be pending); warp
+    // kw = 0 of the same dims adds them in kw order at a common max.
+    float* mine = stages;  // [NT][8][4][32] accumulators, then [NT][2][32] maxima and [NT][2][32] sums
     if (kw > 0) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -404,8 +384,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       }
   }
 
-  // Output: column c of n-tile nt is vector 8 nt + 2q + c; m-tile 4h + e holds
-  // dims 64h + 4g + e (c) and 64h + 32 + 4g + e (2 + c) of the warp's slice.
+  // Output: column c of n-tile nt is vector 8 nt + 2q + c; m-tile 4h + e holds dims 64h + 4g + e (c) and 64h + 32 + 4g
+  // + e (2 + c) of the warp's slice.
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -421,8 +401,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
         o = p.out + (t0 + row) * p.out_stride + hq * D + 128 * dw;
         inv = 1.0f / l;
       } else {
-        // A split with no keys for this row writes sum 0: the merge gives it no
-        // weight.
+        // A split with no keys for this row writes sum 0: the merge gives it no weight.
         float* part = partial + (((r0 + row) * heads + hq) * splits + z) * (D + 2);
         if (g == 0 && dw == 0) part[0] = l > 0 ? m_run[nt][c] * kLn2 : -INFINITY, part[1] = l;
         o = part + 2 + 128 * dw;
@@ -442,16 +421,15 @@ void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_t
                   int64_t key_chunk, float* partial, cudaStream_t s) {
   using S = DecodeShape<G, D, KW>;
   auto* kernel = DecodeKernel<G, D, KW>;
-  KernelResidency(kernel, S::kSmem,
-                  S::kThreads);  // the dynamic shared memory limit, once per device
+  KernelResidency(kernel, S::kSmem, S::kThreads);  // the dynamic shared memory limit, once per device
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
   LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial);
 }
 
 using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
 
-// Block shapes: head_dim 128: two key warps (67 KiB, 3 blocks an SM); head_dim
-// 256: one key warp x two dim warps (67 KiB, 3 blocks an SM).
+// Block shapes: head_dim 128: two key warps (67 KiB, 3 blocks an SM); head_dim 256: one key warp x
+// two dim warps (67 KiB, 3 blocks an SM).
 template <int G>
 Launcher PickLauncher(int64_t head_dim) {
   return head_dim == 128 ? LaunchDecode<G, 128, 2> : LaunchDecode<G, 256, 1>;
