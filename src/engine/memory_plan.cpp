@@ -10,15 +10,6 @@
 
 namespace tessera {
 
-namespace {
-
-std::string Gib(int64_t bytes) {
-  if (std::llabs(bytes) < (int64_t{1} << 20)) return fmt::format("{} B", bytes);
-  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
-}
-
-}  // namespace
-
 StatePlan PlanState(const EngineConfig& ec, const ModelConfig& mc, int64_t bytes_per_slot) {
   StatePlan s;
   s.bytes_per_slot = bytes_per_slot;
@@ -38,6 +29,8 @@ std::string DescribeStatePlan(const StatePlan& s) {
 }
 
 std::string HumanBytes(double bytes) {
+  // A plan that does not fit has a negative KV pool: the sign, then the magnitude's unit.
+  if (bytes < 0) return "-" + HumanBytes(-bytes);
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
@@ -75,11 +68,12 @@ GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_
 }
 
 std::string DescribeGpuMemoryPlan(const GpuMemoryPlan& p) {
+  const auto human = [](int64_t b) { return HumanBytes(static_cast<double>(b)); };
   return fmt::format(
       "gpu memory: {:.2f} x {} = {}: in use {} (weights, context), state {}, activation reserve {}, KV pool {} "
       "({} tokens at {} B)",
-      p.utilization, Gib(p.total_bytes), Gib(p.budget_bytes), Gib(p.in_use_bytes), Gib(p.state_bytes),
-      Gib(p.reserve_bytes), Gib(p.kv_pool_bytes), p.kv_tokens, p.kv_bytes_per_token);
+      p.utilization, human(p.total_bytes), human(p.budget_bytes), human(p.in_use_bytes), human(p.state_bytes),
+      human(p.reserve_bytes), human(p.kv_pool_bytes), p.kv_tokens, p.kv_bytes_per_token);
 }
 
 }  // namespace tessera

@@ -47,7 +47,7 @@ StatePlan PlanState(const EngineConfig& ec, const ModelConfig& mc, int64_t bytes
 // "none (no Gated DeltaNet layers)" for a model without recurrent state.
 std::string DescribeStatePlan(const StatePlan& s);
 
-// "62.81 MiB": bytes in B / KiB / MiB / GiB / TiB with two decimals.
+// "62.81 MiB": bytes in B / KiB / MiB / GiB / TiB with two decimals (a minus sign before negatives).
 std::string HumanBytes(double bytes);
 
 // Activation reserve of a step of max_num_batched_tokens rows: the per-row buffers of the largest
