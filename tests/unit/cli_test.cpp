@@ -33,7 +33,11 @@ json ReadJson(const std::string& path) { return json::parse(ReadFile(path)); }
 template <typename J>
 std::string IdList(const J& ids) {
   std::string s;
-  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.template get<int>());
+  // Appended piece by piece: "," + std::to_string(..) made GCC 12 warn (-Wrestrict, a false positive).
+  for (const auto& v : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(v.template get<int>());
+  }
   return s;
 }
 int Lines(const std::string& s) {
