@@ -192,7 +192,6 @@ bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim)
 int64_t AttentionDecodeTileRows(int64_t group);
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
-// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 // Per-head RmsNorm of q and k in place, then RoPE of both (the attention layer's q / k preparation)
 // in one launch: head_dim 128 or 256, 16-byte aligned rows. False (nothing queued) otherwise; the
 // host checks with QkNormRopeFits before recording.
@@ -204,6 +203,7 @@ inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
                 int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s);
+// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
                  int64_t n, float* k_cache, float* v_cache, cudaStream_t s);
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
