@@ -537,9 +537,10 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (R == 0) return;
   const int64_t kv_heads = args[0].num_kv_heads;
   // Flash-style kernel on tensor cores (cuda_attention_flash.cu): a block per (tile of rows of one
-  // sequence, KV head, key split), K/V read once per tile. Decode calls (every sequence fits one
-  // few-row tile) take its few-row block shape. Tiles are queued longest first (a prompt's last
-  // rows see the most keys), so the long blocks do not end up in the last wave.
+  // sequence, KV head, key split), K/V read once per tile. Decode calls take the decode kernel
+  // (cuda_attention_decode.cu, same tiles and partials), or with TESSERA_CUDA_ATTENTION_DECODE=0 the
+  // flash kernel's few-row block shape. Tiles are queued longest first (a prompt's last rows see
+  // the most keys), so the long blocks do not end up in the last wave.
   if (flash_attention_ && gqa_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D)) {
     const int64_t group = heads / kv_heads;
     int64_t max_t = 0;
