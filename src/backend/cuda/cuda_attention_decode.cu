@@ -43,9 +43,6 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 // G query heads per KV head, head_dim D, KW key warps; DW = D / 128 warps share a tile's dims.
 template <int G, int D, int KW>
 struct DecodeShape {
@@ -83,14 +80,9 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   const AttentionParams& p = descs[tile.x];
   const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
   const int nr = tile.w;
-  const int64_t total = p.first_pos + p.T;
-  auto last_key = [&](int64_t t) {
-    const int64_t pos = p.first_pos + t;
-    return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
-  };
   const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
   const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
-  const int64_t j_end = min(last_key(t0 + nr - 1) + 1, split_end);
+  const int64_t j_end = min(AttentionLastKey(p, t0 + nr - 1) + 1, split_end);
   const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + 15) / 16) : 0;
   const int my_tiles = ntiles > kw ? (ntiles - kw + KW - 1) / KW : 0;  // this warp's: kw, kw + KW, ...
 
@@ -101,7 +93,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int row = (8 * nt + 2 * q + c) / G;
-      col_end[nt][c] = row < nr ? min(last_key(t0 + row) + 1, split_end) : 0;
+      col_end[nt][c] = row < nr ? min(AttentionLastKey(p, t0 + row) + 1, split_end) : 0;
     }
 
   // A tile's rows: 16 K rows then 16 V rows of its keys (the warp's 128-dim slice). A tile of cached keys within one
@@ -118,22 +110,13 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
     TileSource t;
     t.contiguous = key0 + 16 <= j_end && key0 + 16 <= p.first_pos && key0 % p.page_size + 16 <= p.page_size;
     if (t.contiguous) {
-      const int64_t row = static_cast<int64_t>(p.pages[key0 / p.page_size]) * p.page_size + key0 % p.page_size;
-      const int64_t off = (row * p.num_kv_heads + kvh) * D + 128 * dw;
-      t.k = p.k_cache + off, t.v = p.v_cache + off;
+      t.k = KvRow(p, key0, kvh, false) + 128 * dw;
+      t.v = p.v_cache + (t.k - p.k_cache);  // V pages sit at the same offsets as K's
       return t;
     }
-    t.v = nullptr;
     const int64_t j = key0 + (lane & 15);
-    const bool value = lane >= 16;
-    if (j >= j_end) {
-      t.k = nullptr;
-    } else if (j >= p.first_pos) {
-      t.k = (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D + 128 * dw;
-    } else {
-      const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-      t.k = (value ? p.v_cache : p.k_cache) + (row * p.num_kv_heads + kvh) * D + 128 * dw;
-    }
+    t.k = j < j_end ? KvRow(p, j, kvh, lane >= 16) + 128 * dw : nullptr;
+    t.v = nullptr;
     return t;
   };
   // Local tile i into stage i % 2 as one cp.async group (an empty group past the warp's last tile, so that the wait
@@ -229,8 +212,9 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = (sc[0][nt][e] + sc[1][nt][e]) + (sc[2][nt][e] + sc[3][nt][e]);
     if constexpr (DW > 1) {
-      // The two dim halves: dw 0's scores plus dw 1's in both warps (the same sums, the same softmax). Double-buffered
-      // by tile parity: a partner is at most one tile behind at the barrier.
+      // The two dim halves: each warp adds its partner's scores to its own (a + b == b + a exactly, so both hold the
+      // same sums and run the same softmax). Double-buffered by tile parity: a partner is at most one tile behind at
+      // the barrier.
       float* own = xbuf + ((i & 1) * S::kWarps + warp) * NT * 128;
       const float* other = xbuf + ((i & 1) * S::kWarps + (warp ^ 1)) * NT * 128;
 #pragma unroll
@@ -241,10 +225,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float o = other[(nt * 4 + e) * 32 + lane];
-          s[nt][e] = dw == 0 ? s[nt][e] + o : o + s[nt][e];
-        }
+        for (int e = 0; e < 4; ++e) s[nt][e] += other[(nt * 4 + e) * 32 + lane];
     }
 
     // Mask and online softmax per column (s[nt][e]: key g + 8 (e / 2), vector 8 nt + 2q + e % 2).
@@ -436,10 +417,6 @@ Launcher PickLauncher(int64_t head_dim) {
 }
 
 }  // namespace
-
-bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  return AttentionFlashSupported(heads, kv_heads, head_dim);
-}
 
 int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
 

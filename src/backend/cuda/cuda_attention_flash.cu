@@ -45,9 +45,6 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 // G query heads per KV head, head_dim D, QW query warps (16 query vectors each) x KW key warps (NKW
 // keys each of a tile) per block.
 template <int G, int D, int QW, int KW, int NKW>
@@ -87,15 +84,10 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   const int nr = tile.w;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qw = warp / KW, kw = warp % KW, g = lane >> 2, q = lane & 3;
-  const int64_t total = p.first_pos + p.T;
-  auto last_key = [&](int64_t t) {  // the last key row t sees
-    const int64_t pos = p.first_pos + t;
-    return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
-  };
   // splits == 1: every key (key_chunk is INT64_MAX, z = 0).
   const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
   const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
-  const int64_t j_end = min(last_key(t0 + nr - 1) + 1, split_end);  // rows' last keys grow with t
+  const int64_t j_end = min(AttentionLastKey(p, t0 + nr - 1) + 1, split_end);  // rows' last keys grow with t
   const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + NK - 1) / NK) : 0;
 
   // This lane's two accumulator rows: warp vectors g and g + 8 = (tile row, head) pairs.
@@ -105,7 +97,7 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   for (int h = 0; h < 2; ++h) {
     const int m = 16 * qw + g + 8 * h;
     rrow[h] = m / G, head[h] = m % G;
-    row_end[h] = rrow[h] < nr ? min(last_key(t0 + rrow[h]) + 1, split_end) : 0;
+    row_end[h] = rrow[h] < nr ? min(AttentionLastKey(p, t0 + rrow[h]) + 1, split_end) : 0;
   }
 
   // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows) is copied by

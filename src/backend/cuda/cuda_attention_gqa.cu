@@ -47,9 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32) GqaKernel(const AttentionParams* 
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, kvh = blockIdx.y, z = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
-  int64_t last = pos;
-  if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
+  const int64_t last = AttentionLastKey(p, t);
   const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
 
   __shared__ float qs[G][D];
@@ -167,9 +165,7 @@ __global__ void __launch_bounds__(kTileWarps * 32, NV == 1 ? 3 : 2)
   const int64_t t = rr.y, kvh = blockIdx.y, z = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kq = lane >> 3, sub = lane & 7, hg = sub >> (3 - LG);
-  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
-  int64_t last = pos;
-  if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
+  const int64_t last = AttentionLastKey(p, t);
   // splits == 1 passes key_chunk = INT64_MAX with z = 0: j_begin + key_chunk does not overflow.
   const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
 

@@ -547,8 +547,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
     const bool few_rows = max_t <= cuda::AttentionFlashTileRows(group, true);
     // Decode steps (one row a sequence) take the decode kernel: its tiles hold fewer rows.
-    const bool decode = decode_attention_ && max_t <= cuda::AttentionDecodeTileRows(group) &&
-                        cuda::AttentionDecodeSupported(heads, kv_heads, D);
+    const bool decode = decode_attention_ && max_t <= cuda::AttentionDecodeTileRows(group);
     const int64_t tile_rows =
         decode ? cuda::AttentionDecodeTileRows(group) : cuda::AttentionFlashTileRows(group, few_rows);
     std::vector<int4> tiles;

@@ -48,6 +48,18 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 __device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }
 
+// The attention kernels' softmax runs in base 2 (log2 e folded into the query scale); their partial
+// maxima are written back in natural-log units.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The last key row t of an attention step sees: itself (causal), or the end of its diffusion block
+// (block-causal, blocks of block_size from position 0), never past the step's rows.
+__device__ __forceinline__ int64_t AttentionLastKey(const AttentionParams& p, int64_t t) {
+  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
+  return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
+}
+
 // Key j's K (or V) row of KV head kvh in an attention step: positions from first_pos on are the
 // step's fresh rows, earlier ones live in the paged cache.
 __device__ __forceinline__ const float* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {

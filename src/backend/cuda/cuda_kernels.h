@@ -186,9 +186,9 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
                     cudaStream_t s);
 // Decode attention on tensor cores (cuda_attention_decode.cu): the flash kernel's tiles, block grid,
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
-// 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Same shapes and
-// alignment as AttentionFlash; splits from AttentionFlashSplitPlan(..., few_rows = true, ...).
-bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
+// 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Same shapes
+// (AttentionFlashSupported) and alignment as AttentionFlash; splits from
+// AttentionFlashSplitPlan(..., few_rows = true, ...).
 int64_t AttentionDecodeTileRows(int64_t group);
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);

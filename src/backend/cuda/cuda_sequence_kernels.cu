@@ -36,9 +36,7 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   const int64_t t = rr.y, h = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t D = p.head_dim, group = p.num_heads / p.num_kv_heads, kvh = h / group;
-  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
-  int64_t last = pos;
-  if (p.block_size > 0) last = min(total - 1, (pos / p.block_size + 1) * p.block_size - 1);
+  const int64_t last = AttentionLastKey(p, t);
   const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
   const int per = static_cast<int>((D + 31) / 32);
 
