@@ -34,6 +34,7 @@ struct GenerateFlags {
   bool ignore_eos = false, output_ids = false, stats = false, show_steps = false, no_think = false;
   int threads = 0;
   std::string device = "cpu", load_format = "auto";
+  std::string kv_cache_dtype = "f32";  // LoadOptions::kv_cache_dtype
   int tensor_parallel_size = 1;
   // Diffusion.
   bool diffusion = false;
@@ -81,6 +82,10 @@ class StepView {
 int RunGenerate(GenerateFlags& f) {
   int sources = !f.prompt.empty() + !f.chat.empty() + !f.ids.empty();
   if (sources != 1) throw UsageError("give exactly one of --prompt, --chat or --ids");
+  // The CPU backend keeps an f32 cache (Model::Load would refuse too, but only after reading the model).
+  if (f.kv_cache_dtype != "f32" && f.device == "cpu")
+    throw UsageError("--kv-cache-dtype " + f.kv_cache_dtype +
+                     " needs --device cuda (the CPU backend keeps an f32 KV cache)");
   if (f.threads > 0) ThreadPool::SetGlobalThreads(f.threads);
   if (f.model.empty()) f.model = DemoModelDir();
   HfModelDir dir = LoadHfModelDir(f.model);
@@ -114,6 +119,7 @@ int RunGenerate(GenerateFlags& f) {
   lo.device = f.device;
   lo.load_format = f.load_format;
   lo.tensor_parallel_size = f.tensor_parallel_size;
+  lo.kv_cache_dtype = f.kv_cache_dtype;
   auto model = Model::Load(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : prompt)
@@ -125,8 +131,9 @@ int RunGenerate(GenerateFlags& f) {
   ec.collect_expert_stats = f.stats;
   ec.force_diffusion = f.diffusion;
   ec.max_model_len = mc.max_position_embeddings;
-  ec.kv_cache_bytes = std::min<int64_t>(
-      Model::KvBytesPerToken(mc) * (static_cast<int64_t>(prompt.size()) + f.max_tokens + 256), 8ll << 30);
+  const int64_t kv_per_token = Model::KvBytesPerToken(mc, model->KvCacheDType());
+  ec.kv_cache_bytes =
+      std::min<int64_t>(kv_per_token * (static_cast<int64_t>(prompt.size()) + f.max_tokens + 256), 8ll << 30);
   GenerationRequest req;
   req.id = "cli";
   req.prompt = prompt;
@@ -159,7 +166,7 @@ int RunGenerate(GenerateFlags& f) {
     req.diffusion = ResolveDiffusionParams(mc, dir, tokenizer.get(), o, ec.max_model_len);
     ec.default_diffusion = *req.diffusion;
     // Room for the prompt, the output rounded up to whole blocks and one block of scratch.
-    ec.kv_cache_bytes += Model::KvBytesPerToken(mc) * 3 * req.diffusion->block_size;
+    ec.kv_cache_bytes += kv_per_token * 3 * req.diffusion->block_size;
   }
   req.emit_steps = f.show_steps || !f.trace.empty();
 
@@ -265,6 +272,10 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_option("--device", f->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--load-format", f->load_format, "auto (the checkpoint) or dummy (random weights of config.json)")
       ->check(CLI::IsMember({"auto", "dummy"}));
+  app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
+                  "--device cuda")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Ranks to shard the model over (GPUs with --device cuda; simulated ranks on the CPU)")
       ->check(CLI::Range(1, 64));

@@ -1,13 +1,15 @@
 // tessera CLI: `tessera inspect`: what a model is and what it needs, from config.json alone:
 // layers by type, total / active parameters, weight bytes in bf16 / int8 / int4, KV bytes per
-// token, recurrent-state bytes per sequence and the state slots serve allocates (running sequences
-// and prefix-cache snapshots), the memory a context x concurrency needs, and the GPU memory plan.
+// token (of --kv-cache-dtype), recurrent-state bytes per sequence and the state slots serve allocates
+// (running sequences and prefix-cache snapshots), the memory a context x concurrency needs, and the
+// GPU memory plan.
 #include <cstdio>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "core/dtype.h"
 #include "engine/memory_plan.h"
 #include "io/hf_config.h"
 #include "model/model.h"
@@ -26,7 +28,8 @@ struct InspectFlags {
   std::string gpu_memory;
   double gpu_memory_utilization = 0.9;
   int64_t max_num_seqs = 64, max_num_batched_tokens = 4096;
-  int64_t num_state_snapshots = 0;  // 0 = max_num_seqs / 4, as serve
+  int64_t num_state_snapshots = 0;     // 0 = max_num_seqs / 4, as serve
+  std::string kv_cache_dtype = "f32";  // as serve's --kv-cache-dtype: bf16 halves the KV bytes per token
 };
 
 // Weight-only quantisation as deployed (GPTQ / AWQ style): matrices of the linear layers in int8 /
@@ -77,8 +80,9 @@ int RunInspect(const InspectFlags& f) {
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
   int64_t moe = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) moe += cfg.IsMoeLayer(l);
-  // KV and recurrent state as tessera's caches hold them (f32 on the CPU and on the GPU).
-  const int64_t kv_per_token = Model::KvBytesPerToken(cfg);
+  // KV and recurrent state as tessera's caches hold them: K / V of the chosen element type, the state f32.
+  const DType kv_dtype = ParseKvCacheDType(f.kv_cache_dtype);
+  const int64_t kv_per_token = Model::KvBytesPerToken(cfg, kv_dtype);
   const int64_t state_per_seq = Model::StateBytesPerSequence(cfg);
   const double weights_bf16 = total * 2;
   const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
@@ -108,6 +112,7 @@ int RunInspect(const InspectFlags& f) {
   j["weight_bytes"] = {{"bf16", static_cast<int64_t>(weights_bf16)}, {"int8", static_cast<int64_t>(bytes_int8)},
                        {"int4", static_cast<int64_t>(bytes_int4)}};
   j["active_weight_bytes_bf16"] = static_cast<int64_t>(active * 2);
+  j["kv_cache_dtype"] = DTypeName(kv_dtype);
   j["kv_bytes_per_token"] = kv_per_token;
   j["state_bytes_per_sequence"] = state_per_seq;
   j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
@@ -129,7 +134,7 @@ int RunInspect(const InspectFlags& f) {
                      {"budget_bytes", plan.budget_bytes}, {"in_use_bytes", plan.in_use_bytes},
                      {"state_bytes", plan.state_bytes},   {"reserve_bytes", plan.reserve_bytes},
                      {"kv_pool_bytes", plan.kv_pool_bytes}, {"kv_tokens", plan.kv_tokens}};
-    plan_line = DescribeGpuMemoryPlan(plan);
+    plan_line = fmt::format("{}, {} KV cache", DescribeGpuMemoryPlan(plan), DTypeName(kv_dtype));
     if (plan.kv_pool_bytes <= 0) {
       std::fprintf(stderr, "tessera inspect: the model does not fit: %s\n", plan_line.c_str());
       if (f.json) std::printf("%s\n", j.dump(2).c_str());
@@ -154,8 +159,8 @@ int RunInspect(const InspectFlags& f) {
               HumanBytes(weights_bf16).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
   std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
               HumanBytes(active * 2).c_str());
-  std::printf("KV cache:         %s per token (f32, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
-              (long long)full);
+  std::printf("KV cache:         %s per token (%s, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
+              DTypeName(kv_dtype), (long long)full);
   std::printf("recurrent state:  %s per sequence (f32)\n", HumanBytes(state_per_seq).c_str());
   std::printf("state slots:      %s\n", DescribeStatePlan(slots).c_str());
   std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n", (long long)f.context,
@@ -184,6 +189,10 @@ Subcommand AddInspectCommand(CLI::App& root) {
   app->add_option("--num-state-snapshots", f->num_state_snapshots,
                   "Hybrid models: prefix-cache state snapshots, for the state slots and the plan "
                   "(0 = max-num-seqs / 4)");
+  app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
+                  "--device cuda to serve")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_flag("--json", f->json, "Print JSON for scripts");
   return {app, [f] { return RunInspect(*f); }};
 }

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli_common.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/diffusion_defaults.h"
@@ -143,15 +144,17 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
       PlanGpuMemory(total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes,
                     model.KvBytesPerTokenPerRank(), PlanState(ec, mc, model.StateBytesPerSequencePerRank()).bytes(),
                     ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
-  spdlog::info("{}{}", DescribeGpuMemoryPlan(plan), ranks > 1 ? fmt::format(" per GPU, {} GPUs", ranks) : "");
+  spdlog::info("{}, {} KV cache{}", DescribeGpuMemoryPlan(plan), DTypeName(model.KvCacheDType()),
+               ranks > 1 ? fmt::format(", per GPU, {} GPUs", ranks) : "");
   if (plan.kv_pool_bytes < model.KvBytesPerTokenPerRank() * ec.page_size)
     Fail(ErrorKind::kInvalidArgument,
          "config key 'engine.gpu_memory_utilization': {:.2f} of the GPU leaves no room for the KV cache ({}); raise "
          "it, lower engine.max_num_seqs / engine.max_num_batched_tokens / engine.num_state_snapshots, or add GPUs "
          "(--tensor-parallel-size)",
          cfg.engine.gpu_memory_utilization, DescribeGpuMemoryPlan(plan));
-  // Pool bytes per rank -> pages -> the engine's total over ranks.
-  const int64_t pool_total = plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc);
+  // Pool bytes per rank -> tokens -> the engine's total over ranks (bytes of the same element type).
+  const int64_t pool_total =
+      plan.kv_pool_bytes / model.KvBytesPerTokenPerRank() * Model::KvBytesPerToken(mc, model.KvCacheDType());
   if (cfg.engine.kv_cache_memory > pool_total)
     Fail(ErrorKind::kInvalidArgument,
          "config key 'engine.kv_cache_memory': {:.1f} GiB does not fit; the GPU memory plan leaves {:.1f} GiB ({})",
@@ -203,7 +206,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   ec.force_diffusion = cfg.model.diffusion;
   ec.collect_expert_stats = true;  // feeds tessera_moe_routed_tokens_total
   ec.sampling_defaults = SamplingDefaultsFromHf(dir);
-  const int64_t per_token = Model::KvBytesPerToken(mc);
+  const int64_t per_token = Model::KvBytesPerToken(mc, model.KvCacheDType());
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
   ec.kv_cache_bytes = std::max<int64_t>(std::min(KvCacheBudget(cfg, model, ec), useful), per_token * ec.page_size);
   CheckHostMemory(model, ec);
@@ -289,15 +292,17 @@ int RunServe(ServeFlags& f) {
   lo.device = cfg.model.device;
   lo.load_format = cfg.model.load_format == "safetensors" ? "auto" : cfg.model.load_format;
   lo.tensor_parallel_size = static_cast<int>(cfg.model.tensor_parallel_size);
+  lo.kv_cache_dtype = cfg.model.kv_cache_dtype;
   auto model = Model::Load(cfg.model.path, lo);
   if (tokenizer->vocab_size() > model->config().vocab_size)
     spdlog::warn("the tokenizer has {} tokens, the model's vocabulary {}: ids beyond it are refused",
                  tokenizer->vocab_size(), model->config().vocab_size);
   Engine engine(model.get(), tokenizer.get(), MakeEngineConfig(cfg, *model, dir, *tokenizer));
   const EngineModelInfo& info = engine.ModelInfo();
-  spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens, max_num_seqs {}", info.name,
+  spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens ({}), max_num_seqs {}", info.name,
                info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
-               engine.Snapshot().kv_pages_total, engine.config().page_size, engine.config().max_num_seqs);
+               engine.Snapshot().kv_pages_total, engine.config().page_size, DTypeName(model->KvCacheDType()),
+               engine.config().max_num_seqs);
   const StatePlan state = PlanState(engine.config(), model->config(), model->StateBytesPerSequencePerRank());
   const int ranks = model->tensor_parallel_size();
   spdlog::info("recurrent state: {}{}", DescribeStatePlan(state),

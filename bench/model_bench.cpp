@@ -288,7 +288,8 @@ RunResult RunOnce(Model& model, const Accounting& acc, const Options& o, const s
   r.prefill_s = Seconds(t0, Clock::now());
   r.prefill_distinct /= chunks;
 
-  const double kv_row = static_cast<double>(Model::KvBytesPerToken(c));  // K and V, all attention layers
+  // K and V of all attention layers, in the cache's element type.
+  const double kv_row = static_cast<double>(Model::KvBytesPerToken(c, model.KvCacheDType()));
   const double state = 2.0 * static_cast<double>(Model::StateBytesPerSequence(c));  // read + written
   const auto t1 = Clock::now();
   for (int64_t i = 0; i < o.decode; ++i) {

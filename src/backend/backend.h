@@ -49,10 +49,15 @@ struct AttentionArgs {
   const float* v = nullptr;  // [T, num_kv_heads * head_dim]
   int64_t kv_stride = 0;
   int64_t T = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  int64_t first_pos = 0;           // absolute position of row 0; keys [0, first_pos) come from the cache
-  const float* k_cache = nullptr;  // [num_pages * page_size, num_kv_heads, head_dim]
-  const float* v_cache = nullptr;
-  const int32_t* pages = nullptr;  // page ids covering [0, first_pos)
+  int64_t first_pos = 0;  // absolute position of row 0; keys [0, first_pos) come from the cache
+  // The paged cache, [num_pages * page_size, num_kv_heads, head_dim] of Backend::KvCacheDType().
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* pages = nullptr;  // page ids covering [0, first_pos + commit_len)
+  // Rows [0, commit_len) of k / v were written to the cache at positions first_pos.. (KvWrite /
+  // KvWriteRows) before this call; a backend may read them from there. Later rows (an uncommitted
+  // diffusion block) are only in k / v.
+  int64_t commit_len = 0;
   int64_t page_size = 0;
   int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
   float scale = 1.0f;
@@ -228,18 +233,31 @@ class Backend {
   virtual void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                       int64_t dst_stride) = 0;
 
-  // Paged KV cache: writes T rows of k/v ([T, kv_dim], stride kv_stride) at positions
-  // first_pos.. into k_cache/v_cache ([num_pages * page_size, kv_dim]).
+  // Element type of the paged KV cache (KvWrite, KvWriteRows, AttentionArgs::k_cache). f32 unless set:
+  // bf16 halves the bytes a decode step's attention reads and doubles the tokens a pool holds, at the
+  // price of rounding K and V to 8 mantissa bits (vLLM's cache for bf16 models). Set it before any cache
+  // is allocated; a backend that cannot keep `dtype` throws Error(kUnsupported).
+  virtual DType KvCacheDType() const { return DType::kF32; }
+  virtual void SetKvCacheDType(DType dtype) {
+    if (dtype != DType::kF32)
+      Fail(ErrorKind::kUnsupported, "this backend keeps an f32 KV cache (kv cache dtype {} needs --device cuda)",
+           DTypeName(dtype));
+  }
+  // Paged KV cache: writes T rows of k/v ([T, kv_dim] f32, stride kv_stride) at positions first_pos..
+  // into k_cache/v_cache ([num_pages * page_size, kv_dim] of KvCacheDType(), rounded to nearest).
   virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                       int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
-                       float* v_cache) = 0;
+                       int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache,
+                       void* v_cache) = 0;
   // The batched form of KvWrite (all segments of a batch in one call): k_cache[cache_rows[i]] =
-  // k[src_rows[i]] (rows of kv_dim floats; k/v row stride kv_stride), the same for v. Host indices.
+  // k[src_rows[i]] (rows of kv_dim; k/v row stride kv_stride), the same for v. Host indices. The
+  // default is for f32 caches.
   virtual void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
-                           const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) {
+                           const int64_t* cache_rows, int64_t n, void* k_cache, void* v_cache) {
     for (int64_t i = 0; i < n; ++i) {
-      CopyBuffer(k_cache + cache_rows[i] * kv_dim, k + src_rows[i] * kv_stride, kv_dim * sizeof(float));
-      CopyBuffer(v_cache + cache_rows[i] * kv_dim, v + src_rows[i] * kv_stride, kv_dim * sizeof(float));
+      CopyBuffer(static_cast<float*>(k_cache) + cache_rows[i] * kv_dim, k + src_rows[i] * kv_stride,
+                 kv_dim * sizeof(float));
+      CopyBuffer(static_cast<float*>(v_cache) + cache_rows[i] * kv_dim, v + src_rows[i] * kv_stride,
+                 kv_dim * sizeof(float));
     }
   }
   virtual void Attention(const AttentionArgs& a) = 0;

@@ -43,7 +43,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   if (config_.max_num_batched_tokens <= 0)
     Fail(ErrorKind::kInvalidArgument, "max_num_batched_tokens must be positive");
   int64_t pages = config_.num_pages;
-  const int64_t kv_per_token = Model::KvBytesPerToken(mc);
+  const int64_t kv_per_token = Model::KvBytesPerToken(mc, model_->KvCacheDType());  // bf16 pages: half the bytes
   if (pages <= 0) {
     int64_t per_page = std::max<int64_t>(1, kv_per_token * config_.page_size);
     pages = config_.kv_cache_bytes / per_page;

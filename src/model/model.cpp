@@ -93,6 +93,8 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   } else {
     group = MakeRankGroup(opts.device, n);
   }
+  const DType kv_dtype = ParseKvCacheDType(opts.kv_cache_dtype);
+  for (auto& be : group.backends) be->SetKvCacheDType(kv_dtype);  // before any cache exists
   for (int r = 0; r < n; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->shard = shards[r];
@@ -134,8 +136,15 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   return m;
 }
 
-int64_t Model::KvBytesPerToken(const ModelConfig& c) {
-  return c.NumLayersOf(LayerKind::kFullAttention) * 2 * c.num_kv_heads * c.head_dim * 4;
+DType ParseKvCacheDType(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  Fail(ErrorKind::kInvalidArgument, "kv cache dtype \"{}\" is not supported (expected f32 or bf16)", name);
+}
+
+int64_t Model::KvBytesPerToken(const ModelConfig& c, DType kv_dtype) {
+  return c.NumLayersOf(LayerKind::kFullAttention) * 2 * c.num_kv_heads * c.head_dim *
+         static_cast<int64_t>(DTypeSize(kv_dtype));
 }
 
 int64_t Model::StateBytesPerSequence(const ModelConfig& c) {
@@ -144,7 +153,8 @@ int64_t Model::StateBytesPerSequence(const ModelConfig& c) {
   return c.NumLayersOf(LayerKind::kLinearAttention) * per_layer * 4;
 }
 
-int64_t Model::KvBytesPerTokenPerRank() const { return KvBytesPerToken(ranks_[0]->cfg); }
+int64_t Model::KvBytesPerTokenPerRank() const { return KvBytesPerToken(ranks_[0]->cfg, KvCacheDType()); }
+DType Model::KvCacheDType() const { return ranks_[0]->backend->KvCacheDType(); }
 int64_t Model::StateBytesPerSequencePerRank() const { return StateBytesPerSequence(ranks_[0]->cfg); }
 
 void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_state_slots) {
@@ -156,24 +166,26 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
     ModelCaches& k = *rk.caches;
     k = ModelCaches{};
     Backend& be = *rk.backend;
-    auto zeroed = [&](size_t floats) {
-      DeviceBuffer b = DeviceBuffer::Floats(be, static_cast<int64_t>(floats));
+    auto zeroed = [&](size_t bytes) {
+      DeviceBuffer b(be, bytes);
       be.Zero(b.data(), b.bytes());
       return b;
     };
     k.num_pages = num_pages;
     k.page_size = page_size;
     k.num_slots = num_state_slots;
-    const size_t kv = static_cast<size_t>(num_pages * page_size * c.num_kv_heads * c.head_dim);
+    k.kv_dtype = be.KvCacheDType();  // K / V pages of the backend's element type; the states stay f32
+    const size_t kv_bytes =
+        static_cast<size_t>(num_pages * page_size * c.num_kv_heads * c.head_dim) * DTypeSize(k.kv_dtype);
     for (int64_t i = 0; i < c.NumLayersOf(LayerKind::kFullAttention); ++i) {
-      k.k.push_back(zeroed(kv));
-      k.v.push_back(zeroed(kv));
+      k.k.push_back(zeroed(kv_bytes));
+      k.v.push_back(zeroed(kv_bytes));
     }
     k.conv_per_slot = c.LinearConvDim() * std::max<int64_t>(c.linear_conv_kernel - 1, 0);
     k.recurrent_per_slot = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
     for (int64_t i = 0; i < c.NumLayersOf(LayerKind::kLinearAttention); ++i) {
-      k.conv.push_back(zeroed(static_cast<size_t>(k.conv_per_slot * num_state_slots)));
-      k.recurrent.push_back(zeroed(static_cast<size_t>(k.recurrent_per_slot * num_state_slots)));
+      k.conv.push_back(zeroed(static_cast<size_t>(k.conv_per_slot * num_state_slots) * sizeof(float)));
+      k.recurrent.push_back(zeroed(static_cast<size_t>(k.recurrent_per_slot * num_state_slots) * sizeof(float)));
     }
   });
 }

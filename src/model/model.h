@@ -18,8 +18,8 @@
 namespace tessera {
 
 struct LoadOptions {
-  int threads = 0;  // 0: keep ThreadPool::Global() as it is
-  std::string device = "cpu";       // "cpu" or "cuda" (weights, caches and activations on the GPU)
+  int threads = 0;             // 0: keep ThreadPool::Global() as it is
+  std::string device = "cpu";  // "cpu" or "cuda" (weights, caches and activations on the GPU)
   // "auto": the safetensors checkpoint; "dummy": random non-zero weights of config.json's shapes
   // made on the backend (for benchmarks; only config.json is read).
   std::string load_format = "auto";
@@ -29,7 +29,14 @@ struct LoadOptions {
   // heads may also be fewer than N when N is a multiple of them); experts, FFN widths and the
   // vocabulary need not.
   int tensor_parallel_size = 1;
+  // Element type of the paged KV cache: "f32" (default: the fixtures' precision) or "bf16" (half the
+  // bytes a decode step reads and twice the tokens a pool holds; K and V rounded to bf16, as vLLM's
+  // cache of a bf16 model). bf16 needs a backend that keeps it (cuda).
+  std::string kv_cache_dtype = "f32";
 };
+
+// "f32" or "bf16" (LoadOptions::kv_cache_dtype); throws Error(kInvalidArgument) for anything else.
+DType ParseKvCacheDType(const std::string& name);
 
 // A tensor an architecture expects, under its flat (non-nested) checkpoint name.
 struct ExpectedTensor {
@@ -63,8 +70,9 @@ class Model {
 
   // Forward() returns logits on the host; callers of backend() ops use backend memory (backend.h).
   // The unsplit model's cache sizes (the sum over ranks when no KV / key head is replicated).
-  static int64_t KvBytesPerToken(const ModelConfig& cfg);         // f32 K and V, all attention layers
-  static int64_t StateBytesPerSequence(const ModelConfig& cfg);   // f32 conv + recurrent state
+  // K and V of all attention layers with elements of kv_dtype (the backend's KvCacheDType()).
+  static int64_t KvBytesPerToken(const ModelConfig& cfg, DType kv_dtype);
+  static int64_t StateBytesPerSequence(const ModelConfig& cfg);  // f32 conv + recurrent state
   // What ONE rank (one GPU) holds per token / per state slot: the numbers a per-GPU memory budget
   // divides by. Equal to the static ones when tensor_parallel_size is 1.
   int64_t KvBytesPerTokenPerRank() const;
@@ -73,6 +81,8 @@ class Model {
 
   // Rank 0's backend (the only one when tensor_parallel_size is 1).
   Backend& backend();
+  // Element type of the KV cache pages (LoadOptions::kv_cache_dtype; every rank keeps the same).
+  DType KvCacheDType() const;
 
  private:
   struct Rank;

@@ -37,6 +37,9 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(model, dtype, "--dtype", kString, false, "auto|bf16|f16|f32"),
       TESSERA_KEY(model, device, "--device", kString, false, "cpu|cuda|cuda:N"),
       TESSERA_KEY(model, load_format, "--load-format", kString, false, "auto|safetensors|dummy"),
+      TESSERA_KEY(model, kv_cache_dtype, "--kv-cache-dtype", kString, false,
+                  "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
+                  "--device cuda"),
       TESSERA_KEY(model, max_model_len, "--max-model-len", kInt, false, "prompt + output tokens"),
       TESSERA_KEY(model, chat_template, "--chat-template", kString, false, "template file"),
       TESSERA_KEY(model, diffusion, "--diffusion", kBool, false,
@@ -397,6 +400,13 @@ void ValidateServerConfig(const ServerConfig& c) {
   };
   one_of("model.dtype", c.model.dtype, {"auto", "bf16", "bfloat16", "f16", "float16", "f32", "float32"});
   one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "dummy"});
+  one_of("model.kv_cache_dtype", c.model.kv_cache_dtype, {"f32", "bf16"});
+  // The CPU backend keeps an f32 cache. Model::Load refuses bf16 there too, but only after serve has
+  // bound its port and printed "listening"; checked here, the mistake is one line before either.
+  if (c.model.kv_cache_dtype != "f32" && c.model.device == "cpu")
+    bad("model.kv_cache_dtype", fmt::format("{} needs a GPU (model.device cuda, --device cuda); the CPU backend "
+                                            "keeps an f32 KV cache",
+                                            c.model.kv_cache_dtype));
   if (c.model.max_model_len < 0) bad("model.max_model_len", "must be >= 0");
   if (c.model.compute_threads < 0 || c.model.compute_threads > 1024) bad("model.compute_threads", "must be in 0..1024");
   if (c.model.tensor_parallel_size < 1 || c.model.tensor_parallel_size > 64)

@@ -17,17 +17,18 @@ class App;
 namespace tessera {
 
 struct ModelSection {
-  std::string path;                  // checkpoint directory
-  std::string name;                  // served name ("" = the directory's base name)
-  std::string tokenizer;             // tokenizer directory ("" = path)
-  std::string dtype = "auto";        // auto | bf16 | f32 | f16
-  std::string device = "cpu";        // cpu | cuda | cuda:N
-  std::string load_format = "auto";  // auto | safetensors | dummy
-  int64_t max_model_len = 0;         // 0 = from the model's config
-  std::string chat_template;         // file overriding the tokenizer's template ("" = none)
-  bool diffusion = false;            // run a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model
-  int64_t compute_threads = 0;       // CPU threads of the model (0 = all cores)
-  int64_t tensor_parallel_size = 1;  // ranks the model is sharded over
+  std::string path;                    // checkpoint directory
+  std::string name;                    // served name ("" = the directory's base name)
+  std::string tokenizer;               // tokenizer directory ("" = path)
+  std::string dtype = "auto";          // auto | bf16 | f32 | f16
+  std::string device = "cpu";          // cpu | cuda | cuda:N
+  std::string load_format = "auto";    // auto | safetensors | dummy
+  std::string kv_cache_dtype = "f32";  // f32 | bf16 (half the KV bytes; needs a cuda device)
+  int64_t max_model_len = 0;           // 0 = from the model's config
+  std::string chat_template;           // file overriding the tokenizer's template ("" = none)
+  bool diffusion = false;              // run a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model
+  int64_t compute_threads = 0;         // CPU threads of the model (0 = all cores)
+  int64_t tensor_parallel_size = 1;    // ranks the model is sharded over
 };
 
 struct HttpSection {

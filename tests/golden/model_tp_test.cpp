@@ -159,10 +159,11 @@ TEST_P(TensorParallel, PerRankCacheSizesShrink) {
   const int n = std::get<1>(GetParam());
   const ModelConfig& c = p_.one->config();
   EXPECT_EQ(p_.split->tensor_parallel_size(), n);
-  EXPECT_EQ(p_.one->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c));
+  EXPECT_EQ(p_.one->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c, p_.one->KvCacheDType()));
   // KV heads (2) split over 2 ranks, or one replicated head per rank over 4.
   const int64_t kv_per_rank = std::max<int64_t>(1, c.num_kv_heads / n);
-  EXPECT_EQ(p_.split->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(c) / c.num_kv_heads * kv_per_rank);
+  EXPECT_EQ(p_.split->KvBytesPerTokenPerRank(),
+            Model::KvBytesPerToken(c, p_.one->KvCacheDType()) / c.num_kv_heads * kv_per_rank);
   if (c.NumLayersOf(LayerKind::kLinearAttention) > 0) {
     EXPECT_LT(p_.split->StateBytesPerSequencePerRank(), Model::StateBytesPerSequence(c));
   }

@@ -5,8 +5,13 @@
 // splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
 // tensor-core kernels (TESSERA_CUDA_ATTENTION_FLASH=1: flash, and the decode kernel for decode calls)
 // and without them (the grouped kernels); decode calls also on the flash kernel's few-row shape
-// (TESSERA_CUDA_ATTENTION_DECODE=0). Prints the relative error (max |gpu - cpu| / max |cpu|).
-// Skipped without a device.
+// (TESSERA_CUDA_ATTENTION_DECODE=0). Each also runs on a bf16 KV cache (--kv-cache-dtype bf16) with K
+// and V drawn as bf16 values, so the cache is exact and the CPU's f32 reference still applies (the
+// kernels' own error only). Causal sequences (prompts, decode rows) pass commit_len = T with their rows
+// written to the cache first, as the model's attention layer does; a bf16 call must then read them
+// from the cache, so its k / v rows of those sequences are NaN on the device. Diffusion blocks stay
+// uncommitted (their bf16 rows come from KvStage). Prints the relative error (max |gpu - cpu| / max
+// |cpu|). Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,8 +80,9 @@ struct Seq {
 // the paged caches hold random values everywhere, prefixes on pages of 16 in a shuffled order.
 class Call {
  public:
-  // reference = false skips the CPU run (timing only).
-  Call(const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed, bool reference = true) : sh_(sh), seqs_(seqs) {
+  // reference = false skips the CPU run (timing only); bf16: K and V values are bf16-exact.
+  Call(const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed, bool reference = true, bool bf16 = false)
+      : sh_(sh), seqs_(seqs), bf16_(bf16) {
     kv_dim_ = sh.kv_heads * sh.hd;
     q_stride_ = sh.heads * sh.hd + 8;
     kv_stride_ = kv_dim_ + 4;  // keeps K/V rows 16-byte aligned (the tensor-core kernel needs it)
@@ -90,6 +96,10 @@ class Call {
     v_ = Rand(rows_ * kv_stride_, -1, 1, seed + 2);
     kc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 3);
     vc_ = Rand(pages_total_ * kPage * kv_dim_, -1, 1, seed + 4);
+    if (bf16) {
+      for (auto* x : {&k_, &v_, &kc_, &vc_})
+        for (float& e : *x) e = Bf16ToF32(F32ToBf16(e));
+    }
     std::vector<int32_t> perm(pages_total_);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<unsigned>(seed)));
@@ -99,6 +109,16 @@ class Call {
       pages_.emplace_back(perm.begin() + next, perm.begin() + next + np);
       next += np;
     }
+    // Committed rows into the cache (what KvWriteRows does before the model's attention call).
+    int64_t row0 = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      for (int64_t t = 0; t < CommitLen(seqs[i]); ++t) {
+        const int64_t pos = seqs[i].first_pos + t, row = pages_[i][pos / kPage] * kPage + pos % kPage;
+        std::copy_n(k_.begin() + (row0 + t) * kv_stride_, kv_dim_, kc_.begin() + row * kv_dim_);
+        std::copy_n(v_.begin() + (row0 + t) * kv_stride_, kv_dim_, vc_.begin() + row * kv_dim_);
+      }
+      row0 += seqs[i].T;
+    }
     want_.assign(rows_ * out_stride_, 0.0f);
     if (!reference) return;
     auto cpu = MakeCpuBackend();
@@ -106,17 +126,40 @@ class Call {
       cpu->Attention(a);
   }
 
-  // The same call on `gpu`; returns the relative error against the CPU.
+  // The same call on `gpu` (its KvCacheDType() picks the cache's element type); returns the relative
+  // error against the CPU.
   double RunOn(Backend& gpu) const {
     auto dev = [&](const std::vector<float>& h) {
       DeviceBuffer b(gpu, h.size() * sizeof(float));
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
       return b;
     };
-    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_);
+    const bool bf16 = gpu.KvCacheDType() == DType::kBF16;
+    EXPECT_TRUE(!bf16 || bf16_) << "a bf16 cache needs bf16-exact K / V";
+    auto cache = [&](const std::vector<float>& h) {
+      if (!bf16) return dev(h);
+      std::vector<uint16_t> bits(h.size());
+      for (size_t i = 0; i < h.size(); ++i) bits[i] = F32ToBf16(h[i]);
+      DeviceBuffer b(gpu, bits.size() * sizeof(uint16_t));
+      gpu.Upload(b.data(), bits.data(), bits.size() * sizeof(uint16_t));
+      return b;
+    };
+    // bf16 calls read committed rows from the cache only: NaN in k / v would show if they did not.
+    std::vector<float> k = k_, v = v_;
+    if (bf16) {
+      int64_t row0 = 0;
+      for (const Seq& s : seqs_) {
+        for (int64_t t = 0; t < CommitLen(s); ++t) {
+          std::fill_n(k.begin() + (row0 + t) * kv_stride_, kv_dim_, NAN);
+          std::fill_n(v.begin() + (row0 + t) * kv_stride_, kv_dim_, NAN);
+        }
+        row0 += s.T;
+      }
+    }
+    DeviceBuffer dq = dev(q_), dk = dev(k), dv = dev(v), dkc = cache(kc_), dvc = cache(vc_);
     // The gaps between output rows stay 0 on both sides: a stray write shows as an error.
     DeviceBuffer dout = dev(std::vector<float>(want_.size(), 0.0f));
-    gpu.AttentionBatch(Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32()));
+    gpu.AttentionBatch(Args(dq.f32(), dk.f32(), dv.f32(), dkc.data(), dvc.data(), dout.f32()));
     std::vector<float> got(want_.size());
     gpu.Download(got.data(), dout.data(), got.size() * sizeof(float));
     return RelErr(got, want_);
@@ -129,8 +172,13 @@ class Call {
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
       return b;
     };
-    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dkc = dev(kc_), dvc = dev(vc_), dout = dev(want_);
-    const auto args = Args(dq.f32(), dk.f32(), dv.f32(), dkc.f32(), dvc.f32(), dout.f32());
+    // The cache's bytes (f32, or as many bf16: values do not matter for timing).
+    const size_t cache_bytes = kc_.size() * DTypeSize(gpu.KvCacheDType());
+    DeviceBuffer dq = dev(q_), dk = dev(k_), dv = dev(v_), dout = dev(want_);
+    DeviceBuffer dkc(gpu, cache_bytes), dvc(gpu, cache_bytes);
+    gpu.Upload(dkc.data(), kc_.data(), cache_bytes);
+    gpu.Upload(dvc.data(), vc_.data(), cache_bytes);
+    const auto args = Args(dq.f32(), dk.f32(), dv.f32(), dkc.data(), dvc.data(), dout.f32());
     gpu.AttentionBatch(args);
     gpu.Synchronize();
     const auto start = std::chrono::steady_clock::now();
@@ -144,7 +192,10 @@ class Call {
  private:
   static constexpr int64_t kPage = 16;
 
-  std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, const float* kc, const float* vc,
+  // Causal sequences (prompts, decode rows) commit their rows; diffusion blocks do not.
+  static int64_t CommitLen(const Seq& s) { return s.block > 0 ? 0 : s.T; }
+
+  std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, const void* kc, const void* vc,
                                   float* out) const {
     std::vector<AttentionArgs> args;
     int64_t row0 = 0;
@@ -161,6 +212,7 @@ class Call {
       a.num_kv_heads = sh_.kv_heads;
       a.head_dim = sh_.hd;
       a.first_pos = s.first_pos;
+      a.commit_len = CommitLen(s);
       a.k_cache = kc;
       a.v_cache = vc;
       a.pages = pages_[i].data();
@@ -177,6 +229,7 @@ class Call {
 
   Shape sh_;
   std::vector<Seq> seqs_;
+  bool bf16_ = false;
   int64_t kv_dim_ = 0, q_stride_ = 0, kv_stride_ = 0, out_stride_ = 0, rows_ = 0, pages_total_ = 0;
   std::vector<float> q_, k_, v_, kc_, vc_, want_;
   std::vector<std::vector<int32_t>> pages_;
@@ -192,25 +245,29 @@ const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
 // (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and the grouped kernels (FLASH=0).
 void RunKernels(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed,
                 bool decode_off) {
-  const Call call(sh, seqs, seed);
   struct Choice {
     const char *flash, *decode, *label;
   };
   const Choice choices[] = {{"1", "1", "flash=1"}, {"1", "0", "flash=1 decode=0"}, {"0", "1", "flash=0"}};
-  for (const Choice& ch : choices) {
-    if (!decode_off && std::string(ch.decode) == "0") continue;
-    std::unique_ptr<Backend> gpu;
-    {
-      ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
-      ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
-      gpu = MakeCudaBackend();
+  for (const bool bf16 : {false, true}) {
+    const Call call(sh, seqs, seed, /*reference=*/true, bf16);
+    for (const Choice& ch : choices) {
+      if (!decode_off && std::string(ch.decode) == "0") continue;
+      std::unique_ptr<Backend> gpu;
+      {
+        ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
+        ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
+        gpu = MakeCudaBackend();
+      }
+      if (bf16) gpu->SetKvCacheDType(DType::kBF16);
+      const double err = call.RunOn(*gpu);
+      char name[160];
+      std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s kv=%s", what.c_str(),
+                    static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
+                    static_cast<long>(call.rows()), ch.label, bf16 ? "bf16" : "f32");
+      std::printf("attention %-80s rel err %.3e\n", name, err);
+      EXPECT_LE(err, kTol) << name;
     }
-    const double err = call.RunOn(*gpu);
-    char name[160];
-    std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s", what.c_str(), static_cast<long>(sh.heads),
-                  static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), static_cast<long>(call.rows()), ch.label);
-    std::printf("attention %-72s rel err %.3e\n", name, err);
-    EXPECT_LE(err, kTol) << name;
   }
 }
 
@@ -283,9 +340,53 @@ TEST_F(CudaAttention, PromptsUnsplit) {
   for (const Shape& sh : kOtherGroups) RunBoth("8 prompts of 280", sh, seqs, 510);
 }
 
+// KvWrite and KvWriteRows into a bf16 cache: every written element is the host's round-to-nearest-even
+// bf16 of its f32 input, bit for bit (ties included), and rows nobody wrote keep their bytes.
+TEST_F(CudaAttention, KvWriteBf16Cache) {
+  auto gpu = MakeCudaBackend();
+  gpu->SetKvCacheDType(DType::kBF16);
+  constexpr int64_t kv_dim = 512, page = 16, stride = kv_dim + 4, T = 37, first_pos = 21;
+  const std::vector<int32_t> pages = {5, 2, 7, 0, 3, 6, 1, 4};  // 128 cache rows
+  const int64_t cache_elems = static_cast<int64_t>(pages.size()) * page * kv_dim;
+  std::vector<float> k = Rand(T * stride, -3, 3, 700), v = Rand(T * stride, -3, 3, 701);
+  // Exact ties between two bf16 values (1 + 2^-8: to even 1; 1 + 3 * 2^-8: to even 1 + 2^-6).
+  k[0] = 1.00390625f, k[1] = 1.01171875f, v[2] = -1.00390625f;
+  auto dev = [&](const void* h, size_t bytes) {
+    DeviceBuffer b(*gpu, bytes);
+    gpu->Upload(b.data(), h, bytes);
+    return b;
+  };
+  const std::vector<uint16_t> fill(cache_elems, 0xabcd);
+  DeviceBuffer dk = dev(k.data(), k.size() * 4), dv = dev(v.data(), v.size() * 4);
+  DeviceBuffer dkc = dev(fill.data(), fill.size() * 2), dvc = dev(fill.data(), fill.size() * 2);
+  auto cache_row = [&](int64_t pos) { return int64_t{pages[pos / page]} * page + pos % page; };
+  // Rows 0..T-1 at positions first_pos.. (KvWrite), then rows 3, 9, 30 at positions 100..102 (KvWriteRows).
+  gpu->KvWrite(dk.f32(), dv.f32(), stride, T, kv_dim, first_pos, pages.data(), page, dkc.data(), dvc.data());
+  const std::vector<int64_t> src = {3, 9, 30}, dst = {cache_row(100), cache_row(101), cache_row(102)};
+  gpu->KvWriteRows(dk.f32(), dv.f32(), stride, kv_dim, src.data(), dst.data(), 3, dkc.data(), dvc.data());
+  std::vector<uint16_t> want_k = fill, want_v = fill;
+  auto expect_row = [&](int64_t t, int64_t row) {
+    for (int64_t d = 0; d < kv_dim; ++d) {
+      want_k[row * kv_dim + d] = F32ToBf16(k[t * stride + d]);
+      want_v[row * kv_dim + d] = F32ToBf16(v[t * stride + d]);
+    }
+  };
+  for (int64_t t = 0; t < T; ++t) expect_row(t, cache_row(first_pos + t));
+  for (size_t i = 0; i < src.size(); ++i) expect_row(src[i], dst[i]);
+  ASSERT_EQ(want_k[cache_row(first_pos) * kv_dim], 0x3f80) << "the host's rounding of the tie";
+  std::vector<uint16_t> got_k(cache_elems), got_v(cache_elems);
+  gpu->Download(got_k.data(), dkc.data(), cache_elems * 2);
+  gpu->Download(got_v.data(), dvc.data(), cache_elems * 2);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < cache_elems; ++i) wrong += (got_k[i] != want_k[i]) + (got_v[i] != want_v[i]);
+  std::printf("bf16 KV cache writes: %ld of %ld elements differ from the host's rounding\n", static_cast<long>(wrong),
+              static_cast<long>(2 * cache_elems));
+  EXPECT_EQ(wrong, 0);
+}
+
 // Timing of the calls of issue 5's rows (one layer's attention), the tensor-core kernels against the
-// flash kernel alone and the grouped kernels: only with TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints
-// microseconds per call).
+// flash kernel alone and the grouped kernels, and the tensor-core kernels on a bf16 cache: only with
+// TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).
 TEST_F(CudaAttention, Timing) {
   if (const char* e = std::getenv("TESSERA_CUDA_ATTENTION_BENCH"); e == nullptr || std::string(e) != "1")
     GTEST_SKIP() << "skipped: set TESSERA_CUDA_ATTENTION_BENCH=1";
@@ -303,21 +404,24 @@ TEST_F(CudaAttention, Timing) {
   for (const auto& [sh, r] : calls) {
     const auto& [what, seqs] = rows[r];
     const Call call(sh, seqs, 600, /*reference=*/false);
-    // Tensor cores (decode rows on the decode kernel), the flash kernel alone, the grouped kernels.
-    double us[3];
-    for (int f = 0; f < 3; ++f) {
+    // Tensor cores (decode rows on the decode kernel), the flash kernel alone, the grouped kernels; the
+    // tensor cores on a bf16 cache.
+    double us[4];
+    for (int f = 0; f < 4; ++f) {
       std::unique_ptr<Backend> gpu;
       {
-        ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", f < 2 ? "1" : "0");
+        ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", f != 2 ? "1" : "0");
         ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", f == 1 ? "0" : "1");
         gpu = MakeCudaBackend();
       }
+      if (f == 3) gpu->SetKvCacheDType(DType::kBF16);
       us[f] = call.TimeOn(*gpu, 20);
     }
     std::printf(
-        "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  grouped %9.1f us\n",
+        "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  grouped %9.1f us  "
+        "bf16 cache %9.1f us\n",
         static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(), us[0],
-        us[1], us[2]);
+        us[1], us[2], us[3]);
   }
 }
 

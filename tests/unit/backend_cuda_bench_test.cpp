@@ -135,7 +135,7 @@ struct StepCost {
 //    (attention or Gated DeltaNet projections, norms, router, shared expert and its gate, dense
 //    FFNs), the routed experts the step touches (`distinct_per_layer` from collect_expert_stats;
 //    without stats the upper bound min(E, rows * k)), the whole lm_head, one embedding row a token;
-//  - the KV cache is f32 (Model::KvBytesPerToken): each sequence's committed prefix is read once,
+//  - the KV cache holds kv_dtype (Model::KvBytesPerToken): each sequence's committed prefix is read once,
 //    its committed rows written once; fresh rows' K/V stay in activations;
 //  - Gated DeltaNet conv + recurrent state (Model::StateBytesPerSequence, f32) is read and written
 //    once per sequence per step;
@@ -143,7 +143,7 @@ struct StepCost {
 //  - FLOPs = 2 * active parameters * rows (k routed experts a row; lm_head only for logits rows)
 //    + attention 4 * attended keys * heads * head_dim per row per full-attention layer
 //    + the recurrent delta rule ~6 * value_heads * key_dim * value_dim per row per GDN layer.
-StepCost CountStep(const ModelConfig& c, const WeightCensus& w, const StepShape& s,
+StepCost CountStep(const ModelConfig& c, const WeightCensus& w, DType kv_dtype, const StepShape& s,
                    const std::vector<int32_t>& distinct_per_layer) {
   const int64_t rows = s.sequences * s.rows_per_sequence;
   StepCost cost;
@@ -157,7 +157,7 @@ StepCost CountStep(const ModelConfig& c, const WeightCensus& w, const StepShape&
   const double weight_params = w.non_expert_params + touched * w.expert_params + w.lm_head_params +
                                static_cast<double>(rows) * c.hidden_size;
   const double kv_bytes = static_cast<double>(s.sequences) * (s.cached_keys + s.committed_rows) *
-                          Model::KvBytesPerToken(c);
+                          Model::KvBytesPerToken(c, kv_dtype);
   const double state_bytes = 2.0 * s.sequences * Model::StateBytesPerSequence(c);
   cost.bytes = 2.0 * weight_params + kv_bytes + state_bytes;
 
@@ -300,7 +300,7 @@ class CudaBenchRun {
     s.attended_keys = s.cached_keys + 1;
     const auto experts = ExpertsTouched(step(ctx + steps_ + 1));
     Print("decode b" + std::to_string(seqs.size()) + " ctx " + std::to_string(ctx), seconds,
-          static_cast<double>(s.sequences), CountStep(cfg_, census_, s, experts));
+          static_cast<double>(s.sequences), CountStep(cfg_, census_, model_.KvCacheDType(), s, experts));
     std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
@@ -343,7 +343,7 @@ class CudaBenchRun {
     const auto experts = ExpertsTouched(b);
     const std::string row =
         "denoise " + std::to_string(seqs.size()) + "x" + std::to_string(kDenoiseBlock) + " ctx " + std::to_string(ctx);
-    Print(row, seconds, static_cast<double>(s.sequences * kDenoiseBlock), CountStep(cfg_, census_, s, experts));
+    Print(row, seconds, static_cast<double>(s.sequences * kDenoiseBlock), CountStep(cfg_, census_, model_.KvCacheDType(), s, experts));
     std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
@@ -368,7 +368,7 @@ class CudaBenchRun {
     s.committed_rows = prompt;
     s.attended_keys = (prompt + 1) / 2.0;
     Print("prefill " + std::to_string(prompt), seconds, static_cast<double>(prompt),
-          CountStep(cfg_, census_, s, experts));
+          CountStep(cfg_, census_, model_.KvCacheDType(), s, experts));
     std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
@@ -409,6 +409,8 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   LoadOptions o;
   o.device = "cuda";
   o.load_format = "dummy";
+  // TESSERA_CUDA_BENCH_KV_DTYPE=bf16: the rows on a bf16 KV cache (--kv-cache-dtype bf16).
+  if (const char* kv = std::getenv("TESSERA_CUDA_BENCH_KV_DTYPE"); kv && *kv) o.kv_cache_dtype = kv;
   const auto t0 = std::chrono::steady_clock::now();
   auto model = Model::Load(dir, o);
   std::printf("bench %s: dummy weights ready in %.1f s\n", dir, Seconds(t0));
@@ -416,8 +418,9 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   const int copies = 10;
   const double bandwidth = MeasureCopyBandwidth(model->backend(), copies);
   std::printf("bench-bw | %s | device copy 1 GiB x %d | %.2f TB/s (2 x bytes / s) | bf16 matmul %.0f TFLOP/s "
-              "(constant, not measured)\n",
-              name.c_str(), copies, bandwidth / 1e12, kBf16MatmulFlopsPerSecond / 1e12);
+              "(constant, not measured) | kv cache %s\n",
+              name.c_str(), copies, bandwidth / 1e12, kBf16MatmulFlopsPerSecond / 1e12,
+              DTypeName(model->KvCacheDType()));
 
   // One cache allocation that fits the largest phase (each phase reuses the pages from 0).
   const int64_t tail = std::max(steps + 2, kDenoiseBlock);  // decode steps / a denoise block past ctx
@@ -528,7 +531,10 @@ TEST(CudaBench, MatMulRows) {
           ref = std::max(ref, static_cast<double>(std::fabs(out[2][i])));
         }
       std::string name;
-      for (int64_t part : ns) name += (name.empty() ? "" : "+") + std::to_string(part);
+      for (int64_t part : ns) {  // appended piece by piece: GCC 12 warns (-Wrestrict) on "+" + to_string
+        if (!name.empty()) name += '+';
+        name += std::to_string(part);
+      }
       EXPECT_LE(diff / ref, 1e-4) << name << "x" << k << " m=" << m;
       const double flops = 2.0 * m * n * k, bytes = 2.0 * n * k;
       std::printf("bench-matmul | %sx%ld | m %ld", name.c_str(), static_cast<long>(k), static_cast<long>(m));

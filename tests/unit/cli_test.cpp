@@ -277,6 +277,70 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
+// --kv-cache-dtype bf16: K and V in 2 bytes instead of 4, so the same GPU plan (same pool bytes) holds
+// twice the tokens; the text output names the element type.
+TEST(CliInspect, Bf16KvCacheHalvesBytesPerToken) {
+  auto inspect = [](const std::string& flags) {
+    auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) +
+                        " --gpu-memory 141GB --max-num-seqs 32 --context 8192 --concurrency 4 " + flags);
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    return r.out;
+  };
+  const json f32 = json::parse(inspect("--json"));
+  const json bf16 = json::parse(inspect("--json --kv-cache-dtype bf16"));
+  EXPECT_EQ(f32["kv_cache_dtype"], "f32");
+  EXPECT_EQ(bf16["kv_cache_dtype"], "bf16");
+  EXPECT_EQ(json::parse(inspect("--json --kv-cache-dtype f32")), f32);  // f32 is the default
+  // 48 layers x (K, V) x 4 kv heads x 128 x 2 bytes.
+  EXPECT_EQ(bf16["kv_bytes_per_token"].get<int64_t>(), 48 * 2 * 4 * 128 * 2);
+  EXPECT_EQ(2 * bf16["kv_bytes_per_token"].get<int64_t>(), f32["kv_bytes_per_token"].get<int64_t>());
+  EXPECT_EQ(2 * bf16["memory"]["kv_bytes"].get<int64_t>(), f32["memory"]["kv_bytes"].get<int64_t>());
+  const json &p16 = bf16["gpu_plan"], &p32 = f32["gpu_plan"];
+  EXPECT_EQ(p16["kv_pool_bytes"], p32["kv_pool_bytes"]);  // the weights, state and reserve do not change
+  EXPECT_EQ(p16["kv_tokens"].get<int64_t>(),
+            p16["kv_pool_bytes"].get<int64_t>() / bf16["kv_bytes_per_token"].get<int64_t>());
+  EXPECT_NEAR(p16["kv_tokens"].get<double>(), 2 * p32["kv_tokens"].get<double>(), 1.0);
+  EXPECT_GT(p32["kv_tokens"].get<int64_t>(), 100000);
+  const std::string text = inspect("--kv-cache-dtype bf16");
+  EXPECT_NE(text.find("KV cache:         96.00 KiB per token (bf16, 48 attention layers)"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("({} tokens at 98304 B), bf16 KV cache", p16["kv_tokens"].get<int64_t>())),
+            std::string::npos)
+      << text;
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --kv-cache-dtype fp8");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
+}
+
+// A bf16 KV cache needs a GPU: on the CPU, serve and generate stop with one line naming the flag or
+// key, exit 2 before loading (no crash, no server left listening); every command that plans memory lists it.
+TEST(CliKvCacheDType, Bf16OnTheCpuIsAClearError) {
+  const std::string m = Quote(Model("qwen3_moe"));
+  const std::string tok = Quote(DataPath("fixtures/tokenizers/bytes"));
+  for (const std::string& args :
+       {"generate --model " + m + " --ids 1,2,3 --max-tokens 2 --kv-cache-dtype bf16",
+        "generate --model " + m + " --ids 1,2,3 --max-tokens 2 --kv-cache-dtype bf16 --device cpu",
+        "serve --port 0 --model " + m + " --tokenizer " + tok + " --kv-cache-dtype bf16",
+        "serve --port 0 --model " + m + " --tokenizer " + tok + " --kv-cache-dtype bf16 --device cpu"}) {
+    auto r = RunCommand("timeout 60 " + Bin() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;  // a usage error: not a crash, not the timeout
+    EXPECT_EQ(Lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("kv"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+  }
+  for (const std::string& args : {"generate --model " + m + " --ids 1,2 --kv-cache-dtype fp8",
+                                  "serve --port 0 --model " + m + " --kv-cache-dtype fp8"}) {
+    auto r = RunCommand("timeout 60 " + Bin() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << "\n" << r.err;
+  }
+  for (const char* cmd : {"generate", "inspect", "serve"}) {
+    auto r = RunCommand(Bin() + " " + cmd + " --help");
+    EXPECT_NE(r.out.find("--kv-cache-dtype"), std::string::npos) << cmd;
+  }
+}
+
 // --num-state-snapshots sets the prefix-cache snapshot slots of a hybrid model's recurrent state:
 // each adds one sequence's state to the plan and takes it from the KV pool; a model without
 // recurrent state has none, whatever is set.

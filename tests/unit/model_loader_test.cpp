@@ -150,10 +150,51 @@ TEST(ModelLoader, FusedExpertTensorsGiveSameLogits) {
 
 TEST(ModelLoader, CacheSizes) {
   auto cfg = ModelConfig::FromHf(LoadHfModelDir(DataPath("fixtures/models/qwen3_next")));
-  // 2 attention layers * (K + V) * 2 kv heads * 64 dims * 4 bytes.
-  EXPECT_EQ(Model::KvBytesPerToken(cfg), 2 * 2 * 2 * 64 * 4);
+  // 2 attention layers * (K + V) * 2 kv heads * 64 dims * 4 bytes (f32) or 2 (bf16).
+  EXPECT_EQ(Model::KvBytesPerToken(cfg, DType::kF32), 2 * 2 * 2 * 64 * 4);
+  EXPECT_EQ(Model::KvBytesPerToken(cfg, DType::kBF16), 2 * 2 * 2 * 64 * 2);
+  auto model = Model::Load(DataPath("fixtures/models/qwen3_next"));  // LoadOptions' default: an f32 cache
+  EXPECT_EQ(model->KvCacheDType(), DType::kF32);
+  EXPECT_EQ(model->KvBytesPerTokenPerRank(), Model::KvBytesPerToken(cfg, DType::kF32));
   // 2 GDN layers * (conv 256 * 3 + 4 heads * 32 * 32) * 4 bytes.
   EXPECT_EQ(Model::StateBytesPerSequence(cfg), 2 * (256 * 3 + 4 * 32 * 32) * 4);
+}
+
+// LoadOptions::kv_cache_dtype: "f32" or "bf16" by name, anything else an invalid argument; the CPU
+// backend keeps f32 only, so a bf16 cache there is refused at load (kUnsupported, naming --device cuda)
+// instead of a cache the backend would read as floats.
+TEST(ModelLoader, KvCacheDTypeNames) {
+  EXPECT_EQ(ParseKvCacheDType("f32"), DType::kF32);
+  EXPECT_EQ(ParseKvCacheDType("bf16"), DType::kBF16);
+  for (const char* bad : {"fp8", "", "BF16", "f16"}) {
+    try {
+      ParseKvCacheDType(bad);
+      ADD_FAILURE() << "accepted \"" << bad << "\"";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find("f32 or bf16"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ModelLoader, Bf16KvCacheIsRefusedOnTheCpu) {
+  LoadOptions o;
+  o.device = "cpu";
+  o.kv_cache_dtype = "bf16";
+  try {
+    Model::Load(DataPath("fixtures/models/qwen3_moe"), o);
+    ADD_FAILURE() << "a bf16 KV cache loaded on the CPU backend";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+  }
+  o.kv_cache_dtype = "fp8";
+  try {
+    Model::Load(DataPath("fixtures/models/qwen3_moe"), o);
+    ADD_FAILURE() << "kv_cache_dtype fp8 loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+  }
 }
 
 }  // namespace

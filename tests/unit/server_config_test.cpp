@@ -243,6 +243,35 @@ TEST(ServerConfig, NumStateSnapshotsKeyAndFlag) {
   ValidateServerConfig(c);
 }
 
+// model.kv_cache_dtype (--kv-cache-dtype): f32 by default, bf16 with a cuda device; another name, or
+// bf16 on the CPU (whose backend keeps f32), is refused by validation naming the key, before serve
+// binds its port or loads the model.
+TEST(ServerConfig, KvCacheDTypeKeyAndFlag) {
+  EXPECT_EQ(ServerConfig{}.model.kv_cache_dtype, "f32");
+  ServerConfig c = ParseServerConfig("model:\n  device: cuda\n  kv_cache_dtype: bf16\n");
+  EXPECT_EQ(c.model.kv_cache_dtype, "bf16");
+  ValidateServerConfig(c);
+  EXPECT_NE(EffectiveConfigString(c).find("model.kv_cache_dtype: bf16\n"), std::string::npos);
+  c = WithFlags(c, {"--kv-cache-dtype", "f32", "--device", "cuda:1"});  // the flag overrides the file
+  EXPECT_EQ(c.model.kv_cache_dtype, "f32");
+  ValidateServerConfig(c);
+  c = WithFlags(c, {"--kv-cache-dtype", "bf16"});
+  ValidateServerConfig(c);  // cuda:1
+  for (const char* bad : {"fp8", "", "BF16"}) {
+    ServerConfig b = c;
+    SetConfigValue(b, "model.kv_cache_dtype", bad);
+    std::string err = ErrorOf([&] { ValidateServerConfig(b); });
+    EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << bad << " -> " << err;
+    EXPECT_NE(err.find("f32, bf16"), std::string::npos) << err;
+  }
+  ServerConfig cpu = WithFlags(ServerConfig{}, {"--kv-cache-dtype", "bf16"});  // device cpu, the default
+  std::string err = ErrorOf([&] { ValidateServerConfig(cpu); });
+  EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << err;
+  EXPECT_NE(err.find("--device cuda"), std::string::npos) << err;
+  err = ErrorOf([] { ParseServerConfig("model:\n  kv_cache_dtype: [bf16]\n"); });
+  EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << err;
+}
+
 TEST(ServerConfig, LoadsFile) {
   std::string dir = testing::ScratchDir("server_config");
   testing::WriteFile(dir + "/c.yaml", "model:\n  name: from-file\n");

@@ -139,8 +139,10 @@ void CpuBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t sr
 }
 
 void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                         int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
-                         float* v_cache) {
+                         int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache_bytes,
+                         void* v_cache_bytes) {
+  auto* k_cache = static_cast<float*>(k_cache_bytes);  // the CPU keeps f32 (Backend::SetKvCacheDType)
+  auto* v_cache = static_cast<float*>(v_cache_bytes);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t pos = first_pos + t;
     const int64_t row = static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;

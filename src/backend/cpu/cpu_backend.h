@@ -31,8 +31,8 @@ class CpuBackend : public Backend {
               int64_t dst_stride) override;
 
   void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-               int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
-               float* v_cache) override;
+               int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache,
+               void* v_cache) override;
   void Attention(const AttentionArgs& a) override;
 
   void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,

@@ -50,7 +50,7 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
       return cache + cache_row[j] * kv_dim + kvh * hd;
     };
     for (int64_t j = 0; j < n; ++j) {
-      const float* kr = key_row(j, a.k_cache, a.k);
+      const float* kr = key_row(j, static_cast<const float*>(a.k_cache), a.k);
       for (int64_t g = 0; g < group; ++g) scores[g * total_keys + j] = Dot(q0 + g * hd, kr, hd) * a.scale;
     }
     for (int64_t g = 0; g < group; ++g) {
@@ -63,7 +63,7 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
     }
     std::fill(acc, acc + group * hd, 0.0f);
     for (int64_t j = 0; j < n; ++j) {
-      const float* vr = key_row(j, a.v_cache, a.v);
+      const float* vr = key_row(j, static_cast<const float*>(a.v_cache), a.v);
       for (int64_t g = 0; g < group; ++g) {
         const float pj = scores[g * total_keys + j];
         float* ag = acc + g * hd;

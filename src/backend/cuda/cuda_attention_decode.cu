@@ -30,6 +30,12 @@
 // (row g) and 64h + 32 + 4g + e (row g + 8), so a lane reads V as float4s at 64h + 4g and
 // 64h + 32 + 4g of rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks, key
 // splits and the partial layout are the flash kernel's; AttentionMerge combines splits.
+//
+// A bf16 cache (--kv-cache-dtype bf16) is staged as stored (a 256-byte row slice: half a warp a row) and
+// goes to the MMAs as it is: K's A fragment is two 16-byte reads, V^T's comes from ldmatrix.trans (m-tile
+// m = dims 16 m.., keys as the 8x8 matrices' rows), and only Q and P are split (2 MMAs a product). The
+// decode b64 call (64 x 1,025 keys, host-timed, 2026-12-03): 32 / 4 x 128: 75 us against 117 us on the f32
+// cache; 16 / 2 x 256: 71 against 132 us.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -43,35 +49,42 @@ namespace tessera::cuda {
 
 namespace {
 
-// G query heads per KV head, head_dim D, KW key warps; DW = D / 128 warps share a tile's dims.
-template <int G, int D, int KW>
+// Cache element type T (float or Bf16Bits), G query heads per KV head, head_dim D, KW key warps;
+// DW = D / 128 warps share a tile's dims.
+template <typename T, int G, int D, int KW>
 struct DecodeShape {
+  static constexpr bool kBf16 = sizeof(T) == 2;
   static constexpr int DW = D / 128, kWarps = KW * DW, kThreads = 32 * kWarps;
-  static constexpr int NT = G > 8 ? G / 8 : 1;                        // n-tiles of 8 query vectors
-  static constexpr int VEC = 8 * NT;                                  // query vectors (row, head) of a block
-  static constexpr int SK = 132;                                      // staged row stride (a 128-float slice + 4)
-  static constexpr int kStageFloats = 32 * SK;                        // 16 K rows, then 16 V rows
-  static constexpr size_t kWarpBytes = 2 * size_t{kStageFloats} * 4;  // a warp's two stages
-  static constexpr int PK = 20;                                       // P row stride (16 keys + 4)
+  static constexpr int NT = G > 8 ? G / 8 : 1;  // n-tiles of 8 query vectors
+  static constexpr int VEC = 8 * NT;            // query vectors (row, head) of a block
+  // Staged row strides of a 128-dim slice, in elements: f32 132 (conflict-free float4 reads); bf16 K
+  // 160 (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V 136 (ldmatrix's 8 rows in
+  // distinct 16-byte bank groups).
+  static constexpr int SKK = kBf16 ? 160 : 132;
+  static constexpr int SKV = kBf16 ? 136 : 132;
+  static constexpr size_t kStageElems = 16 * size_t{SKK + SKV};      // 16 K rows, then 16 V rows
+  static constexpr size_t kWarpBytes = 2 * kStageElems * sizeof(T);  // a warp's two stages
+  static constexpr int PK = 20;                                      // P row stride (16 keys + 4)
   static constexpr size_t kStageBytes = kWarps * kWarpBytes;
   static constexpr size_t kPBytes = size_t{kWarps} * VEC * PK * 4;
   static constexpr size_t kXBytes = DW > 1 ? 2 * size_t{kWarps} * NT * 4 * 32 * 4 : 0;  // score halves
   static constexpr size_t kSmem = kStageBytes + kPBytes + kXBytes;
   static_assert(D % 128 == 0 && VEC % G == 0, "whole rows of G heads in 8 or 16 vectors");
   static_assert(size_t{NT} * 1152 * 4 <= kWarpBytes, "the merge fits a warp's stages");
+  static_assert(kWarpBytes % 16 == 0 && kStageElems * sizeof(T) % 16 == 0, "16-byte aligned stages");
   static_assert(DW == 1 || KW == 1, "dim-split warps pair on barrier 1: one pair a block");
 };
 
-template <int G, int D, int KW>
-__global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
+template <typename T, int G, int D, int KW>
+__global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
     DecodeKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
   GridDependencyWait();
-  using S = DecodeShape<G, D, KW>;
-  constexpr int NT = S::NT, SK = S::SK, PK = S::PK, DW = S::DW;
+  using S = DecodeShape<T, G, D, KW>;
+  constexpr int NT = S::NT, SKK = S::SKK, SKV = S::SKV, PK = S::PK, DW = S::DW;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int dw = warp % DW, kw = warp / DW, g = lane >> 2, q = lane & 3;
-  float* stages = reinterpret_cast<float*>(smem + warp * S::kWarpBytes);  // [2][32][SK]
+  T* stages = reinterpret_cast<T*>(smem + warp * S::kWarpBytes);  // [2]: K [16][SKK], then V [16][SKV]
   float* pbuf = reinterpret_cast<float*>(smem + S::kStageBytes) + warp * S::VEC * PK;
   float* xbuf = reinterpret_cast<float*>(smem + S::kStageBytes + S::kPBytes);  // [2][warps][NT * 128]
 
@@ -102,45 +115,52 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   // shuffled to the copying lanes.
   struct TileSource {
     bool contiguous;
-    const float* k;  // contiguous: K row of the first key; else this lane's row (or nullptr)
-    const float* v;
+    const T* k;  // contiguous: K row of the first key; else this lane's row (or nullptr)
+    const T* v;
   };
   auto tile_source = [&](int i) -> TileSource {
     const int64_t key0 = j_begin + int64_t{kw + i * KW} * 16;
     TileSource t;
-    t.contiguous = key0 + 16 <= j_end && key0 + 16 <= p.first_pos && key0 % p.page_size + 16 <= p.page_size;
+    t.contiguous = key0 + 16 <= j_end && key0 + 16 <= CachedKeys<T>(p) && key0 % p.page_size + 16 <= p.page_size;
     if (t.contiguous) {
-      t.k = KvRow(p, key0, kvh, false) + 128 * dw;
-      t.v = p.v_cache + (t.k - p.k_cache);  // V pages sit at the same offsets as K's
+      t.k = KvRow<T>(p, key0, kvh, false) + 128 * dw;
+      t.v = KvCache<T>(p, true) + (t.k - KvCache<T>(p, false));  // V pages sit at the same offsets as K's
       return t;
     }
     const int64_t j = key0 + (lane & 15);
-    t.k = j < j_end ? KvRow(p, j, kvh, lane >= 16) + 128 * dw : nullptr;
+    t.k = j < j_end ? KvRow<T>(p, j, kvh, lane >= 16) + 128 * dw : nullptr;
     t.v = nullptr;
     return t;
   };
   // Local tile i into stage i % 2 as one cp.async group (an empty group past the warp's last tile, so that the wait
-  // below counts the same every iteration): lane l copies bytes 16 l.. of every row (a 512-byte row an instruction).
-  // Rows past the keys are zero-filled without reading memory.
-  const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
+  // below counts the same every iteration). A row slice is 512 bytes (f32: lane l copies bytes 16 l.., a row an
+  // instruction) or 256 (bf16: half-warp h copies the rows of parity h, lane l bytes 16 (l % 16)..). Rows past the keys
+  // are zero-filled without reading memory.
+  constexpr int kRowLanes = S::kBf16 ? 16 : 32, kPiece = 16 / int{sizeof(T)};
+  const int piece = lane % kRowLanes, half = lane / kRowLanes;
+  const void* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
   auto issue = [&](int i, const TileSource& t) {
     if (i < my_tiles) {
-      float* dst = stages + (i & 1) * S::kStageFloats + 4 * lane;
+      T* kst = stages + (i & 1) * S::kStageElems + kPiece * piece;
+      T* vst = kst + 16 * SKK;
       if (t.contiguous) {
         const int64_t stride = p.num_kv_heads * D;
-        const float* k = t.k + 4 * lane;
-        const float* v = t.v + 4 * lane;
+        const T* k = t.k + kPiece * piece + half * stride;
+        const T* v = t.v + kPiece * piece + half * stride;
+        constexpr int kStep = 32 / kRowLanes;  // rows copied at once
 #pragma unroll
-        for (int r = 0; r < 16; ++r, k += stride, v += stride) {
-          CpAsync16(dst + r * SK, k, true);
-          CpAsync16(dst + (16 + r) * SK, v, true);
+        for (int r = half; r < 16; r += kStep, k += stride * kStep, v += stride * kStep) {
+          CpAsync16(kst + r * SKK, k, true);
+          CpAsync16(vst + r * SKV, v, true);
         }
       } else {
 #pragma unroll
-        for (int r = 0; r < 32; ++r) {
+        for (int rr = 0; rr < 32; rr += 32 / kRowLanes) {
+          const int r = rr + half;  // lane r holds row r's address: K of key r, or V of key r - 16
           const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(t.k), r);
-          const float* src = reinterpret_cast<const float*>(bits);
-          CpAsync16(dst + r * SK, src ? src + 4 * lane : dummy, src != nullptr);
+          const T* src = reinterpret_cast<const T*>(bits);
+          T* dst = r < 16 ? kst + r * SKK : vst + (r - 16) * SKV;
+          CpAsync16(dst, src ? src + kPiece * piece : dummy, src != nullptr);
         }
       }
     }
@@ -184,8 +204,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
     const TileSource next = tile_source(i + 2);  // its page lookup overlaps this tile's work
     CpAsyncWait<1>();                            // this lane's copies of tile i have landed ...
     __syncwarp();                                // ... and every lane's
-    const float* Ks = stages + (i & 1) * S::kStageFloats;
-    const float* Vs = Ks + 16 * SK;
+    const T* Ks = stages + (i & 1) * S::kStageElems;
+    const T* Vs = Ks + 16 * SKK;
     const int64_t key0 = j_begin + int64_t{kw + i * KW} * 16;
 
     // S^T over the warp's 128 dims: one accumulator chain per 32-dim chunk (independent MMAs).
@@ -193,7 +213,15 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t ah[2][4], al[2][4];
-      LoadA(Ks + g * SK + 32 * c + 8 * q, Ks + (g + 8) * SK + 32 * c + 8 * q, true, true, ah, al);
+      if constexpr (S::kBf16) {
+        // K rows g and g + 8 as they are (exact): the register order of LoadA's hi part.
+        const uint4 x = *reinterpret_cast<const uint4*>(Ks + g * SKK + 32 * c + 8 * q);
+        const uint4 y = *reinterpret_cast<const uint4*>(Ks + (g + 8) * SKK + 32 * c + 8 * q);
+        ah[0][0] = x.x, ah[0][1] = y.x, ah[0][2] = x.y, ah[0][3] = y.y;
+        ah[1][0] = x.z, ah[1][1] = y.z, ah[1][2] = x.w, ah[1][3] = y.w;
+      } else {
+        LoadA(Ks + g * SKK + 32 * c + 8 * q, Ks + (g + 8) * SKK + 32 * c + 8 * q, true, true, ah, al);
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float* a = sc[c][nt];
@@ -202,7 +230,7 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
         for (int st = 0; st < 2; ++st) {
           Mma(a, ah[st], qh[nt][c][2 * st], qh[nt][c][2 * st + 1]);
           Mma(a, ah[st], ql[nt][c][2 * st], ql[nt][c][2 * st + 1]);
-          Mma(a, al[st], qh[nt][c][2 * st], qh[nt][c][2 * st + 1]);
+          if constexpr (!S::kBf16) Mma(a, al[st], qh[nt][c][2 * st], qh[nt][c][2 * st + 1]);
         }
       }
     }
@@ -272,35 +300,51 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       }
     }
     // O^T += V^T P^T.
+    if constexpr (S::kBf16) {
+      // V^T's A fragment of m-tile m (dims 16 m..) from ldmatrix.trans: lanes 0-7 address keys 0-7 at dim 16 m,
+      // lanes 8-15 keys 0-7 at 16 m + 8, lanes 16-23 keys 8-15 at 16 m, lanes 24-31 keys 8-15 at 16 m + 8.
+      const T* vrow = Vs + ((lane & 7) + 8 * (lane >> 4)) * SKV + 8 * ((lane >> 3) & 1);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float* vb = Vs + 2 * q * SK + 64 * h + 4 * g;
-      const float4 r0v = *reinterpret_cast<const float4*>(vb), r1v = *reinterpret_cast<const float4*>(vb + SK);
-      const float4 r8v = *reinterpret_cast<const float4*>(vb + 8 * SK);
-      const float4 r9v = *reinterpret_cast<const float4*>(vb + 9 * SK);
-      const float4 s0v = *reinterpret_cast<const float4*>(vb + 32);
-      const float4 s1v = *reinterpret_cast<const float4*>(vb + SK + 32);
-      const float4 s8v = *reinterpret_cast<const float4*>(vb + 8 * SK + 32);
-      const float4 s9v = *reinterpret_cast<const float4*>(vb + 9 * SK + 32);
-      const float a0[4] = {r0v.x, r0v.y, r0v.z, r0v.w}, a1[4] = {r1v.x, r1v.y, r1v.z, r1v.w};
-      const float a8[4] = {r8v.x, r8v.y, r8v.z, r8v.w}, a9[4] = {r9v.x, r9v.y, r9v.z, r9v.w};
-      const float b0[4] = {s0v.x, s0v.y, s0v.z, s0v.w}, b1[4] = {s1v.x, s1v.y, s1v.z, s1v.w};
-      const float b8[4] = {s8v.x, s8v.y, s8v.z, s8v.w}, b9[4] = {s9v.x, s9v.y, s9v.z, s9v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        uint32_t vh[4], vl[4];
-        // a0..a3: row g (dim 64h + 4g + e) and row g + 8 (dim 64h + 32 + 4g + e), keys 2q, 2q+1,
-        // then the same rows, keys 2q+8, 2q+9.
-        SplitPair(a0[e], a1[e], vh[0], vl[0]);
-        SplitPair(b0[e], b1[e], vh[1], vl[1]);
-        SplitPair(a8[e], a9[e], vh[2], vl[2]);
-        SplitPair(b8[e], b9[e], vh[3], vl[3]);
+      for (int m = 0; m < 8; ++m) {
+        uint32_t va[4];
+        LdMatrixX4Trans(va, vrow + 16 * m);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          float* a = acc[nt][4 * h + e];
-          Mma(a, vh, ph[nt][0], ph[nt][1]);
-          Mma(a, vh, pl[nt][0], pl[nt][1]);
-          Mma(a, vl, ph[nt][0], ph[nt][1]);
+          Mma(acc[nt][m], va, ph[nt][0], ph[nt][1]);
+          Mma(acc[nt][m], va, pl[nt][0], pl[nt][1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const T* vb = Vs + 2 * q * SKV + 64 * h + 4 * g;
+        const float4 r0v = *reinterpret_cast<const float4*>(vb), r1v = *reinterpret_cast<const float4*>(vb + SKV);
+        const float4 r8v = *reinterpret_cast<const float4*>(vb + 8 * SKV);
+        const float4 r9v = *reinterpret_cast<const float4*>(vb + 9 * SKV);
+        const float4 s0v = *reinterpret_cast<const float4*>(vb + 32);
+        const float4 s1v = *reinterpret_cast<const float4*>(vb + SKV + 32);
+        const float4 s8v = *reinterpret_cast<const float4*>(vb + 8 * SKV + 32);
+        const float4 s9v = *reinterpret_cast<const float4*>(vb + 9 * SKV + 32);
+        const float a0[4] = {r0v.x, r0v.y, r0v.z, r0v.w}, a1[4] = {r1v.x, r1v.y, r1v.z, r1v.w};
+        const float a8[4] = {r8v.x, r8v.y, r8v.z, r8v.w}, a9[4] = {r9v.x, r9v.y, r9v.z, r9v.w};
+        const float b0[4] = {s0v.x, s0v.y, s0v.z, s0v.w}, b1[4] = {s1v.x, s1v.y, s1v.z, s1v.w};
+        const float b8[4] = {s8v.x, s8v.y, s8v.z, s8v.w}, b9[4] = {s9v.x, s9v.y, s9v.z, s9v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          uint32_t vh[4], vl[4];
+          // a0..a3: row g (dim 64h + 4g + e) and row g + 8 (dim 64h + 32 + 4g + e), keys 2q, 2q+1,
+          // then the same rows, keys 2q+8, 2q+9.
+          SplitPair(a0[e], a1[e], vh[0], vl[0]);
+          SplitPair(b0[e], b1[e], vh[1], vl[1]);
+          SplitPair(a8[e], a9[e], vh[2], vl[2]);
+          SplitPair(b8[e], b9[e], vh[3], vl[3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float* a = acc[nt][4 * h + e];
+            Mma(a, vh, ph[nt][0], ph[nt][1]);
+            Mma(a, vh, pl[nt][0], pl[nt][1]);
+            Mma(a, vl, ph[nt][0], ph[nt][1]);
+          }
         }
       }
     }
@@ -320,7 +364,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
   if constexpr (KW > 1) {
     // Key warps kw > 0 leave (max, sum, accumulators) in their own stages (only empty copy groups can be pending); warp
     // kw = 0 of the same dims adds them in kw order at a common max.
-    float* mine = stages;  // [NT][8][4][32] accumulators, then [NT][2][32] maxima and [NT][2][32] sums
+    // [NT][8][4][32] accumulators, then [NT][2][32] maxima and [NT][2][32] sums.
+    float* mine = reinterpret_cast<float*>(smem + warp * S::kWarpBytes);
     if (kw > 0) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -365,8 +410,8 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
       }
   }
 
-  // Output: column c of n-tile nt is vector 8 nt + 2q + c; m-tile 4h + e holds dims 64h + 4g + e (c) and 64h + 32 + 4g
-  // + e (2 + c) of the warp's slice.
+  // Output: column c of n-tile nt is vector 8 nt + 2q + c. f32: m-tile 4h + e holds dims 64h + 4g + e (c) and
+  // 64h + 32 + 4g + e (2 + c) of the warp's slice; bf16: m-tile m holds dims 16 m + g (c) and 16 m + 8 + g (2 + c).
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -387,21 +432,26 @@ __global__ void __launch_bounds__(DecodeShape<G, D, KW>::kThreads)
         if (g == 0 && dw == 0) part[0] = l > 0 ? m_run[nt][c] * kLn2 : -INFINITY, part[1] = l;
         o = part + 2 + 128 * dw;
       }
+      if constexpr (S::kBf16) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int m = 0; m < 8; ++m) o[16 * m + g] = acc[nt][m][c] * inv, o[16 * m + 8 + g] = acc[nt][m][2 + c] * inv;
+      } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          o[64 * h + 4 * g + e] = acc[nt][4 * h + e][c] * inv;
-          o[64 * h + 32 + 4 * g + e] = acc[nt][4 * h + e][2 + c] * inv;
-        }
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            o[64 * h + 4 * g + e] = acc[nt][4 * h + e][c] * inv;
+            o[64 * h + 32 + 4 * g + e] = acc[nt][4 * h + e][2 + c] * inv;
+          }
+      }
     }
 }
 
-template <int G, int D, int KW>
+template <typename T, int G, int D, int KW>
 void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
                   int64_t key_chunk, float* partial, cudaStream_t s) {
-  using S = DecodeShape<G, D, KW>;
-  auto* kernel = DecodeKernel<G, D, KW>;
+  using S = DecodeShape<T, G, D, KW>;
+  auto* kernel = DecodeKernel<T, G, D, KW>;
   KernelResidency(kernel, S::kSmem, S::kThreads);  // the dynamic shared memory limit, once per device
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
   LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial);
@@ -409,11 +459,18 @@ void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_t
 
 using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
 
-// Block shapes: head_dim 128: two key warps (67 KiB, 3 blocks an SM); head_dim 256: one key warp x
-// two dim warps (67 KiB, 3 blocks an SM).
-template <int G>
+// Block shapes: head_dim 128: two key warps (f32 67 KiB, 3 blocks an SM); head_dim 256: one key warp x
+// two dim warps (67 KiB, 3 blocks an SM). A bf16 cache keeps the shapes (38 KiB: 5 blocks an SM).
+template <typename T, int G>
 Launcher PickLauncher(int64_t head_dim) {
-  return head_dim == 128 ? LaunchDecode<G, 128, 2> : LaunchDecode<G, 256, 1>;
+  return head_dim == 128 ? LaunchDecode<T, G, 128, 2> : LaunchDecode<T, G, 256, 1>;
+}
+
+template <typename T>
+Launcher PickLauncher(int64_t group, int64_t head_dim) {
+  return group == 4   ? PickLauncher<T, 4>(head_dim)
+         : group == 8 ? PickLauncher<T, 8>(head_dim)
+                      : PickLauncher<T, 16>(head_dim);
 }
 
 }  // namespace
@@ -421,13 +478,11 @@ Launcher PickLauncher(int64_t head_dim) {
 int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
 
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
-                     int64_t kv_heads, int64_t head_dim, int splits, int64_t key_chunk, float* partial,
+                     int64_t kv_heads, int64_t head_dim, bool bf16, int splits, int64_t key_chunk, float* partial,
                      cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  const Launcher launch = G == 4   ? PickLauncher<4>(head_dim)
-                          : G == 8 ? PickLauncher<8>(head_dim)
-                                   : PickLauncher<16>(head_dim);
+  const Launcher launch = bf16 ? PickLauncher<Bf16Bits>(G, head_dim) : PickLauncher<float>(G, head_dim);
   launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
 }
 

@@ -19,6 +19,11 @@
 // d = 32 i + 4 n + e, so lane g reads V as float4s at d = 32 i + 4 g and an accumulator lane holds
 // d = 32 i + 8 q .. 8 q + 7. Staged rows are D + 4 floats apart: both reads are free of bank conflicts.
 //
+// A bf16 cache (--kv-cache-dtype bf16; every K/V row the kernel reads is bf16: the cache, and
+// KvStage's copy of the call's uncommitted rows) is staged as stored and fed to the MMAs directly:
+// a lane's K fragment is one 16-byte read, V comes through ldmatrix.trans (keys are the rows of the
+// 8x8 matrices, the plain n-tile order), and only Q and P are split (hi*K + lo*K: 2 MMAs a product).
+//
 // Masks per element (causal, or block-causal with blocks from position 0); a key tile past every row
 // of the tile is never loaded. Keys split across blocks (decode, few sequences:
 // AttentionFlashSplitPlan over tiles x KV heads) write (max, sum, unnormalised output) per (row,
@@ -45,37 +50,47 @@ namespace tessera::cuda {
 
 namespace {
 
-// G query heads per KV head, head_dim D, QW query warps (16 query vectors each) x KW key warps (NKW
-// keys each of a tile) per block.
-template <int G, int D, int QW, int KW, int NKW>
+// Cache element type T (float or Bf16Bits), G query heads per KV head, head_dim D, QW query warps (16
+// query vectors each) x KW key warps (NKW keys each of a tile) per block.
+template <typename T, int G, int D, int QW, int KW, int NKW>
 struct FlashShape {
+  static constexpr bool kBf16 = sizeof(T) == 2;
   static constexpr int kWarps = QW * KW, kThreads = 32 * kWarps;
   static constexpr int M = 16 * QW;    // query vectors (row, head) of a block
   static constexpr int TR = M / G;     // query rows of a tile
   static constexpr int NK = NKW * KW;  // keys of a shared-memory tile
   static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA; float4 groups of V)
-  static constexpr int SK = D + 4;     // staged row stride in floats (conflict-free fragment reads)
-  static constexpr int kStageFloats = 2 * NK * SK;  // a tile's K rows, then its V rows
-  static constexpr size_t kKvBytes = 2 * size_t{kStageFloats} * 4;
-  static constexpr size_t kQBytes = size_t{QW} * NC * 4 * 32 * 16;  // Q fragments, hi and lo
+  // Staged row strides in elements, chosen for conflict-free fragment reads: f32 rows D + 4 apart;
+  // bf16 K rows D + 32 apart (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V rows
+  // D + 8 (ldmatrix's 8 row addresses in distinct 16-byte bank groups).
+  static constexpr int SKK = kBf16 ? D + 32 : D + 4;
+  static constexpr int SKV = kBf16 ? D + 8 : D + 4;
+  static constexpr int CH = D * int{sizeof(T)} / 16;                           // 16-byte pieces of a row
+  static constexpr size_t kStageBytes = size_t{NK} * (SKK + SKV) * sizeof(T);  // a tile's K rows, then V rows
+  static constexpr size_t kKvBytes = 2 * kStageBytes;
+  static constexpr size_t kQBytes = size_t{QW} * NC * 4 * 32 * 16;   // Q fragments, hi and lo
   static constexpr size_t kStatBytes = 2 * size_t{kWarps} * 16 * 4;  // (max, sum) per warp row: merge
   static constexpr size_t kSmem = kKvBytes + kQBytes + kStatBytes;
+  static constexpr int kRowsPerWarp = 2 * NK / kWarps;  // staged rows a warp copies
   static_assert(M % G == 0 && TR >= 1, "a warp's 16 vectors are whole rows of G heads");
   static_assert(NKW % 16 == 0, "P V takes the keys 16 at a time");
-  static_assert(2 * NK % kWarps == 0 && 2 * NK / kWarps <= 32, "a lane per row a warp copies");
+  static_assert(2 * NK % kWarps == 0 && kRowsPerWarp <= 32, "a lane holds the address of a row a warp copies");
+  static_assert(kRowsPerWarp * CH % 32 == 0, "whole 16-byte pieces a lane");
+  static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
   static_assert(KW == 1 || size_t{KW - 1} * QW * D * 64 <= kKvBytes, "the merge reuses the K/V stages");
   static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 };
 
-template <int G, int D, int QW, int KW, int NKW>
-__global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
+template <typename T, int G, int D, int QW, int KW, int NKW>
+__global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
   GridDependencyWait();
-  using S = FlashShape<G, D, QW, KW, NKW>;
-  constexpr int NK = S::NK, NC = S::NC, SK = S::SK;
+  using S = FlashShape<T, G, D, QW, KW, NKW>;
+  constexpr int NK = S::NK, NC = S::NC, SKK = S::SKK, SKV = S::SKV, CH = S::CH;
+  constexpr int kPiece = 16 / int{sizeof(T)};  // elements of a 16-byte piece
   extern __shared__ __align__(16) unsigned char smem[];
-  float* kv = reinterpret_cast<float*>(smem);                                       // [stage][K|V][NK][SK]
-  uint4* qf = reinterpret_cast<uint4*>(smem + S::kKvBytes);                         // [QW][NC][4][32]
+  unsigned char* kv = smem;                                  // [stage]: K [NK][SKK], then V [NK][SKV]
+  uint4* qf = reinterpret_cast<uint4*>(smem + S::kKvBytes);  // [QW][NC][4][32]
 
   // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in the tile).
   const int4 tile = tiles[blockIdx.x];
@@ -101,37 +116,32 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   }
 
   // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows) is copied by
-  // warp rho % kWarps, a 16-byte piece a lane (one 512- or 1024-byte row an instruction). Lane l of
-  // a warp finds the address of the warp's row l of a tile (page table lookup) one tile ahead, and the
-  // copy loop takes it by shuffle, so no memory access sits between the copies. Keys past j_end get
-  // nullptr: zero-filled, never read from memory.
-  constexpr int kRowsPerWarp = 2 * NK / S::kWarps, CH = D / 4;  // rows a warp copies; pieces of a row
-  auto row_pointer = [&](int n) -> const float* {
+  // warp rho % kWarps in 16-byte pieces spread over the lanes. Lane l of a warp finds the address of
+  // the warp's row l of a tile (page table lookup) one tile ahead, and the copy loop takes it by
+  // shuffle, so no memory access sits between the copies. Keys past j_end get nullptr: zero-filled,
+  // never read from memory.
+  constexpr int kRowsPerWarp = S::kRowsPerWarp;
+  auto row_pointer = [&](int n) -> const T* {
     const int rho = warp + lane * S::kWarps;
     if (n >= ntiles || lane >= kRowsPerWarp) return nullptr;
     const int64_t j = j_begin + int64_t{n} * NK + rho % NK;
-    if (j >= j_end) return nullptr;
-    const bool value = rho >= NK;
-    if (j >= p.first_pos) return (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D;
-    const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-    return (value ? p.v_cache : p.k_cache) + (row * p.num_kv_heads + kvh) * D;
+    return j < j_end ? KvRow<T>(p, j, kvh, rho >= NK) : nullptr;
   };
-  const float* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
+  const void* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
   // Tile n into stage n % 2 as one cp.async group (an empty group past the last tile, so that the
   // wait below counts the same every iteration); rows: this lane's row_pointer(n).
-  auto issue = [&](int n, const float* rows) {
+  auto issue = [&](int n, const T* rows) {
     if (n < ntiles) {
-      float* st = kv + (n & 1) * S::kStageFloats;
+      T* kst = reinterpret_cast<T*>(kv + (n & 1) * S::kStageBytes);
+      T* vst = kst + NK * SKK;
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
+      for (int it = 0; it < kRowsPerWarp * CH / 32; ++it) {
+        const int idx = lane + 32 * it, r = idx / CH, col = idx % CH;
         const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows), r);
-        const float* src = reinterpret_cast<const float*>(bits);
-        float* dst = st + (warp + r * S::kWarps) * SK;
-#pragma unroll
-        for (int cc = 0; cc < CH / 32; ++cc) {
-          const int col = lane + 32 * cc;
-          CpAsync16(dst + 4 * col, src ? src + 4 * col : dummy, src != nullptr);
-        }
+        const T* src = reinterpret_cast<const T*>(bits);
+        const int rho = warp + r * S::kWarps;
+        T* dst = rho < NK ? kst + rho * SKK : vst + (rho - NK) * SKV;
+        CpAsync16(dst + kPiece * col, src ? src + kPiece * col : dummy, src != nullptr);
       }
     }
     CpAsyncCommit();
@@ -156,8 +166,7 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
       }
       uint32_t hi[2][4], lo[2][4];
       SplitA(make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), make_float4(v[0][4], v[0][5], v[0][6], v[0][7]),
-             make_float4(v[1][0], v[1][1], v[1][2], v[1][3]), make_float4(v[1][4], v[1][5], v[1][6], v[1][7]), hi,
-             lo);
+             make_float4(v[1][0], v[1][1], v[1][2], v[1][3]), make_float4(v[1][4], v[1][5], v[1][6], v[1][7]), hi, lo);
       uint4* dst = qf + (qw * NC + c) * 4 * 32 + lane;
       dst[0] = make_uint4(hi[0][0], hi[0][1], hi[0][2], hi[0][3]);
       dst[32] = make_uint4(hi[1][0], hi[1][1], hi[1][2], hi[1][3]);
@@ -178,9 +187,9 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
   for (int n = 0; n < ntiles; ++n) {
     CpAsyncWait<1>();  // this thread's pieces of tile n have landed (tile n + 1 may be in flight)
     __syncthreads();   // ... and everyone's (and Q, the first time)
-    const float* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
-    const float* Ks = kv + (n & 1) * S::kStageFloats;
-    const float* Vs = Ks + NK * SK;
+    const T* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
+    const T* Ks = reinterpret_cast<const T*>(kv + (n & 1) * S::kStageBytes);
+    const T* Vs = Ks + NK * SKK;
     const int64_t key0 = j_begin + int64_t{n} * NK;
     int lim[2];  // keys of this tile visible to the lane's rows: tile positions < lim[h]
 #pragma unroll
@@ -202,20 +211,29 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
 #pragma unroll
         for (int j = 0; j < NKW / 8; ++j) {
           // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's.
-          const float* kr = Ks + (kb + 8 * j + g) * SK + 32 * c + 8 * q;
-          const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
-          uint32_t bh[4], bl[4];
-          SplitPair(x0.x, x0.y, bh[0], bl[0]);
-          SplitPair(x0.z, x0.w, bh[1], bl[1]);
-          SplitPair(x1.x, x1.y, bh[2], bl[2]);
-          SplitPair(x1.z, x1.w, bh[3], bl[3]);
+          const T* kr = Ks + (kb + 8 * j + g) * SKK + 32 * c + 8 * q;
           float* sj = sa[c & 1][j];
-          Mma(sj, qh0, bh[0], bh[1]);
-          Mma(sj, qh0, bl[0], bl[1]);
-          Mma(sj, ql0, bh[0], bh[1]);
-          Mma(sj, qh1, bh[2], bh[3]);
-          Mma(sj, qh1, bl[2], bl[3]);
-          Mma(sj, ql1, bh[2], bh[3]);
+          if constexpr (S::kBf16) {
+            // Words 0, 1: k-step 0's b0, b1; words 2, 3: k-step 1's. K is exact: hi*K + lo*K.
+            const uint4 kw4 = *reinterpret_cast<const uint4*>(kr);
+            Mma(sj, qh0, kw4.x, kw4.y);
+            Mma(sj, ql0, kw4.x, kw4.y);
+            Mma(sj, qh1, kw4.z, kw4.w);
+            Mma(sj, ql1, kw4.z, kw4.w);
+          } else {
+            const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
+            uint32_t bh[4], bl[4];
+            SplitPair(x0.x, x0.y, bh[0], bl[0]);
+            SplitPair(x0.z, x0.w, bh[1], bl[1]);
+            SplitPair(x1.x, x1.y, bh[2], bl[2]);
+            SplitPair(x1.z, x1.w, bh[3], bl[3]);
+            Mma(sj, qh0, bh[0], bh[1]);
+            Mma(sj, qh0, bl[0], bl[1]);
+            Mma(sj, ql0, bh[0], bh[1]);
+            Mma(sj, qh1, bh[2], bh[3]);
+            Mma(sj, qh1, bl[2], bl[3]);
+            Mma(sj, ql1, bh[2], bh[3]);
+          }
         }
       }
       float s[NKW / 8][4];
@@ -266,23 +284,38 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
         SplitPair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
         SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
         SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-        const float* vb = Vs + (kb + 16 * kk + 2 * q) * SK + 4 * g;
+        if constexpr (S::kBf16) {
+          // B from ldmatrix.trans, the plain n-tile order (accumulator t: d = 8 t + 2 q, + 1): lanes
+          // 0-7 address keys 0-7, lanes 8-15 keys 8-15 of d block 2 tp, lanes 16-31 the same of 2 tp + 1.
+          const T* vrow = Vs + (kb + 16 * kk + (lane & 15)) * SKV + 8 * (lane >> 4);
 #pragma unroll
-        for (int i = 0; i < NC; ++i) {
-          const float4 v0 = *reinterpret_cast<const float4*>(vb + 32 * i);
-          const float4 v1 = *reinterpret_cast<const float4*>(vb + SK + 32 * i);
-          const float4 v8 = *reinterpret_cast<const float4*>(vb + 8 * SK + 32 * i);
-          const float4 v9 = *reinterpret_cast<const float4*>(vb + 9 * SK + 32 * i);
-          const float a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
-          const float a8[4] = {v8.x, v8.y, v8.z, v8.w}, a9[4] = {v9.x, v9.y, v9.z, v9.w};
+          for (int tp = 0; tp < D / 16; ++tp) {
+            uint32_t b[4];
+            LdMatrixX4Trans(b, vrow + 16 * tp);
+            Mma(acc[2 * tp], ph, b[0], b[1]);
+            Mma(acc[2 * tp], pl, b[0], b[1]);
+            Mma(acc[2 * tp + 1], ph, b[2], b[3]);
+            Mma(acc[2 * tp + 1], pl, b[2], b[3]);
+          }
+        } else {
+          const T* vb = Vs + (kb + 16 * kk + 2 * q) * SKV + 4 * g;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            uint32_t bh0, bl0, bh1, bl1;
-            SplitPair(a0[e], a1[e], bh0, bl0);  // b0: keys 2q, 2q + 1 of column d = 32 i + 4 g + e
-            SplitPair(a8[e], a9[e], bh1, bl1);  // b1: keys 2q + 8, 2q + 9
-            Mma(acc[4 * i + e], ph, bh0, bh1);
-            Mma(acc[4 * i + e], ph, bl0, bl1);
-            Mma(acc[4 * i + e], pl, bh0, bh1);
+          for (int i = 0; i < NC; ++i) {
+            const float4 v0 = *reinterpret_cast<const float4*>(vb + 32 * i);
+            const float4 v1 = *reinterpret_cast<const float4*>(vb + SKV + 32 * i);
+            const float4 v8 = *reinterpret_cast<const float4*>(vb + 8 * SKV + 32 * i);
+            const float4 v9 = *reinterpret_cast<const float4*>(vb + 9 * SKV + 32 * i);
+            const float a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
+            const float a8[4] = {v8.x, v8.y, v8.z, v8.w}, a9[4] = {v9.x, v9.y, v9.z, v9.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              uint32_t bh0, bl0, bh1, bl1;
+              SplitPair(a0[e], a1[e], bh0, bl0);  // b0: keys 2q, 2q + 1 of column d = 32 i + 4 g + e
+              SplitPair(a8[e], a9[e], bh1, bl1);  // b1: keys 2q + 8, 2q + 9
+              Mma(acc[4 * i + e], ph, bh0, bh1);
+              Mma(acc[4 * i + e], ph, bl0, bl1);
+              Mma(acc[4 * i + e], pl, bh0, bh1);
+            }
           }
         }
       }
@@ -346,38 +379,44 @@ __global__ void __launch_bounds__(FlashShape<G, D, QW, KW, NKW>::kThreads)
     }
   }
 
-  // Output: row half h of lane (g, q) holds d = 32 i + 8 q + e (acc[4 i + e][2 h]) and
-  // d = 32 i + 8 q + 4 + e (acc[4 i + e][2 h + 1]).
+  // Output: row half h of lane (g, q) holds, f32: d = 32 i + 8 q + e (acc[4 i + e][2 h]) and
+  // d = 32 i + 8 q + 4 + e (acc[4 i + e][2 h + 1]); bf16: d = 8 t + 2 q + e in acc[t][2 h + e].
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (rrow[h] >= nr) continue;
     const int64_t hq = kvh * G + head[h];
     float* o;
+    const int lane_d = S::kBf16 ? 2 * q : 8 * q;
     if (splits == 1) {
-      o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + 8 * q;
+      o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + lane_d;
     } else {
       // A split with no keys for this row writes sum 0: the merge gives it no weight.
       float* part = partial + (((r0 + rrow[h]) * heads + hq) * splits + z) * (D + 2);
       if (q == 0) part[0] = l_fin[h] > 0 ? m_fin[h] * kLn2 : -INFINITY, part[1] = l_fin[h];
-      o = part + 2 + 8 * q;
+      o = part + 2 + lane_d;
     }
     const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
+    if constexpr (S::kBf16) {
 #pragma unroll
-    for (int i = 0; i < NC; ++i)
+      for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        o[32 * i + e] = acc[4 * i + e][2 * h] * inv;
-        o[32 * i + 4 + e] = acc[4 * i + e][2 * h + 1] * inv;
-      }
+      for (int i = 0; i < NC; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[32 * i + e] = acc[4 * i + e][2 * h] * inv;
+          o[32 * i + 4 + e] = acc[4 * i + e][2 * h + 1] * inv;
+        }
+    }
   }
 }
 
-template <int G, int D, int QW, int KW, int NKW>
+template <typename T, int G, int D, int QW, int KW, int NKW>
 void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
                  int64_t key_chunk, float* partial, cudaStream_t s) {
-  using S = FlashShape<G, D, QW, KW, NKW>;
-  auto* kernel = FlashKernel<G, D, QW, KW, NKW>;
+  using S = FlashShape<T, G, D, QW, KW, NKW>;
+  auto* kernel = FlashKernel<T, G, D, QW, KW, NKW>;
   // Sets the kernel's dynamic shared memory limit once per device (not stream-ordered: allowed while
   // a step is captured).
   KernelResidency(kernel, S::kSmem, S::kThreads);
@@ -388,13 +427,21 @@ void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_ti
 // Block shapes (shared memory, blocks an SM; ptxas: 167-168 registers at head_dim 128, 247-253 at
 // 256, no spills): many rows, head_dim 128: 4 query warps, 32-key tiles (98.5 KiB, 2); head_dim
 // 256: 4 query warps x 2 key warps, 32-key tiles (195 KiB, 1). Few rows: one query warp x 2 key
-// warps, 32-key tiles (head_dim 128: 74 KiB, 3; 256: 146 KiB, 1).
+// warps, 32-key tiles (head_dim 128: 74 KiB, 3; 256: 146 KiB, 1). A bf16 cache keeps the shapes
+// (about half the staging bytes).
 using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
 
-template <int G>
+template <typename T, int G>
 Launcher PickLauncher(bool few_rows, int64_t head_dim) {
-  if (head_dim == 128) return few_rows ? LaunchFlash<G, 128, 1, 2, 16> : LaunchFlash<G, 128, 4, 1, 32>;
-  return few_rows ? LaunchFlash<G, 256, 1, 2, 16> : LaunchFlash<G, 256, 4, 2, 16>;
+  if (head_dim == 128) return few_rows ? LaunchFlash<T, G, 128, 1, 2, 16> : LaunchFlash<T, G, 128, 4, 1, 32>;
+  return few_rows ? LaunchFlash<T, G, 256, 1, 2, 16> : LaunchFlash<T, G, 256, 4, 2, 16>;
+}
+
+template <typename T>
+Launcher PickLauncher(int64_t group, bool few_rows, int64_t head_dim) {
+  return group == 4   ? PickLauncher<T, 4>(few_rows, head_dim)
+         : group == 8 ? PickLauncher<T, 8>(few_rows, head_dim)
+                      : PickLauncher<T, 16>(few_rows, head_dim);
 }
 
 }  // namespace
@@ -416,14 +463,13 @@ void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_ke
   GqaSplitPlan(num_tiles, kv_heads, max_keys, sm_count, splits, key_chunk, few_rows ? 32 : 128);
 }
 
-void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
-                    int64_t kv_heads, int64_t head_dim, bool few_rows, int splits, int64_t key_chunk, float* partial,
+void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads, int64_t kv_heads,
+                    int64_t head_dim, bool few_rows, bool bf16, int splits, int64_t key_chunk, float* partial,
                     cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  const Launcher launch = G == 4 ? PickLauncher<4>(few_rows, head_dim)
-                          : G == 8 ? PickLauncher<8>(few_rows, head_dim)
-                                   : PickLauncher<16>(few_rows, head_dim);
+  const Launcher launch =
+      bf16 ? PickLauncher<Bf16Bits>(G, few_rows, head_dim) : PickLauncher<float>(G, few_rows, head_dim);
   launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
 }
 

@@ -471,26 +471,32 @@ void CudaBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t s
 // --- Sequence ops ----------------------------------------------------------------------------
 
 void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
-                          int64_t first_pos, const int32_t* pages, int64_t page_size, float* k_cache,
-                          float* v_cache) {
+                          int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache,
+                          void* v_cache) {
   profiler_->Mark("KvWrite");
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
-  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, k_cache, v_cache,
-          stream_);
+  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size,
+          kv_dtype_ == DType::kBF16, k_cache, v_cache, stream_);
 }
 
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
-                              const int64_t* src_rows, const int64_t* cache_rows, int64_t n, float* k_cache,
-                              float* v_cache) {
+                              const int64_t* src_rows, const int64_t* cache_rows, int64_t n, void* k_cache,
+                              void* v_cache) {
   profiler_->Mark("KvWriteRows");
   if (n == 0) return;
   std::vector<int64_t> pairs(2 * n);
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
   const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
-  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n, k_cache,
-          v_cache, stream_);
+  Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n,
+          kv_dtype_ == DType::kBF16, k_cache, v_cache, stream_);
+}
+
+void CudaBackend::SetKvCacheDType(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    Fail(ErrorKind::kUnsupported, "cuda: a KV cache of {} (expected f32 or bf16)", DTypeName(dtype));
+  kv_dtype_ = dtype;
 }
 
 void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
@@ -500,42 +506,71 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
-  const int64_t heads = args[0].num_heads, D = args[0].head_dim;
-  // The grouped kernel reads K/V rows as float4.
+  const int64_t heads = args[0].num_heads, D = args[0].head_dim, kv_heads = args[0].num_kv_heads;
+  const int64_t kv_dim = kv_heads * D;
+  // A bf16 cache: the kernels read every K/V row as bf16, keys up to first_pos + commit_len from the
+  // cache (the committed rows were written before this call) and the uncommitted rows from KvStage's
+  // bf16 copy (cuda_kernels.h, AttentionParams).
+  const bool bf16 = kv_dtype_ == DType::kBF16;
+  // The grouped kernel reads f32 K/V rows as float4; the bf16 kernels read only the cache (and their copies).
   const auto aligned = cuda::Aligned16;
   bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
+  int64_t staged = 0;  // bf16: uncommitted rows, copied to bf16 by KvStage
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
-    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != args[0].num_kv_heads)
+    if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != kv_heads)
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
-    rows_aligned = rows_aligned && aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0 &&
-                   (a.first_pos == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
+    if (a.commit_len < 0 || a.commit_len > a.T)
+      Fail(ErrorKind::kInvalidArgument, "attention: commit_len {} outside [0, {}]", a.commit_len, a.T);
+    const int64_t cached = bf16 ? a.first_pos + a.commit_len : a.first_pos;  // keys read from the cache
+    rows_aligned = rows_aligned && (bf16 || (aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0)) &&
+                   (cached == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
-    if (a.first_pos > 0) {
-      if (!a.pages || a.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages");
-      pages.insert(pages.end(), a.pages, a.pages + (a.first_pos - 1) / a.page_size + 1);
+    if (cached > 0) {
+      if (!a.pages || a.page_size <= 0 || !a.k_cache || !a.v_cache)
+        Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages and a cache");
+      pages.insert(pages.end(), a.pages, a.pages + (cached - 1) / a.page_size + 1);
     }
+    if (bf16) staged += a.T - a.commit_len;
   }
   const ScratchArray dpages = UploadScratch(pages.data(), pages.size() * sizeof(int32_t));
+  DeviceBuffer fresh;  // bf16: [staged, kv_dim] K rows, then the V rows
+  if (staged > 0) fresh = DeviceBuffer(*this, static_cast<size_t>(2 * staged * kv_dim) * sizeof(uint16_t));
+  auto* k_new = static_cast<uint16_t*>(fresh.data());
+  uint16_t* v_new = staged > 0 ? k_new + staged * kv_dim : nullptr;
   std::vector<cuda::AttentionParams> descs;
-  std::vector<int2> rows;
-  int64_t max_keys = 0;
+  std::vector<int2> rows, stage_rows;
+  int64_t max_keys = 0, staged_row0 = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
+    const int64_t cached = bf16 ? a.first_pos + a.commit_len : a.first_pos;
+    const bool has_new = bf16 && a.T > a.commit_len;
     descs.push_back({a.q, a.q_stride, a.k, a.v, a.kv_stride, a.T, a.num_heads, a.num_kv_heads, a.head_dim,
-                     a.first_pos, a.k_cache, a.v_cache, a.first_pos > 0 ? dpages.i32() + page_off[i] : nullptr,
-                     a.page_size, a.block_size, a.scale, a.out, a.out_stride});
+                     a.first_pos, a.k_cache, a.v_cache, cached > 0 ? dpages.i32() + page_off[i] : nullptr,
+                     a.page_size, a.block_size, a.scale, a.out, a.out_stride, a.commit_len,
+                     has_new ? k_new + staged_row0 * kv_dim : nullptr,
+                     has_new ? v_new + staged_row0 * kv_dim : nullptr});
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
+    if (has_new)
+      for (int64_t t = a.commit_len; t < a.T; ++t)
+        stage_rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
+    if (bf16) staged_row0 += a.T - a.commit_len;
     max_keys = std::max(max_keys, a.first_pos + a.T);
   }
   const int64_t R = static_cast<int64_t>(rows.size());
   if (R == 0) return;
-  const int64_t kv_heads = args[0].num_kv_heads;
+  const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
+  const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
+  if (!stage_rows.empty()) {
+    const ScratchArray dstage = UploadScratch(stage_rows.data(), stage_rows.size() * sizeof(int2));
+    Enqueue("KvStage", cuda::KvStage, dd, static_cast<const int2*>(dstage.data),
+            static_cast<int64_t>(stage_rows.size()), kv_dim, stream_);
+  }
   // Flash-style kernel on tensor cores (cuda_attention_flash.cu): a block per (tile of rows of one
   // sequence, KV head, key split), K/V read once per tile. Decode calls take the decode kernel
   // (cuda_attention_decode.cu, same tiles and partials), or with TESSERA_CUDA_ATTENTION_DECODE=0 the
@@ -575,18 +610,16 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     int splits = 1;
     int64_t chunk = std::numeric_limits<int64_t>::max();
     cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
-    const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
     const ScratchArray dtiles = UploadScratch(sorted.data(), sorted.size() * sizeof(int4));
-    const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
     const auto* dt = static_cast<const int4*>(dtiles.data);
     DeviceBuffer partial;
     if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
     if (decode) {
-      Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, splits, chunk,
+      Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, bf16, splits, chunk,
               partial.f32(), stream_);
     } else {
-      Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, splits, chunk,
-              partial.f32(), stream_);
+      Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, bf16, splits,
+              chunk, partial.f32(), stream_);
     }
     if (splits > 1) {
       const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
@@ -595,7 +628,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     }
     return;
   }
-  const bool grouped = rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
+  const bool grouped = !bf16 && rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
   // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
   // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole
   // 128-key groups.
@@ -614,9 +647,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     splits = static_cast<int>((max_keys + chunk - 1) / chunk);
     if (splits == 1) chunk = std::numeric_limits<int64_t>::max();
   }
-  const ScratchArray ddescs = UploadScratch(descs.data(), descs.size() * sizeof(cuda::AttentionParams));
   const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  const auto* dd = static_cast<const cuda::AttentionParams*>(ddescs.data);
   const auto* dr = static_cast<const int2*>(drows.data);
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
@@ -624,7 +655,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
     Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, splits, partial.f32(), stream_);
   } else {
-    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, splits, chunk, partial.f32(), stream_);
+    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, bf16, splits, chunk, partial.f32(), stream_);
   }
 }
 

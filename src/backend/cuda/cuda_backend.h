@@ -69,10 +69,12 @@ class CudaBackend : public Backend {
   void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
               int64_t dst_stride) override;
 
+  DType KvCacheDType() const override { return kv_dtype_; }
+  void SetKvCacheDType(DType dtype) override;
   void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-               const int32_t* pages, int64_t page_size, float* k_cache, float* v_cache) override;
+               const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) override;
   void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
-                   const int64_t* cache_rows, int64_t n, float* k_cache, float* v_cache) override;
+                   const int64_t* cache_rows, int64_t n, void* k_cache, void* v_cache) override;
   void Attention(const AttentionArgs& a) override;
   void AttentionBatch(const std::vector<AttentionArgs>& args) override;
 
@@ -175,6 +177,7 @@ class CudaBackend : public Backend {
   bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
+  DType kv_dtype_ = DType::kF32;                 // element type of the paged KV cache (SetKvCacheDType)
   int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
   int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight
   int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels

@@ -3,6 +3,7 @@
 // inline functions: every .cu gets its own copy, no relocatable device code needed.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -60,13 +61,41 @@ __device__ __forceinline__ int64_t AttentionLastKey(const AttentionParams& p, in
   return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
 }
 
-// Key j's K (or V) row of KV head kvh in an attention step: positions from first_pos on are the
-// step's fresh rows, earlier ones live in the paged cache.
-__device__ __forceinline__ const float* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {
-  const int64_t D = p.head_dim;
-  if (j >= p.first_pos) return (value ? p.v : p.k) + (j - p.first_pos) * p.kv_stride + kvh * D;
+// The attention kernels' K/V element type: float (an f32 cache) or Bf16Bits (a bf16 cache, its bits).
+using Bf16Bits = uint16_t;
+__device__ __forceinline__ float KvValue(float x) { return x; }
+__device__ __forceinline__ float KvValue(Bf16Bits x) { return Bf16(x); }
+__device__ __forceinline__ void KvStore(float* dst, float x) { *dst = x; }
+__device__ __forceinline__ void KvStore(Bf16Bits* dst, float x) { *dst = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+
+// Keys of an attention step read from the paged cache: [0, first_pos) for an f32 cache; a bf16 cache
+// also holds the rows committed by this step (written before the call), so that every row is bf16.
+template <typename T>
+__device__ __forceinline__ int64_t CachedKeys(const AttentionParams& p) {
+  if constexpr (sizeof(T) == 2)
+    return p.first_pos + p.commit_len;
+  else
+    return p.first_pos;
+}
+
+template <typename T>
+__device__ __forceinline__ const T* KvCache(const AttentionParams& p, bool value) {
+  return static_cast<const T*>(value ? p.v_cache : p.k_cache);
+}
+
+// Key j's K (or V) row of KV head kvh in an attention step: keys from CachedKeys on are the step's
+// fresh rows (f32 k / v, or their bf16 copies k_new / v_new), earlier ones live in the paged cache.
+template <typename T = float>
+__device__ __forceinline__ const T* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {
+  const int64_t D = p.head_dim, kv_dim = p.num_kv_heads * D, cached = CachedKeys<T>(p);
+  if (j >= cached) {
+    if constexpr (sizeof(T) == 2)
+      return (value ? p.v_new : p.k_new) + (j - cached) * kv_dim + kvh * D;
+    else
+      return (value ? p.v : p.k) + (j - cached) * p.kv_stride + kvh * D;
+  }
   const int64_t row = static_cast<int64_t>(p.pages[j / p.page_size]) * p.page_size + j % p.page_size;
-  return (value ? p.v_cache : p.k_cache) + row * p.num_kv_heads * D + kvh * D;
+  return KvCache<T>(p, value) + row * kv_dim + kvh * D;
 }
 
 }  // namespace tessera::cuda

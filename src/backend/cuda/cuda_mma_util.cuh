@@ -74,11 +74,21 @@ __device__ __forceinline__ void MmaChunk(float* c, const uint32_t (&hi)[2][4], c
   Mma(c, lo[1], w.z, w.w);
 }
 
+// Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i..8i+7 give matrix i's row
+// addresses): lane (g, q) gets elements (2q, g) and (2q + 1, g) of each, i.e. an MMA fragment whose k
+// runs along the stored rows (V of the attention kernels: keys are rows).
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fill) {
   // src-size 0 zero-fills the 16 bytes without reading (gmem must still be a valid address).
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 16 : 0)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

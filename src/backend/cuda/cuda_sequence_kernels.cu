@@ -27,7 +27,8 @@ constexpr int kPerLane = kMaxHeadDim / 32;
 // the warps' partial results are merged at the end. Rows of several sequences share one launch:
 // rows[blockIdx.x] = (sequence, row within it) picks the sequence's parameters. With splits > 1
 // (decode: few rows, long context) block z takes keys [z * key_chunk, (z + 1) * key_chunk) and
-// writes (max, sum, unnormalised output) for AttentionMergeKernel.
+// writes (max, sum, unnormalised output) for AttentionMergeKernel. T: the cache's element type.
+template <typename T>
 __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk,
                                 float* partial) {
   GridDependencyWait();
@@ -50,13 +51,13 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
-    const float* kr = KvRow(p, j, kvh, false);
-    const float* vr = KvRow(p, j, kvh, true);
+    const T* kr = KvRow<T>(p, j, kvh, false);
+    const T* vr = KvRow<T>(p, j, kvh, true);
     float s = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) s += q[i] * kr[d];
+      if (i < per && d < D) s += q[i] * KvValue(kr[d]);
     }
     s = WarpSum(s);
     const float m_new = fmaxf(m, s);
@@ -66,7 +67,7 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) acc[i] = acc[i] * corr + e * vr[d];
+      if (i < per && d < D) acc[i] = acc[i] * corr + e * KvValue(vr[d]);
     }
     m = m_new;
   }
@@ -528,12 +529,15 @@ __global__ void __launch_bounds__(kQkWarps * 32)
 
 }  // namespace
 
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, bool bf16, int splits,
                     int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
-  LaunchKernel(AttentionKernel, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, splits == 1 ? INT64_MAX : key_chunk,
-                                                   partial);
+  const int64_t chunk = splits == 1 ? INT64_MAX : key_chunk;
+  if (bf16)
+    LaunchKernel(AttentionKernel<Bf16Bits>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
+  else
+    LaunchKernel(AttentionKernel<float>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
   if (splits > 1) AttentionMerge(descs, rows, R, heads, splits, partial, s);
 }
 
@@ -544,21 +548,46 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
                  0, s)(descs, rows, splits, partial);
 }
 
+template <typename T>
 __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
-                                  const int64_t* src_dst, int64_t n, float* kc, float* vc) {
+                                  const int64_t* src_dst, int64_t n, T* kc, T* vc) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * kv_dim) return;
   const int64_t r = i / kv_dim, d = i % kv_dim, src = src_dst[2 * r], dst = src_dst[2 * r + 1];
-  kc[dst * kv_dim + d] = k[src * kv_stride + d];
-  vc[dst * kv_dim + d] = v[src * kv_stride + d];
+  KvStore(kc + dst * kv_dim + d, k[src * kv_stride + d]);
+  KvStore(vc + dst * kv_dim + d, v[src * kv_stride + d]);
 }
 
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
-                 int64_t n, float* k_cache, float* v_cache, cudaStream_t s) {
-  if (n * kv_dim > 0)
-    LaunchKernel(KvWriteRowsKernel, static_cast<unsigned>((n * kv_dim + 255) / 256), 256, 0, s)(k, v, kv_stride, kv_dim,
-                                                                                    src_dst, n, k_cache, v_cache);
+                 int64_t n, bool bf16, void* k_cache, void* v_cache, cudaStream_t s) {
+  if (n * kv_dim <= 0) return;
+  const auto blocks = static_cast<unsigned>((n * kv_dim + 255) / 256);
+  if (bf16)
+    LaunchKernel(KvWriteRowsKernel<Bf16Bits>, blocks, 256, 0, s)(k, v, kv_stride, kv_dim, src_dst, n,
+                                                                 static_cast<Bf16Bits*>(k_cache),
+                                                                 static_cast<Bf16Bits*>(v_cache));
+  else
+    LaunchKernel(KvWriteRowsKernel<float>, blocks, 256, 0, s)(k, v, kv_stride, kv_dim, src_dst, n,
+                                                              static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+}
+
+// Block per staged row: its k / v as bf16 into k_new / v_new (rows [commit_len, T) of a bf16 call).
+__global__ void KvStageKernel(const AttentionParams* descs, const int2* rows) {
+  GridDependencyWait();
+  const int2 rr = rows[blockIdx.x];
+  const AttentionParams& p = descs[rr.x];
+  const int64_t t = rr.y, kv_dim = p.num_kv_heads * p.head_dim;
+  const float* k = p.k + t * p.kv_stride;
+  const float* v = p.v + t * p.kv_stride;
+  Bf16Bits* kn = p.k_new + (t - p.commit_len) * kv_dim;
+  Bf16Bits* vn = p.v_new + (t - p.commit_len) * kv_dim;
+  for (int64_t d = threadIdx.x; d < kv_dim; d += blockDim.x) KvStore(kn + d, k[d]), KvStore(vn + d, v[d]);
+}
+
+void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t kv_dim, cudaStream_t s) {
+  const auto threads = static_cast<unsigned>(kv_dim < 512 ? (kv_dim + 31) / 32 * 32 : 512);
+  if (n > 0 && kv_dim > 0) LaunchKernel(KvStageKernel, static_cast<unsigned>(n), threads, 0, s)(descs, rows);
 }
 
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,

@@ -35,11 +35,12 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   be.QkNormRope(q.f32(), qdim, nh, k.f32(), kvdim, kvh, R, hd, w.q_norm, w.k_norm, eps, one_plus, c.rotary_dim,
                 ctx.positions, c.rope_theta);
 
-  float* k_cache = nullptr;
-  float* v_cache = nullptr;
+  // The pages hold the backend's KvCacheDType(); only the backend reads or writes them.
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
   if (ctx.caches && cache_index < static_cast<int64_t>(ctx.caches->k.size())) {
-    k_cache = ctx.caches->k[cache_index].f32();
-    v_cache = ctx.caches->v[cache_index].f32();
+    k_cache = ctx.caches->k[cache_index].data();
+    v_cache = ctx.caches->v[cache_index].data();
   }
   // All segments at once: one KV scatter of the committed rows and one attention call (a device
   // backend launches once per layer, not once per sequence).
@@ -68,6 +69,7 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.num_kv_heads = kvh;
     a.head_dim = hd;
     a.first_pos = s.first_pos;
+    a.commit_len = s.cache ? s.commit_len : 0;  // written by the KvWriteRows below, before the attention
     a.k_cache = k_cache;
     a.v_cache = v_cache;
     a.pages = pages;
