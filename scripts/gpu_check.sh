@@ -3,7 +3,8 @@
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite, the GPU golden
 # tests and the diffusion fixtures through the engine (test_engine), compute-sanitizer memcheck on the
 # golden tests, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
-# (GPU_CHECK_CONFIGS, default both; GPU_CHECK_PROFILE=1 adds
+# (GPU_CHECK_CONFIGS, default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16";
+# GPU_CHECK_PROFILE=1 adds
 # the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1 the
 # rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
@@ -64,13 +65,15 @@ else
 fi
 
 for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
-  log "benchmark $cfg (dummy weights)"
-  TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" \
-    --gtest_filter='CudaBench.*' >"$RES/bench_$cfg.txt" 2>&1
-  rc=$?
-  grep -E "^bench|^  steps|Failure|error|what\(\)" "$RES/bench_$cfg.txt" | tr '\r' '\n' | grep -v "weights on" |
-    tee -a "$SUMMARY"
-  [ $rc = 0 ] || { log "benchmark $cfg exit code $rc"; status=1; }
+  for kv in ${GPU_CHECK_KV_DTYPES:-f32 bf16}; do
+    log "benchmark $cfg (dummy weights, $kv KV cache)"
+    TESSERA_CUDA_BENCH_KV_DTYPE=$kv TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg \
+      timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" --gtest_filter='CudaBench.*' >"$RES/bench_${cfg}_$kv.txt" 2>&1
+    rc=$?
+    grep -E "^bench|^  steps|Failure|error|what\(\)" "$RES/bench_${cfg}_$kv.txt" | tr '\r' '\n' |
+      grep -v "weights on" | tee -a "$SUMMARY"
+    [ $rc = 0 ] || { log "benchmark $cfg ($kv KV cache) exit code $rc"; status=1; }
+  done
   # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
   if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
     log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"

@@ -14,6 +14,7 @@
 //   TESSERA_CUDA_BENCH_DECODE         timed steps per decode row [64] (denoise rows: a quarter, >= 4)
 //   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096] (0: no prefill row)
 //   TESSERA_CUDA_BENCH_DENOISE_BATCH  sequences of the batched denoise row [8] (0: no such row)
+//   TESSERA_CUDA_BENCH_KV_DTYPE       the KV cache's element type, f32 or bf16 (--kv-cache-dtype) [f32]
 //   TESSERA_CUDA_BENCH_LOGITS         1: decode / denoise rows bring their logits to the host instead of
 //                                     greedy tokens drawn on the device (Segment::sample) [0]
 //   TESSERA_CUDA_BENCH_MATMUL         rows of the dense-product comparison (CudaBench.MatMulRows, its
@@ -22,7 +23,8 @@
 // the backend prints its per-op profile of the whole run at the end (docs/CUDA.md).
 //
 // Output: one line for the measured copy bandwidth, then one line per row:
-//   bench-bw  | <config> | device copy ... | <TB/s> ... | bf16 matmul 790 TFLOP/s (constant, not measured)
+//   bench-bw  | <config> | device copy ... | <TB/s> ... | bf16 matmul 790 TFLOP/s (constant, not measured) |
+//               kv cache <f32 | bf16>
 //   bench-row | <config> | <row> | <ms per step> | <token rows/s> | <GB> | <FLOP> | floor <ms> |
 //               ratio <floor / measured> | experts/layer <mean distinct experts per MoE layer>
 // tok/s counts token rows run per second (for a denoising step: the block's rows, not finished
