@@ -87,13 +87,14 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   const bool dummy = opts.load_format == "dummy";
   const int n = opts.tensor_parallel_size;
   const std::vector<RankShard> shards = PlanShards(m->cfg_, n);  // fails for an impossible split
+  // A bad cache type fails before any device is set up.
+  const DType kv_dtype = ParseKvCacheDType(opts.kv_cache_dtype);
   RankGroup group;
   if (n == 1) {
     group.backends.push_back(MakeBackend(opts.device));
   } else {
     group = MakeRankGroup(opts.device, n);
   }
-  const DType kv_dtype = ParseKvCacheDType(opts.kv_cache_dtype);
   for (auto& be : group.backends) be->SetKvCacheDType(kv_dtype);  // before any cache exists
   for (int r = 0; r < n; ++r) {
     auto rank = std::make_unique<Rank>();

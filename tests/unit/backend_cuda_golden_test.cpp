@@ -76,12 +76,14 @@ class CudaGolden : public ::testing::TestWithParam<std::string> {
     ref_ = ReadJsonFile(FixtureDir(GetParam()) + "/reference.json");
     V_ = model_->config().vocab_size;
   }
-  SequenceCache NewCache() {
-    model_->AllocateCaches(64, 4, 2);
+  // Caches of 64 pages of 4 on `m` (the fixture's model by default) and one sequence over all of them.
+  SequenceCache NewCache(Model* m = nullptr) {
+    if (!m) m = model_.get();
+    m->AllocateCaches(64, 4, 2);
     SequenceCache c;
     for (int32_t p = 0; p < 64; ++p) c.pages.push_back(63 - p);  // reversed: exercises the page table
-    c.state_slot = model_->config().NumLayersOf(LayerKind::kLinearAttention) > 0 ? 1 : -1;
-    if (c.state_slot >= 0) model_->ResetStateSlot(c.state_slot);
+    c.state_slot = m->config().NumLayersOf(LayerKind::kLinearAttention) > 0 ? 1 : -1;
+    if (c.state_slot >= 0) m->ResetStateSlot(c.state_slot);
     return c;
   }
   std::unique_ptr<Model> model_;
@@ -271,11 +273,7 @@ TEST_P(CudaGolden, Bf16KvCacheMatchesFullForward) {
   NpyArray ref = ReadNpy(FixtureDir(GetParam()) + "/logits_long.npy");
   const int64_t T = static_cast<int64_t>(ids.size()), P = std::min<int64_t>(70, T - 1);
   const ForwardResult full = RunSeg(*m, Seg(nullptr, 0, ids, true));
-  m->AllocateCaches(64, 4, 2);
-  SequenceCache cache;
-  for (int32_t p = 0; p < 64; ++p) cache.pages.push_back(63 - p);
-  cache.state_slot = m->config().NumLayersOf(LayerKind::kLinearAttention) > 0 ? 1 : -1;
-  if (cache.state_slot >= 0) m->ResetStateSlot(cache.state_slot);
+  SequenceCache cache = NewCache(m.get());
   std::vector<float> got = RunSeg(*m, Seg(&cache, 0, {ids.begin(), ids.begin() + P}, true)).logits;
   for (int64_t t = P; t < T; ++t) {
     const ForwardResult d = RunSeg(*m, Seg(&cache, t, {ids[t]}, false));

@@ -512,6 +512,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // cache (the committed rows were written before this call) and the uncommitted rows from KvStage's
   // bf16 copy (cuda_kernels.h, AttentionParams).
   const bool bf16 = kv_dtype_ == DType::kBF16;
+  auto cached_keys = [&](const AttentionArgs& a) { return bf16 ? a.first_pos + a.commit_len : a.first_pos; };
   // The grouped kernel reads f32 K/V rows as float4; the bf16 kernels read only the cache (and their copies).
   const auto aligned = cuda::Aligned16;
   bool rows_aligned = true;
@@ -527,7 +528,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
       Fail(ErrorKind::kInvalidArgument, "attention batch: sequences with different head shapes");
     if (a.commit_len < 0 || a.commit_len > a.T)
       Fail(ErrorKind::kInvalidArgument, "attention: commit_len {} outside [0, {}]", a.commit_len, a.T);
-    const int64_t cached = bf16 ? a.first_pos + a.commit_len : a.first_pos;  // keys read from the cache
+    const int64_t cached = cached_keys(a);  // keys read from the cache
     rows_aligned = rows_aligned && (bf16 || (aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0)) &&
                    (cached == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
@@ -548,7 +549,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   int64_t max_keys = 0, staged_row0 = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
-    const int64_t cached = bf16 ? a.first_pos + a.commit_len : a.first_pos;
+    const int64_t cached = cached_keys(a);
     const bool has_new = bf16 && a.T > a.commit_len;
     descs.push_back({a.q, a.q_stride, a.k, a.v, a.kv_stride, a.T, a.num_heads, a.num_kv_heads, a.head_dim,
                      a.first_pos, a.k_cache, a.v_cache, cached > 0 ? dpages.i32() + page_off[i] : nullptr,
