@@ -58,7 +58,8 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
                    const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
 
 // y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= the backend's row limit on tensor cores
-// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, cp.async stages; tiles of 32 or 64 rows, each
+// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, cp.async stages, or Hopper's wgmma in
+// cuda_skinny_wgmma.cu under TESSERA_CUDA_SKINNY=v3; tiles of 32 or 64 rows, each
 // weight read once from memory per product (row tiles of one column tile run together and share it
 // through L2); narrow outputs split k over a thread-block cluster summed through distributed shared
 // memory). Beyond the limit, cuBLASLt's hi + lo GEMMs (larger tiles, but every weight read twice).

@@ -5,14 +5,15 @@
 // hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and cp.async helpers
 // are shared with the MoE kernels (cuda_mma_util.cuh).
 //
-// Two kernels (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons):
+// Two kernels here (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons) and a third
+// on Hopper's warpgroup MMA in cuda_skinny_wgmma.cu (TESSERA_CUDA_SKINNY=v3):
 // - v2 (default): weights and activations streamed through cp.async stages in shared memory (a
 //   block keeps 2-3 stages of 16-32 KiB of weights in flight), k split across the blocks of a
 //   thread-block cluster for narrow outputs, the partial tiles summed in rank order through
 //   distributed shared memory in the same kernel (no partial buffer, no second launch).
 // - v1: one 16-byte weight load in flight a lane, k split across blocks with the partial products
 //   in a caller buffer summed by SkinnyReduceKernel. It reaches a fraction of the bandwidth.
-// Both are deterministic: every output element is summed in a fixed order, no atomics.
+// All three are deterministic: every output element is summed in a fixed order, no atomics.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +28,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
+#include "backend/cuda/cuda_skinny_gemm.cuh"
 
 namespace tessera::cuda {
 
@@ -114,7 +116,6 @@ __global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t
 constexpr int kKt = 64;            // k per stage: two 32-wide MMA chunks
 constexpr int kAStride = kKt + 4;  // floats per activation row in shared memory
 constexpr int kRowBytes = 2 * kKt;
-constexpr int kMaxSplits = 8;  // the portable cluster size
 
 template <int RG, int W, int ST>
 struct SkinnyShape {
@@ -136,19 +137,8 @@ struct SkinnyShape {
   static_assert(kACopies * kThreads == kRows * (kKt / 4), "activation copies divide evenly");
 };
 
-// Grid: tiles x splits blocks, cluster = the splits of one column tile (rank r: k from r k_chunk).
-// Every block reaches both cluster barriers (no early return): a block's shared memory must stay
-// alive until the other ranks have read its partial tile.
-// Up to kSkinnyMaxJobs products of the same x in one launch: job j owns the column tiles
-// [first_tile[j], first_tile[j + 1]).
-struct SkinnyJobs {
-  const uint16_t* w[kSkinnyMaxJobs];
-  float* y[kSkinnyMaxJobs];
-  int n[kSkinnyMaxJobs];
-  int first_tile[kSkinnyMaxJobs + 1];
-  int count;
-};
-
+// Grid: (column tile, row tile) cells x splits blocks, a cluster = the splits of one cell
+// (SkinnyBlockOf); the jobs (SkinnyJobs) are several weights of the same x.
 template <int RG, int W, int ST>
 __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
     SkinnyGemmV2Kernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk,
@@ -161,20 +151,13 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
   float* red = reinterpret_cast<float*>(smem);                     // [kRows][kRedStride], after the loop
 
   cg::cluster_group cluster = cg::this_cluster();
-  const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  // A cluster's blocks share their (column tile, row tile). The row tiles of a column tile are
-  // neighbours in the grid, so they run together and read its weights from L2 after the first.
-  const int cell = static_cast<int>(blockIdx.x) / splits;
-  const int tile = cell / row_tiles, row0 = (cell % row_tiles) * S::kRows;
-  x += static_cast<int64_t>(row0) * k;
-  m = min(m - row0, S::kRows);
-  int job = 0;
-  while (job + 1 < jobs.count && tile >= jobs.first_tile[job + 1]) ++job;
-  const uint16_t* w = jobs.w[job];
-  const int n = jobs.n[job];
-  float* y = jobs.y[job] + static_cast<int64_t>(row0) * n;
-  const int col0 = (tile - jobs.first_tile[job]) * S::kCols;
-  const int k_begin = rank * k_chunk, k_end = min(k, k_begin + k_chunk);
+  const SkinnyBlock blk = SkinnyBlockOf<S::kRows, S::kCols>(x, m, k, jobs, k_chunk, row_tiles,
+                                                             static_cast<int>(cluster.num_blocks()),
+                                                             static_cast<int>(cluster.block_rank()));
+  x = blk.x;
+  m = blk.m;
+  const uint16_t* w = blk.w;
+  const int n = blk.n, col0 = blk.col0, k_begin = blk.k_begin, k_end = blk.k_end;
   const int stages = k_end > k_begin ? (k_end - k_begin + kKt - 1) / kKt : 0;
 
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
@@ -256,82 +239,39 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
       *reinterpret_cast<float2*>(red + row * S::kRedStride + col) = make_float2(acc[mt][j][0], acc[mt][j][1]);
       *reinterpret_cast<float2*>(red + (row + 8) * S::kRedStride + col) = make_float2(acc[mt][j][2], acc[mt][j][3]);
     }
-  cluster.sync();  // every rank's partial tile is written (release / acquire across the cluster)
-
-  // Rank r sums every splits-th group of 4 outputs over the ranks in rank order, then stores it.
-  const bool vec = (n & 3) == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
-  constexpr int kGroups = S::kCols / 4;  // per row
-  for (int i = rank * S::kThreads + t; i < m * kGroups; i += splits * S::kThreads) {
-    const int row = i / kGroups, c = 4 * (i % kGroups);
-    if (col0 + c >= n) continue;
-    const int off = row * S::kRedStride + c;
-    float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, 0) + off);
-    for (int r = 1; r < splits; ++r) {
-      const float4 p = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + off);
-      v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
-    }
-    float* dst = y + static_cast<int64_t>(row) * n + col0 + c;
-    if (vec && col0 + c + 4 <= n) {
-      if (accumulate) {
-        const float4 o = *reinterpret_cast<const float4*>(dst);
-        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
-      }
-      *reinterpret_cast<float4*>(dst) = v;
-    } else {
-      const float e[4] = {v.x, v.y, v.z, v.w};
-      for (int u = 0; u < 4 && col0 + c + u < n; ++u) dst[u] = accumulate ? dst[u] + e[u] : e[u];
-    }
-  }
-  cluster.sync();  // no block leaves while another may still read its partial tile
+  SkinnyClusterSumStore<S::kCols, S::kRedStride, S::kThreads>(red, blk, accumulate);
 }
 
-bool SkinnyV1() {
-  static const bool v1 = [] {
+// The kernel in use: TESSERA_CUDA_SKINNY=v1 | v2 | v3 (read once; v3, the wgmma kernel of
+// cuda_skinny_wgmma.cu, only where this build has sm_90a code); by default v2.
+int SkinnyKernel() {
+  static const int version = [] {
     const char* e = std::getenv("TESSERA_CUDA_SKINNY");
-    return e && std::string(e) == "v1";
+    const std::string v = e ? e : "";
+    if (v == "v1") return 1;
+    if (v == "v3" && SkinnyWgmmaBuilt()) return 3;
+    return 2;
   }();
-  return v1;
+  return version;
 }
+bool SkinnyV1() { return SkinnyKernel() == 1; }
 
-
-// Splits k (cluster size, up to kMaxSplits) so that tiles x splits fills the resident blocks once
-// without exceeding them (a second, partial wave would cost more than a smaller split gains); the k
-// ranges are whole stages except the last.
 template <int RG, int W, int ST>
 void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
   using S = SkinnyShape<RG, W, ST>;
-  const auto kernel = SkinnyGemmV2Kernel<RG, W, ST>;
-  const Residency res = KernelResidency(kernel, S::kSmem, S::kThreads);
-  jobs.first_tile[0] = 0;
-  for (int j = 0; j < jobs.count; ++j)
-    jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + S::kCols - 1) / S::kCols;
-  const int64_t row_tiles = (m + S::kRows - 1) / S::kRows;
-  const int64_t tiles = jobs.first_tile[jobs.count] * row_tiles;
-  const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, kMaxSplits);
-  const int64_t k_chunk = (k + kKt * want - 1) / (kKt * want) * kKt;
-  const int64_t splits = (k + k_chunk - 1) / k_chunk;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles * splits));
-  cfg.blockDim = dim3(S::kThreads);
-  cfg.dynamicSmemBytes = S::kSmem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  // A failed launch is left in cudaGetLastError for the backend's check, like a <<<>>> launch.
-  cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), jobs, accumulate,
-                     static_cast<int>(k_chunk), static_cast<int>(row_tiles));
+  LaunchSkinnyGrid(SkinnyGemmV2Kernel<RG, W, ST>, S::kSmem, S::kThreads, S::kRows, S::kCols, kKt,
+                   /*programmatic=*/false, x, m, k, jobs, accumulate, s);
 }
 
-// m <= 32: 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM,
+// v3 where it is in use. v2: m <= 32: 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM,
 // half the activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head,
 // or many row tiles).
-void LaunchSkinnyV2Rows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
-                        cudaStream_t s) {
+void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
+                      cudaStream_t s) {
+  if (SkinnyKernel() == 3) {
+    LaunchSkinnyWgmma(x, m, k, jobs, accumulate, s);
+    return;
+  }
   if (m <= 32) {
     LaunchSkinnyV2<1, 4, 4>(x, m, k, jobs, accumulate, s);
     return;
@@ -362,7 +302,7 @@ bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
   if (!SkinnyV1()) {
     SkinnyJobs jobs{};
     jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
-    LaunchSkinnyV2Rows(x, m, k, jobs, accumulate, s);
+    LaunchSkinnyRows(x, m, k, jobs, accumulate, s);
     return true;
   }
   const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
@@ -400,7 +340,7 @@ bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, i
     jobs.w[jobs.count] = w[j], jobs.y[jobs.count] = y[j], jobs.n[jobs.count] = static_cast<int>(n[j]);
     ++jobs.count;
   }
-  if (jobs.count > 0) LaunchSkinnyV2Rows(x, m, k, jobs, false, s);
+  if (jobs.count > 0) LaunchSkinnyRows(x, m, k, jobs, false, s);
   return true;
 }
 
