@@ -6,9 +6,9 @@
 // are shared with the MoE kernels (cuda_mma_util.cuh).
 //
 // Two kernels here (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons) and a third
-// on Hopper's warpgroup MMA in cuda_skinny_wgmma.cu (TESSERA_CUDA_SKINNY=v3):
-// - v2 (default): weights and activations streamed through cp.async stages in shared memory (a
-//   block keeps 2-3 stages of 16-32 KiB of weights in flight), k split across the blocks of a
+// on Hopper's warpgroup MMA in cuda_skinny_wgmma.cu (v3, the default above 32 rows; SkinnyKernel):
+// - v2 (the default up to 32 rows): weights and activations streamed through cp.async stages in
+//   shared memory (a block keeps 2-3 stages of 16-32 KiB of weights in flight), k split across the blocks of a
 //   thread-block cluster for narrow outputs, the partial tiles summed in rank order through
 //   distributed shared memory in the same kernel (no partial buffer, no second launch).
 // - v1: one 16-byte weight load in flight a lane, k split across blocks with the partial products
@@ -242,15 +242,16 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
   SkinnyClusterSumStore<S::kCols, S::kRedStride, S::kThreads>(red, blk, accumulate);
 }
 
-// The kernel in use: TESSERA_CUDA_SKINNY=v1 | v2 | v3 (read once; v3, the wgmma kernel of
-// cuda_skinny_wgmma.cu, only where this build has sm_90a code); by default v2.
+// The kernels in use: TESSERA_CUDA_SKINNY=v1 | v2 (read once) forces one for comparisons; by
+// default (3) v3, the wgmma kernel of cuda_skinny_wgmma.cu, takes row tiles of more than 32 rows
+// where this build has sm_90a code, and v2 the rest.
 int SkinnyKernel() {
   static const int version = [] {
     const char* e = std::getenv("TESSERA_CUDA_SKINNY");
     const std::string v = e ? e : "";
     if (v == "v1") return 1;
-    if (v == "v3" && SkinnyWgmmaBuilt()) return 3;
-    return 2;
+    if (v == "v2" || !SkinnyWgmmaBuilt()) return 2;
+    return 3;
   }();
   return version;
 }
@@ -263,15 +264,15 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
                    /*programmatic=*/false, x, m, k, jobs, accumulate, s);
 }
 
-// v3 where it is in use. v2: m <= 32: 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM,
-// half the activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head,
-// or many row tiles).
+// v3 from kSkinnyWgmmaMinRows rows where it is in use (v3's tile is 64 rows whatever m is: at 9..32
+// rows v2 is faster for most of the models' products; docs/PERFORMANCE.md, tenth session). v2: m <= 32:
+// 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM, half the
+// activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head, or many row
+// tiles).
+constexpr int64_t kSkinnyWgmmaMinRows = 33;
 void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
                       cudaStream_t s) {
-  if (SkinnyKernel() == 3) {
-    LaunchSkinnyWgmma(x, m, k, jobs, accumulate, s);
-    return;
-  }
+  if (SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, s)) return;
   if (m <= 32) {
     LaunchSkinnyV2<1, 4, 4>(x, m, k, jobs, accumulate, s);
     return;

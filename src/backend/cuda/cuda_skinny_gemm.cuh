@@ -35,6 +35,7 @@ struct SkinnyBlock {
   const uint16_t* w;
   int n;     // the job's columns
   float* y;  // the job's output at the cell's first row
+  int job;   // its index in the launch
   int col0;  // the cell's first column within the job
   int k_begin, k_end;
 };
@@ -53,6 +54,7 @@ __device__ __forceinline__ SkinnyBlock SkinnyBlockOf(const float* x, int m, int 
   b.n = jobs.n[job];
   b.y = jobs.y[job] + static_cast<int64_t>(row0) * b.n;
   b.col0 = (tile - jobs.first_tile[job]) * kCols;
+  b.job = job;
   b.k_begin = rank * k_chunk;
   b.k_end = min(k, b.k_begin + k_chunk);
   return b;
@@ -96,14 +98,15 @@ __device__ __forceinline__ void SkinnyClusterSumStore(float* red, const SkinnyBl
 
 constexpr int kSkinnyMaxSplits = 8;  // the portable cluster size
 
-// Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles) over (column tile of kCols, row
-// tile of kRows) cells, splitting k (cluster size, up to kSkinnyMaxSplits) so that cells x splits
+// Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles, extra...) over (column tile of
+// kCols, row tile of kRows) cells, splitting k (cluster size, up to kSkinnyMaxSplits) so that cells x splits
 // fills the resident blocks once without exceeding them (a second, partial wave would cost more than
 // a smaller split gains); the k ranges are whole stages (kt) except the last. programmatic: also a
 // PDL launch (cuda_launch.cuh) when launches use it.
-template <typename Kernel>
+template <typename Kernel, typename... Extra>
 void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, bool programmatic,
-                      const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
+                      const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s,
+                      const Extra&... extra) {
   const Residency res = KernelResidency(kernel, smem, threads);
   jobs.first_tile[0] = 0;
   for (int j = 0; j < jobs.count; ++j) jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + cols - 1) / cols;
@@ -128,12 +131,14 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
   cfg.numAttrs = programmatic && ProgrammaticLaunch() ? 2 : 1;
   // A failed launch is left in cudaGetLastError for the backend's check, like a <<<>>> launch.
   cudaLaunchKernelEx(&cfg, kernel, x, static_cast<int>(m), static_cast<int>(k), jobs, accumulate,
-                     static_cast<int>(k_chunk), static_cast<int>(row_tiles));
+                     static_cast<int>(k_chunk), static_cast<int>(row_tiles), extra...);
 }
 
 // The wgmma kernel (cuda_skinny_wgmma.cu): whether this build has it (sm_90a code), and its launcher
-// for up to 64 rows a row tile; the caller has checked SkinnyGemmFits for every job and k % 64.
+// (row tiles of 64; the caller has checked SkinnyGemmFits for every job). False, nothing queued, when
+// a weight's TMA tensor map cannot be made (the driver lacks cuTensorMapEncodeTiled, or the layout
+// is refused): the caller takes v2.
 bool SkinnyWgmmaBuilt();
-void LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s);
+bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s);
 
 }  // namespace tessera::cuda

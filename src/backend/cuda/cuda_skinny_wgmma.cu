@@ -1,26 +1,35 @@
-// tessera cuda backend: the few-row GEMM on Hopper's warpgroup MMA (v3, sm_90a builds only;
-// TESSERA_CUDA_SKINNY=v3): y[m, n] (+)= x[m, k] w[n, k]^T in row tiles of 64 (decode batches of 9..64 sequences,
-// diffusion blocks, small products of up to 256 rows). Why: with x split hi + lo, 64 rows are 128
-// bf16 rows of tensor work per weight byte, more than the mma.sync kernel (v2, cuda_skinny_gemm.cu)
-// issues while the weights stream in (ncu: 0.3 instructions a cycle, tensor pipe ~30% busy, 0.6-0.9
-// TB/s at 64 rows); a wgmma takes its weight tile straight from shared memory, so the loop issues
-// little besides the activation split and the copies.
+// tessera cuda backend: the few-row GEMM on Hopper's warpgroup MMA (v3, sm_90a builds; the default
+// for 33..64 rows a row tile): y[m, n] (+)= x[m, k] w[n, k]^T in row tiles of 64 (decode batches of
+// 33..64 sequences, small products of up to 256 rows such as 8 diffusion blocks). Why: with x split
+// hi + lo, 64 rows are 128 bf16 rows of tensor work per weight byte, more than the mma.sync kernel
+// (v2, cuda_skinny_gemm.cu) issues while the weights stream in (ncu: 0.3 instructions a cycle,
+// tensor pipe ~30% busy, 0.6-0.9 TB/s at 64 rows); a wgmma reads its weight tile from shared memory
+// by itself. At 32 rows or fewer v2 stays (as fast or faster there: docs/PERFORMANCE.md).
 //
 // Block = one warpgroup (4 warps), tile = 64 rows x 128 columns, k split over a thread-block cluster
 // for narrow outputs and summed in rank order as v2 does (SkinnyClusterSumStore). A stage = 64 of k:
-// the weight tile in wgmma's canonical no-swizzle K-major layout (core matrices of 8 columns x 16
-// bytes of k; core (column block cb, k chunk kc) at (8 cb + kc) x 128 bytes, its row r at 16 r: a
-// quarter-warp's cp.async writes fill 128 contiguous bytes) and the tile's 64 activation rows (f32,
-// rows padded by 8 floats: the fragment reads of a half-warp hit distinct banks). ST - 2 stages load
-// while one is multiplied and the wgmmas of the one before may still run. Warp w splits rows
-// 16 w .. + 16 of each 16-wide k step into hi + lo A fragments in registers (mma.sync's m16k16 layout,
-// k in its true order: the weights come in memory order), then issues two m64n128k16 wgmmas per k
-// step (hi, lo) into the same accumulators. The weights of the first stages are requested before
-// the grid dependency wait (they are never written by a kernel): with PDL, that latency hides behind
-// the previous kernel's tail.
+// the weight tile (128 columns x 128 bytes) brought by one TMA copy in the 128-byte-swizzled K-major
+// layout wgmma reads (16-byte chunk c of column r at c ^ (r & 7)), completing on the stage's
+// mbarrier, and the tile's 64 activation rows by cp.async (f32, rows padded by 8 floats: a
+// half-warp's fragment reads hit distinct banks). ST - 2 stages load while one is multiplied and the
+// wgmmas of the one before may still run. Warp w splits rows 16 w .. + 16 of each 16-wide k step
+// into hi + lo A fragments in registers (mma.sync's m16k16 layout, k in its true order), then issues
+// two m64n128k16 wgmmas (hi, lo) per k step into the same accumulators. The weights of the first
+// stages are requested before the grid dependency wait (no kernel writes them): with PDL that latency
+// hides behind the previous kernel's tail.
+//
+// Why TMA and not cp.async for the weights (measured in one binary, CudaBench.MatMulRows, q / k / v
+// of 4096 + 512 + 512 x 2048 at 64 rows): per-thread cp.async copies plus the fence.proxy.async that
+// wgmma (async proxy) needs after generic-proxy writes, 37.4 us; the same without the fence (wrong,
+// timing only) 36.9 us; one TMA copy a stage, 26.6 us (v2: 32.6 us).
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
@@ -39,17 +48,42 @@ constexpr int kWgAStage = kWgRows * kWgAStride * 4;  // bytes
 constexpr int kWgRedStride = kWgCols + 8;            // floats per row of the partial tile
 constexpr size_t kWgPipe = static_cast<size_t>(kWgStages) * (kWgBStage + kWgAStage);
 constexpr size_t kWgRed = static_cast<size_t>(kWgRows) * kWgRedStride * 4;
-constexpr size_t kWgSmem = kWgPipe > kWgRed ? kWgPipe : kWgRed;
-constexpr int kWgAccs = kWgRows * kWgCols / kWgThreads;  // f32 accumulators a thread
+constexpr size_t kWgSmem = (kWgPipe > kWgRed ? kWgPipe : kWgRed) + 8 * kWgStages + 1024;  // + mbarriers, alignment
+constexpr int kWgAccs = kWgRows * kWgCols / kWgThreads;                                   // f32 accumulators a thread
 static_assert(kWgStages >= 3, "one stage multiplied, one possibly still read, one or more loading");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Shared-memory matrix descriptor of a K-major no-swizzle operand: start address, the next core
-// matrix along k 128 bytes on (leading byte offset), the next 8 columns 1024 bytes on (stride byte
-// offset), base offset 0, no swizzle; the three fields in 16-byte units.
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte-swizzled layout TMA writes
+// (atoms of 8 rows of 128 bytes, 16-byte chunk c of row r at c ^ (r & 7); the tile 1024-aligned):
+// start address, leading byte offset unused (1), the next 8 rows 1024 bytes on, swizzle mode 1;
+// the address fields in 16-byte units. The k step j of a 64-wide stage starts 32 j bytes in.
 __device__ __forceinline__ uint64_t WgmmaDescriptor(uint32_t smem_addr) {
-  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32);
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+// Box (c0 = k, c1 = column) of a 2-D tensor map into shared memory, completing on mbarrier bar.
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -58,7 +92,7 @@ template <int N>
 __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// cp.async writes are generic-proxy writes; the wgmmas read shared memory through the async proxy.
+// Makes the mbarriers' initialisation visible to the async proxy (the TMA copies that complete on them).
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // d[64 x 128] += a[64 x 16] (registers, this warp's 16 rows) b[16 x 128] (shared memory, K-major).
@@ -84,14 +118,22 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgAccs], const uint32_t 
 }
 #endif
 
+struct SkinnyTensorMaps {
+  CUtensorMap map[kSkinnyMaxJobs];
+};
+
 __global__ void __launch_bounds__(kWgThreads, 1)
     SkinnyGemmWgmmaKernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk,
-                          int row_tiles) {
+                          int row_tiles, const __grid_constant__ SkinnyTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* sb = smem;                                            // [ST][16 cb][8 kc][8 r][16 B]
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);     // TMA's swizzled tiles: 1024-aligned
+  unsigned char* sb = smem;                                            // [ST][128 columns][128 B], swizzled
   float* sa = reinterpret_cast<float*>(smem + kWgStages * kWgBStage);  // [ST][64][kWgAStride]
   float* red = reinterpret_cast<float*>(smem);                         // [64][kWgRedStride], after the loop
+  const auto bars =
+      static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWgStages * (kWgBStage + kWgAStage)));  // [ST] mbarriers
 
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -102,20 +144,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int stages = k_end > k_begin ? (k_end - k_begin + kWgKt - 1) / kWgKt : 0;
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
 
-  // The copies of stage s into buffer s % ST; chunks of k past k_end (a multiple of 32) are neither
-  // copied nor multiplied. Weights: chunk c = t + 128 i is row r = c & 7 of core (cb = c >> 6,
-  // kc = (c >> 3) & 7); columns past n read column 0 as zeros (their outputs are not stored).
+  // Stage s's weights into buffer s % ST: one TMA copy of the (k0, col0) box by thread 0; columns
+  // past n and k past the tensor come as zeros (k past k_end, a multiple of 32, is not multiplied).
   auto issue_w = [&](int s) {
-    const int k0 = k_begin + s * kWgKt;
-    unsigned char* b = sb + (s % kWgStages) * kWgBStage;
-#pragma unroll
-    for (int i = 0; i < kWgCols * 8 / kWgThreads; ++i) {
-      const int c = t + kWgThreads * i, r = c & 7, kc = (c >> 3) & 7, cb = c >> 6;
-      const int col = blk.col0 + 8 * cb + r;
-      const bool ok = col < blk.n;
-      if (k0 + 8 * kc < k_end)
-        CpAsync16(b + (8 * cb + kc) * 128 + 16 * r, blk.w + static_cast<int64_t>(ok ? col : 0) * k + k0 + 8 * kc, ok);
-    }
+    if (t != 0) return;
+    const uint32_t bar = bars + 8 * (s % kWgStages);
+    MbarExpectTx(bar, kWgBStage);
+    TmaLoad2d(static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage)), &maps.map[blk.job],
+              k_begin + s * kWgKt, blk.col0, bar);
   };
   // Activations: chunk c = 4 floats ch = c & 15 of row c >> 4; rows past m are zeros.
   auto issue_x = [&](int s) {
@@ -134,6 +170,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
   for (int i = 0; i < kWgAccs; ++i) acc[i] = 0.0f;
 
+  if (t == 0) {  // the other threads wait on the barriers only after stage 0's __syncthreads
+    for (int i = 0; i < kWgStages; ++i) MbarInit(bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
   for (int s = 0; s < kWgStages - 2 && s < stages; ++s) issue_w(s);
   GridDependencyWait();  // x (and y) may be the previous kernel's output; the weights are not
   for (int s = 0; s < kWgStages - 2; ++s) {
@@ -144,9 +185,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // Stage s, its A fragments in hi / lo (a register set the wgmmas of stage s - 2 read: complete,
   // as every warp waited for all but the last group at the end of stage s - 1).
   auto stage = [&](int s, uint32_t(&hi)[4][4], uint32_t(&lo)[4][4]) {
-    CpAsyncWait<kWgStages - 3>();  // this thread's copies of stage s have landed
-    FenceProxyAsync();
-    __syncthreads();  // everyone's have; every warp is past stage s - 1's wait (stage s - 2 read)
+    CpAsyncWait<kWgStages - 3>();  // this thread's activation copies of stage s have landed
+    __syncthreads();               // everyone's have; every warp is past stage s - 1's wait (stage s - 2 read)
+    MbarWait(bars + 8 * (s % kWgStages), (s / kWgStages) & 1);  // the weights have
     if (s + kWgStages - 2 < stages) {
       issue_w(s + kWgStages - 2);  // into stage s - 2's buffer
       issue_x(s + kWgStages - 2);
@@ -171,7 +212,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (j >= steps) break;
-      const uint64_t desc = WgmmaDescriptor(b + 256 * j);  // k chunks 2j, 2j + 1
+      const uint64_t desc = WgmmaDescriptor(b + 32 * j);
       Wgmma64x128(acc, hi[j], desc);
       Wgmma64x128(acc, lo[j], desc);
     }
@@ -214,9 +255,49 @@ bool SkinnyWgmmaBuilt() {
 #endif
 }
 
-void LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
+namespace {
+
+// The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k, 128-byte swizzle (cached:
+// weights live as long as the model).
+bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int64_t>, CUtensorMap> cache;
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return false;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(static_cast<const void*>(w), n, k);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *out = it->second;
+    return true;
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {kWgKt, kWgCols}, elem[2] = {1, 1};
+  CUtensorMap map;
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(w), dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return false;
+  cache.emplace(key, map);
+  *out = map;
+  return true;
+}
+}  // namespace
+
+bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
+  SkinnyTensorMaps maps{};
+  for (int j = 0; j < jobs.count; ++j)
+    if (!WeightTensorMap(jobs.w[j], jobs.n[j], k, &maps.map[j])) return false;
   LaunchSkinnyGrid(SkinnyGemmWgmmaKernel, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, /*programmatic=*/true, x, m, k,
-                   jobs, accumulate, s);
+                   jobs, accumulate, s, maps);
+  return true;
 }
 
 }  // namespace tessera::cuda
