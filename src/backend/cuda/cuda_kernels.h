@@ -58,8 +58,8 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
                    const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
 
 // y[m, n] (+)= x[m, k] * w[n, k]^T for kGemvMaxRows < m <= the backend's row limit on tensor cores
-// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, cp.async stages, or Hopper's wgmma in
-// cuda_skinny_wgmma.cu under TESSERA_CUDA_SKINNY=v3; tiles of 32 or 64 rows, each
+// (cuda_skinny_gemm.cu: bf16 MMA, x split hi + lo, cp.async stages, up to 32 rows; Hopper's wgmma
+// in cuda_skinny_wgmma.cu from 33 rows in sm_90a builds; tiles of 32 or 64 rows, each
 // weight read once from memory per product (row tiles of one column tile run together and share it
 // through L2); narrow outputs split k over a thread-block cluster summed through distributed shared
 // memory). Beyond the limit, cuBLASLt's hi + lo GEMMs (larger tiles, but every weight read twice).
@@ -74,17 +74,17 @@ constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 launcher takes 
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
 // queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer. Rows past
-// kSkinnyGemmMaxRows only with the v2 kernel (SkinnyGemmMultiAvailable).
+// kSkinnyGemmMaxRows only with the v2 / v3 kernels (SkinnyGemmMultiAvailable).
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
   return m > 0 && m <= kSkinnyGemmRowLimit && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, cudaStream_t s);
-// y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of the
-// default (v2) kernel: the column tiles of all jobs share one grid and one k split. False (nothing
-// queued) under TESSERA_CUDA_SKINNY=v1 or when a weight does not fit (SkinnyGemmFits).
+// y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of
+// the default (v2 / v3) kernels: the column tiles of all jobs share one grid and one k split. False
+// (nothing queued) under TESSERA_CUDA_SKINNY=v1 or when a weight does not fit (SkinnyGemmFits).
 constexpr int kSkinnyMaxJobs = 4;
-bool SkinnyGemmMultiAvailable();  // the v2 kernel is in use (not TESSERA_CUDA_SKINNY=v1)
+bool SkinnyGemmMultiAvailable();  // not TESSERA_CUDA_SKINNY=v1
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
                      const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
