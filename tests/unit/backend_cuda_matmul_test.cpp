@@ -92,10 +92,10 @@ TEST_F(CudaConformance, RowTiledMmaMatchesCpu) {
 }
 
 // Several weights of one input in one launch (q / k / v, router + shared expert). GEMV rows
-// (m <= 8): each output bit-identical to its own MatMul on the GPU (every job splits k as it would
-// alone). MMA-kernel rows (9..64, and 256 for the router + shared expert: the jobs share one k
-// split and the row tiles), per weight otherwise (q / k / v at 256 rows, everything at 257): within
-// tolerance of the CPU, as every row is. Shapes: q / k / v of Qwen3-30B-A3B, the router, shared
+// (m <= 8): a job splits k as the whole launch does, so its last bits may differ from its own
+// MatMul's. MMA-kernel rows (9..64, and 256 for the router + shared expert: the jobs share one k
+// split and the row tiles), per weight otherwise (q / k / v at 256 rows, everything at 257). Every
+// row of both within tolerance of the CPU and of each other. Shapes: q / k / v of Qwen3-30B-A3B, the router, shared
 // gate / up and 1-column output gate of Qwen3.5, ragged widths.
 TEST_F(CudaConformance, MatMulMultiEqualsMatMulEach) {
   const int64_t k = 2048;
@@ -117,12 +117,12 @@ TEST_F(CudaConformance, MatMulMultiEqualsMatMulEach) {
       gpu_->MatMulMulti(dx, m, outs);
       for (size_t j = 0; j < ns.size(); ++j) {
         const auto got = Host(outs[j].y, m * ns[j]), alone = Host(single[j], m * ns[j]);
-        if (m <= 8) {
-          EXPECT_EQ(got, alone) << "m=" << m << " weight " << j << " n=" << ns[j];
-        }
         std::vector<float> want(m * ns[j]);
         cpu_->MatMul(x.data(), m, HostBf16(ws[j], ns[j], k), want.data(), false);
-        Report(("MatMulMulti m=" + std::to_string(m) + " n=" + std::to_string(ns[j])).c_str(), RelErr(got, want));
+        const std::string shape = " m=" + std::to_string(m) + " n=" + std::to_string(ns[j]);
+        Report(("MatMulMulti" + shape).c_str(), RelErr(got, want));
+        Report(("MatMul alone" + shape).c_str(), RelErr(alone, want));
+        EXPECT_LE(RelErr(got, alone), 1e-5) << "multi against alone (f32 sums in another order)" << shape;
       }
     }
   }

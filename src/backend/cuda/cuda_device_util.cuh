@@ -24,6 +24,16 @@ __device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
   return v;
 }
 
+// LoadStream16 as a volatile asm: issued where written, so a kernel can request its weights before
+// GridDependencyWait (the compiler may not sink it past the wait's volatile asm).
+__device__ __forceinline__ uint4 LoadStream16Early(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // acc += the 8 bf16 of w . a (4 floats) b (4 floats), fma in element order.
 __device__ __forceinline__ float DotBf16x8(const uint4 w, const float4 a, const float4 b, float acc) {
   acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);

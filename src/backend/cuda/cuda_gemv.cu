@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_mma_util.cuh"
 
 namespace tessera::cuda {
 
@@ -72,13 +73,15 @@ __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t*
 // of k; k is walked in segments of 256 (a lane's 16-byte load per column), segment s + j * splits
 // belonging to slice s. Each lane issues all of a step's U x C weight loads before using any, so a
 // warp keeps kGemvLoads * 512 bytes in flight: with one load at a time (v1) the loop waits on HBM
-// latency and q/o_proj reach ~20% of bandwidth. Narrow outputs (k/v_proj, router) use splits > 1 so
-// that every shape fills the GPU; the slices' partials are summed in slice order through shared
+// latency and q/o_proj reach ~20% of bandwidth. Launches of few columns (the router) split k so that
+// they fill the GPU (LaunchGemvTiled); the slices' partials are summed in slice order through shared
 // memory (deterministic, no atomics). x (f32, read by every warp) comes through L1; the weights,
 // read once, bypass it.
+// A warp requests its first step's weights before GridDependencyWait (weights are never written by
+// a kernel): at batch 1 the kernel before is a small latency-bound one (a norm, the attention
+// merge), and the resident warps' first ~12 MB stream in while it runs.
 constexpr int kGemvWarps = 8;
-constexpr int kGemvLoads = 8;           // 16-byte weight loads in flight per lane per step
-constexpr int64_t kGemvFillWarps = 4096;  // ~32 warps per SM on 132 SMs: split k until reached
+constexpr int kGemvLoads = 8;  // 16-byte weight loads in flight per lane per step
 
 
 // Up to kGemvMaxJobs products of the same x in one launch (q / k / v, router and shared expert):
@@ -94,9 +97,8 @@ struct GemvJobs {
 
 // M rows of x, C columns per warp. Needs k % 8 == 0 and x, every w 16-byte aligned.
 template <int M, int C>
-__global__ void __launch_bounds__(kGemvWarps * 32, 1)
+__global__ void __launch_bounds__(kGemvWarps * 32, M == 1 ? 4 : 1)
     GemvBf16TiledKernel(const float* __restrict__ x, int64_t k, const GemvJobs jobs, bool accumulate) {
-  GridDependencyWait();
   int job = 0;
   while (job + 1 < jobs.count && blockIdx.x >= jobs.first_block[job + 1]) ++job;
   const uint16_t* __restrict__ w = jobs.w[job];
@@ -123,15 +125,26 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 1)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
 
+  uint4 wv[U][C];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {  // the first step, before the wait
+    const int seg = slice + u * splits;
+    const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      wv[u][c] = ok && live[c] ? LoadStream16Early(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+  }
+  GridDependencyWait();
   for (int seg0 = slice; seg0 < segs; seg0 += splits * U) {
-    uint4 wv[U][C];
+    if (seg0 != slice) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int seg = seg0 + u * splits;
-      const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
+      for (int u = 0; u < U; ++u) {
+        const int seg = seg0 + u * splits;
+        const bool ok = seg < segs && seg * 256 + lane * 8 < kk;
 #pragma unroll
-      for (int c = 0; c < C; ++c)
-        wv[u][c] = ok && live[c] ? LoadStream16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < C; ++c)
+          wv[u][c] = ok && live[c] ? LoadStream16(wc[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -190,23 +203,29 @@ bool GemvV1() {
   return v1;
 }
 
-// Slices of k per column group: the fewest that give ~kGemvFillWarps warps, each with at least
-// one segment. Depends on the shape only, so the summation order is fixed for a shape.
-// In a multi-job launch each job splits as if it ran alone, so its sums are the same as alone.
+// Slices of k per column group, one count for all jobs of a launch: the most (a power of two, at
+// most kGemvWarps and one segment a slice) that keep every warp resident at once. More warps than fit
+// run in a second, partial wave whose ~2 us of latency no other warp hides (ncu, q / k / v at batch
+// 1: 2.6 waves, 12.1 us for 21 MB). Depends on the shapes and the device only, so a graph replays the
+// summation order it captured. A job of a multi-launch splits as the whole launch does, so its sums
+// may differ in the last bits from the same product launched alone.
 template <int M, int C>
 void LaunchGemvTiled(const float* x, int64_t k, GemvJobs jobs, bool accumulate, cudaStream_t s) {
+  const auto kernel = GemvBf16TiledKernel<M, C>;
+  const int64_t resident_warps = KernelResidency(kernel, 0, kGemvWarps * 32, /*shared_carveout=*/false).blocks * kGemvWarps;
   const int64_t segs = (k + 255) / 256;
+  int64_t groups = 0;
+  for (int j = 0; j < jobs.count; ++j) groups += (jobs.n[j] + C - 1) / C;
+  int splits = 1;
+  while (splits < kGemvWarps && groups * splits * 2 <= resident_warps && splits * 2 <= segs) splits *= 2;
+  const int64_t per_block = kGemvWarps / splits;
   jobs.first_block[0] = 0;
   for (int j = 0; j < jobs.count; ++j) {
-    const int64_t groups = (jobs.n[j] + C - 1) / C;
-    int splits = 1;
-    while (splits < kGemvWarps && groups * splits < kGemvFillWarps && splits * 2 <= segs) splits *= 2;
-    const int64_t per_block = kGemvWarps / splits;
     jobs.splits[j] = splits;
-    jobs.first_block[j + 1] = jobs.first_block[j] + static_cast<unsigned>((groups + per_block - 1) / per_block);
+    const int64_t job_groups = (jobs.n[j] + C - 1) / C;
+    jobs.first_block[j + 1] = jobs.first_block[j] + static_cast<unsigned>((job_groups + per_block - 1) / per_block);
   }
-  LaunchKernel(GemvBf16TiledKernel<M, C>, jobs.first_block[jobs.count], kGemvWarps * 32, 0, s)(x, k, jobs,
-                                                                                              accumulate);
+  LaunchKernel(kernel, jobs.first_block[jobs.count], kGemvWarps * 32, 0, s)(x, k, jobs, accumulate);
 }
 
 // The tiled kernel for m rows; false when m has no instantiation.

@@ -6,7 +6,8 @@
 // launch latency hides behind the predecessor's tail. Inside a captured step graph the launches
 // become programmatic edges. Contract: every kernel launched with LaunchKernel calls
 // GridDependencyWait() before its first global memory access (read or write), except reads of data
-// no kernel writes (model weights: the wgmma few-row GEMM requests its first weight tiles before).
+// no kernel writes (model weights: the wgmma few-row GEMM requests its first weight tiles before, the
+// GEMV its first step's weight loads).
 // Kernels of other libraries (cuBLASLt) are launched their own way and wait for everything before
 // them.
 // TESSERA_CUDA_PDL=0 launches plainly (A/B and a fallback).

@@ -104,8 +104,10 @@ struct Residency {
 // kernel's dynamic shared memory limit and the whole carveout for shared memory (their weights
 // bypass L1 through cp.async.cg), and counts the blocks resident at once, which sizes their grids.
 // None of these calls is stream-ordered, so they are allowed while a step is captured into a graph.
+// shared_carveout = false (kernels that read through L1, e.g. the GEMV's activations) leaves the
+// carveout to the driver.
 template <typename Kernel>
-Residency KernelResidency(Kernel kernel, size_t smem, int threads) {
+Residency KernelResidency(Kernel kernel, size_t smem, int threads, bool shared_carveout = true) {
   int dev = 0;
   cudaGetDevice(&dev);
   static std::mutex mu;
@@ -116,7 +118,8 @@ Residency KernelResidency(Kernel kernel, size_t smem, int threads) {
   int sms = 0, per_sm = 0;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   // The weights bypass L1 (cp.async.cg): give shared memory the whole carveout.
-  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (shared_carveout)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
   Residency r;
