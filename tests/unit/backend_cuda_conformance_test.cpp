@@ -532,6 +532,41 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
   }
 }
 
+// The fused few-token path at the models' expert widths (MoeRouteAndExperts uses inter 128, where
+// a down row is half a lane-segment): Qwen3-30B-A3B (inter 768, top-8: three 256-wide segments a
+// down row) and Qwen3-Next (inter 512, top-10), batch-1 and batch-2 decode. Fewer experts than the
+// models keep host memory small.
+TEST_F(CudaConformance, MoeFusedExpertsAtModelWidths) {
+  for (auto [E, k, I] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 768}, {24, 10, 512}}) {
+    const int64_t H = 2048;
+    std::vector<std::vector<uint16_t>> mats;
+    std::vector<ExpertWeights> host(E), dev(E);
+    for (int64_t e = 0; e < E; ++e) {
+      mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 2000 + 3 * e)));
+      mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 2001 + 3 * e)));
+      mats.push_back(Bf16s(Rand(H * I, -0.1f, 0.1f, 2002 + 3 * e)));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      host[e] = {HostBf16(mats[3 * e], I, H), HostBf16(mats[3 * e + 1], I, H), HostBf16(mats[3 * e + 2], H, I)};
+      dev[e] = {DevBf16(mats[3 * e], I, H), DevBf16(mats[3 * e + 1], I, H), DevBf16(mats[3 * e + 2], H, I)};
+    }
+    for (int64_t R : {1, 2}) {
+      const auto x = Rand(R * H, -1, 1, 70 + R);
+      const auto logits = Rand(R * E, -4, 4, 71 + R + E);
+      std::vector<int32_t> idx(R * k);
+      std::vector<float> wts(R * k), want(R * H);
+      cpu_->MoeRoute(logits.data(), R, E, k, true, idx.data(), wts.data());
+      cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), k, host, want.data());
+      float* dout = Dev(std::vector<float>(R * H, 7.0f));
+      gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), k, dev, dout);
+      Report(("MoeExperts fused E=" + std::to_string(E) + " k=" + std::to_string(k) + " inter=" + std::to_string(I) +
+              " rows=" + std::to_string(R))
+                 .c_str(),
+             RelErr(Host(dout, want.size()), want), 1e-3);
+    }
+  }
+}
+
 // Host metadata (here: token ids) reaches the GPU through a pinned scratch ring of two 4 MiB
 // halves. 4 KiB uploads fill a half exactly, the edge case a first version got wrong; 2600 of them
 // wrap the ring more than once, and every output must still hold its own ids' rows.
