@@ -54,9 +54,9 @@ struct AttentionArgs {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   const int32_t* pages = nullptr;  // page ids covering [0, first_pos + commit_len)
-  // Rows [0, commit_len) of k / v were written to the cache at positions first_pos.. (KvWrite /
-  // KvWriteRows) before this call; a backend may read them from there. Later rows (an uncommitted
-  // diffusion block) are only in k / v.
+  // Rows [0, commit_len) of k / v were written to the cache at positions first_pos.. (KvWrite,
+  // KvWriteRows or QkNormRopeKvWrite) before this call; a backend may read them from there. Later
+  // rows (an uncommitted diffusion block) are only in k / v.
   int64_t commit_len = 0;
   int64_t page_size = 0;
   int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
@@ -212,6 +212,27 @@ class Backend {
     }
     Rope(q, rows, q_stride, q_heads, head_dim, rotary_dim, positions, theta);
     Rope(k, rows, k_stride, k_heads, head_dim, rotary_dim, positions, theta);
+  }
+  // The committed rows an attention call writes into the paged KV cache (KvWriteRows' arguments; k is
+  // QkNormRope's k, v has k's row stride).
+  struct KvRowWrites {
+    const float* v = nullptr;
+    const int64_t* src_rows = nullptr;  // host indices, n of each
+    const int64_t* cache_rows = nullptr;
+    int64_t n = 0;
+    void* k_cache = nullptr;
+    void* v_cache = nullptr;
+  };
+  // QkNormRope, then KvWriteRows of the normalised, rotated k and of v for kv.n rows. The default runs
+  // the two; device backends write the cache rows from the kernel that normalises k (one launch).
+  virtual void QkNormRopeKvWrite(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride,
+                                 int64_t k_heads, int64_t rows, int64_t head_dim, const float* q_norm,
+                                 const float* k_norm, float eps, bool one_plus, int64_t rotary_dim,
+                                 const int64_t* positions, double theta, const KvRowWrites& kv) {
+    QkNormRope(q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, q_norm, k_norm, eps, one_plus, rotary_dim,
+               positions, theta);
+    if (kv.n > 0)
+      KvWriteRows(k, kv.v, k_stride, k_heads * head_dim, kv.src_rows, kv.cache_rows, kv.n, kv.k_cache, kv.v_cache);
   }
   // x[i] *= sigmoid(gate[i]) for rows with independent strides.
   virtual void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,

@@ -389,6 +389,70 @@ TEST_F(CudaAttention, KvWriteBf16Cache) {
   EXPECT_EQ(wrong, 0);
 }
 
+// The attention layer's q / k preparation with the committed rows' cache writes in one launch
+// (QkNormRopeKvWrite) against the two ops on the same GPU (QkNormRope, then KvWriteRows): q, k and
+// both caches bit-identical, for f32 and bf16 caches, Qwen3 (head_dim 128) and Qwen3.5 (256, rotary
+// 64, 1+w norm) heads, rows committed in scrambled cache order and rows not committed. The two-op
+// path is checked against the CPU by CudaConformance.QkNormRopeMatchesCpu and KvWriteBf16Cache.
+TEST_F(CudaAttention, QkNormRopeKvWriteEqualsTwoOps) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [qh, kh, hd, rd, one_plus] : {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{32, 4, 128, 128, false},
+                                            {16, 2, 256, 64, true}}) {
+      auto gpu = MakeCudaBackend();
+      gpu->SetKvCacheDType(dtype);
+      const int64_t R = 6, qd = qh * hd, kv_dim = kh * hd, cache_rows = 16;
+      const size_t elem = dtype == DType::kBF16 ? 2 : 4, cache_bytes = cache_rows * kv_dim * elem;
+      const auto q = Rand(R * qd, -2, 2, 800 + hd), k = Rand(R * kv_dim, -2, 2, 801 + hd);
+      const auto v = Rand(R * kv_dim, -2, 2, 802 + hd), qn = Rand(hd, -0.5f, 1.5f, 803), kn = Rand(hd, -0.5f, 1.5f, 804);
+      const std::vector<uint8_t> fill(cache_bytes, 0x5a);
+      std::vector<int64_t> pos(R);
+      for (int64_t i = 0; i < R; ++i) pos[i] = 40 + 3 * i;
+      const std::vector<int64_t> src = {4, 0, 2, 5}, dst = {3, 11, 7, 0};  // rows 1 and 3 not committed
+      auto dev = [&](const void* h, size_t bytes) {
+        DeviceBuffer b(*gpu, bytes);
+        gpu->Upload(b.data(), h, bytes);
+        return b;
+      };
+      DeviceBuffer dqn = dev(qn.data(), hd * 4), dkn = dev(kn.data(), hd * 4), dv = dev(v.data(), v.size() * 4);
+      struct Out {
+        std::vector<float> q, k;
+        std::vector<uint8_t> kc, vc;
+      };
+      auto run = [&](bool fused) {
+        DeviceBuffer dq = dev(q.data(), q.size() * 4), dk = dev(k.data(), k.size() * 4);
+        DeviceBuffer dkc = dev(fill.data(), cache_bytes), dvc = dev(fill.data(), cache_bytes);
+        if (fused) {
+          Backend::KvRowWrites w;
+          w.v = dv.f32(), w.src_rows = src.data(), w.cache_rows = dst.data(), w.n = 4;
+          w.k_cache = dkc.data(), w.v_cache = dvc.data();
+          gpu->QkNormRopeKvWrite(dq.f32(), qd, qh, dk.f32(), kv_dim, kh, R, hd, dqn.f32(), dkn.f32(), 1e-6f, one_plus, rd,
+                                 pos.data(), 1e7, w);
+        } else {
+          gpu->QkNormRope(dq.f32(), qd, qh, dk.f32(), kv_dim, kh, R, hd, dqn.f32(), dkn.f32(), 1e-6f, one_plus, rd,
+                          pos.data(), 1e7);
+          gpu->KvWriteRows(dk.f32(), dv.f32(), kv_dim, kv_dim, src.data(), dst.data(), 4, dkc.data(), dvc.data());
+        }
+        Out o{std::vector<float>(q.size()), std::vector<float>(k.size()), std::vector<uint8_t>(cache_bytes),
+              std::vector<uint8_t>(cache_bytes)};
+        gpu->Download(o.q.data(), dq.data(), q.size() * 4);
+        gpu->Download(o.k.data(), dk.data(), k.size() * 4);
+        gpu->Download(o.kc.data(), dkc.data(), cache_bytes);
+        gpu->Download(o.vc.data(), dvc.data(), cache_bytes);
+        return o;
+      };
+      const Out fused = run(true), two = run(false);
+      const std::string what = std::string(DTypeName(dtype)) + " cache, head_dim " + std::to_string(hd);
+      EXPECT_EQ(fused.q, two.q) << what;
+      EXPECT_EQ(fused.k, two.k) << what;
+      EXPECT_TRUE(fused.kc == two.kc) << "k cache, " << what;
+      EXPECT_TRUE(fused.vc == two.vc) << "v cache, " << what;
+      EXPECT_NE(two.kc, std::vector<uint8_t>(fill)) << "the two-op path wrote rows, " << what;
+      std::printf("QkNormRopeKvWrite %s: q, k and caches identical to QkNormRope + KvWriteRows: %s\n", what.c_str(),
+                  fused.q == two.q && fused.k == two.k && fused.kc == two.kc && fused.vc == two.vc ? "yes" : "no");
+    }
+  }
+}
+
 // Timing of the calls of issue 5's rows (one layer's attention), the tensor-core kernels against the
 // flash kernel alone and the grouped kernels, and the tensor-core kernels on a bf16 cache: only with
 // TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).

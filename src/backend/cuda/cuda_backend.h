@@ -57,6 +57,10 @@ class CudaBackend : public Backend {
   void QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                   int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
                   int64_t rotary_dim, const int64_t* positions, double theta) override;
+  void QkNormRopeKvWrite(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
+                         int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps,
+                         bool one_plus, int64_t rotary_dim, const int64_t* positions, double theta,
+                         const KvRowWrites& kv) override;
   void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             const int64_t* positions, double theta) override;
   void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,

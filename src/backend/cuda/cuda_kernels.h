@@ -215,9 +215,13 @@ inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int
   return (head_dim == 128 || head_dim == 256) && rotary_dim <= head_dim && rotary_dim % 2 == 0 && q_stride % 4 == 0 &&
          k_stride % 4 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(q_norm) && Aligned16(k_norm);
 }
+// With k_cache: the k heads (after norm and RoPE) and v's heads (row stride k_stride) of row r also go
+// to cache row row_dst[r] of k_cache / v_cache (bf16: rounded to nearest even), rows with
+// row_dst[r] < 0 to none: KvWriteRows in the same launch.
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
-                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s);
+                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, const float* v,
+                const int64_t* row_dst, bool bf16, void* k_cache, void* v_cache, cudaStream_t s);
 // k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows); bf16:
 // rounded to nearest even.
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,

@@ -476,12 +476,16 @@ bool UseGdnColumnKernel(int64_t dk) {
 // over the first rotary_dim dims) at the row's position. One warp per (row, head), q heads first;
 // the head stays in registers for the norm (as RmsNormVecKernel<32, V> holds it: 4 V floats a
 // lane), and goes through shared memory for the rotation, whose pairs are half a rotary span apart.
+// With kc (the cache's element type T): a k head's warp also stores the head, as written back to k,
+// and v's head of the row into the cache row row_dst[r] (the attention layer's KvWriteRows, same
+// rounding), unless row_dst[r] < 0 (a row not committed).
 constexpr int kQkWarps = 8;
-template <int V>
+template <int V, typename T>
 __global__ void __launch_bounds__(kQkWarps * 32)
     QkNormRopeKernel(float* q, int64_t q_stride, int qh, float* k, int64_t k_stride, int kh, int64_t rows,
                      const float* q_norm, const float* k_norm, float eps, bool one_plus, int rotary_dim,
-                     const int64_t* positions, const float* inv_freqs) {
+                     const int64_t* positions, const float* inv_freqs, const float* v, const int64_t* row_dst, T* kc,
+                     T* vc) {
   GridDependencyWait();
   constexpr int D = 128 * V;
   __shared__ float normed[kQkWarps][D];
@@ -515,6 +519,8 @@ __global__ void __launch_bounds__(kQkWarps * 32)
   __syncwarp();
   const int half = rotary_dim / 2;
   const float pos = static_cast<float>(positions[r]);
+  const int64_t dst = !is_q && kc != nullptr ? row_dst[r] : -1;
+  const int64_t cache_off = dst * kh * D + static_cast<int64_t>(h - qh) * D;
   for (int j = lane; j < D; j += 32) {
     float out = s[j];
     if (j < rotary_dim) {
@@ -524,6 +530,10 @@ __global__ void __launch_bounds__(kQkWarps * 32)
       out = j < half ? s[j] * cs - s[j + half] * sn : s[j] * cs + s[f] * sn;
     }
     x[j] = out;
+    if (dst >= 0) {
+      KvStore(kc + cache_off + j, out);
+      KvStore(vc + cache_off + j, v[r * k_stride + static_cast<int64_t>(h - qh) * D + j]);
+    }
   }
 }
 
@@ -663,15 +673,26 @@ void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, 
 
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
-                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, cudaStream_t s) {
+                int64_t rotary_dim, const int64_t* positions, const float* inv_freq, const float* v,
+                const int64_t* row_dst, bool bf16, void* k_cache, void* v_cache, cudaStream_t s) {
   if (!QkNormRopeFits(q, q_stride, k, k_stride, head_dim, q_norm, k_norm, rotary_dim)) return false;
   const int64_t items = rows * (q_heads + k_heads);
   if (items == 0) return true;
   const unsigned blocks = static_cast<unsigned>((items + kQkWarps - 1) / kQkWarps);
-  const auto kernel = head_dim == 128 ? QkNormRopeKernel<1> : QkNormRopeKernel<2>;
+  const bool wide = head_dim == 256;
+  if (k_cache != nullptr && bf16) {
+    const auto kernel = wide ? QkNormRopeKernel<2, Bf16Bits> : QkNormRopeKernel<1, Bf16Bits>;
+    LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(
+        q, q_stride, static_cast<int>(q_heads), k, k_stride, static_cast<int>(k_heads), rows, q_norm, k_norm, eps,
+        one_plus, static_cast<int>(rotary_dim), positions, inv_freq, v, row_dst, static_cast<Bf16Bits*>(k_cache),
+        static_cast<Bf16Bits*>(v_cache));
+    return true;
+  }
+  const auto kernel = wide ? QkNormRopeKernel<2, float> : QkNormRopeKernel<1, float>;
   LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(q, q_stride, static_cast<int>(q_heads), k, k_stride,
                                                     static_cast<int>(k_heads), rows, q_norm, k_norm, eps, one_plus,
-                                                    static_cast<int>(rotary_dim), positions, inv_freq);
+                                                    static_cast<int>(rotary_dim), positions, inv_freq, v, row_dst,
+                                                    static_cast<float*>(k_cache), static_cast<float*>(v_cache));
   return true;
 }
 

@@ -32,8 +32,6 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   } else {
     q = std::move(qg);
   }
-  be.QkNormRope(q.f32(), qdim, nh, k.f32(), kvdim, kvh, R, hd, w.q_norm, w.k_norm, eps, one_plus, c.rotary_dim,
-                ctx.positions, c.rope_theta);
 
   // The pages hold the backend's KvCacheDType(); only the backend reads or writes them.
   void* k_cache = nullptr;
@@ -69,7 +67,7 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.num_kv_heads = kvh;
     a.head_dim = hd;
     a.first_pos = s.first_pos;
-    a.commit_len = s.cache ? s.commit_len : 0;  // written by the KvWriteRows below, before the attention
+    a.commit_len = s.cache ? s.commit_len : 0;  // written by QkNormRopeKvWrite below, before the attention
     a.k_cache = k_cache;
     a.v_cache = v_cache;
     a.pages = pages;
@@ -80,9 +78,16 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
     a.out_stride = qdim;
     args.push_back(a);
   }
-  if (!src_rows.empty())
-    be.KvWriteRows(k.f32(), v.f32(), kvdim, kvdim, src_rows.data(), cache_rows.data(),
-                   static_cast<int64_t>(src_rows.size()), k_cache, v_cache);
+  // q / k head norms and RoPE, then the committed rows' k / v into the cache (one launch on a GPU).
+  Backend::KvRowWrites writes;
+  writes.v = v.f32();
+  writes.src_rows = src_rows.data();
+  writes.cache_rows = cache_rows.data();
+  writes.n = static_cast<int64_t>(src_rows.size());
+  writes.k_cache = k_cache;
+  writes.v_cache = v_cache;
+  be.QkNormRopeKvWrite(q.f32(), qdim, nh, k.f32(), kvdim, kvh, R, hd, w.q_norm, w.k_norm, eps, one_plus, c.rotary_dim,
+                       ctx.positions, c.rope_theta, writes);
   be.AttentionBatch(args);
   if (gated) be.SigmoidGate(attn.f32(), R, qdim, qdim, gate.f32(), qdim);
   be.MatMul(attn.f32(), R, w.o_proj, out);
