@@ -669,7 +669,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     }
     if (splits > 1) {
       const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-      Enqueue("AttentionMerge", cuda::AttentionMerge, dd, static_cast<const int2*>(drows.data), R, heads, splits,
+      Enqueue("AttentionMerge", cuda::AttentionMerge, dd, static_cast<const int2*>(drows.data), R, heads, D, splits,
               partial.f32(), stream_);
     }
     return;
@@ -699,7 +699,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
   if (grouped) {
     Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
-    Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, splits, partial.f32(), stream_);
+    Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, D, splits, partial.f32(), stream_);
   } else {
     Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, bf16, splits, chunk, partial.f32(), stream_);
   }

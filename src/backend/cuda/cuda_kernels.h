@@ -168,8 +168,10 @@ void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t 
 void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, bool bf16, int splits,
                     int64_t key_chunk, float* partial, cudaStream_t s);
 // Combines the partials of split keys into the rows' outputs (AttentionBatch does it itself).
-void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int splits,
-                    const float* partial, cudaStream_t s);
+// head_dim: every descriptor's (128 and 256 take a kernel with one round of loads; others, or 0,
+// the general one).
+void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t head_dim,
+                    int splits, const float* partial, cudaStream_t s);
 // Grouped-query attention (cuda_attention_gqa.cu): one block per (row, KV head, split) serving the
 // G query heads of the KV head, same partial layout; needs 16-byte aligned K/V rows, an f32 cache and
 // a shape AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge.
