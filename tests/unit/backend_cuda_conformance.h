@@ -65,6 +65,28 @@ class CudaConformance : public ::testing::Test {
   Tensor DevBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
     return Tensor{Dev(v), DType::kBF16, {rows, cols}};
   }
+  // E random experts (gate and up [inter, hidden] in +-0.03, down [hidden, inter] in +-0.1, seeds
+  // from `seed`): the bf16 values, host tensors over them and device copies.
+  struct RandomExperts {
+    std::vector<std::vector<uint16_t>> mats;  // gate, up, down of expert 0, then of expert 1, ...
+    std::vector<ExpertWeights> host, dev;
+  };
+  RandomExperts MakeExperts(int64_t E, int64_t inter, int64_t hidden, uint64_t seed) {
+    RandomExperts r;
+    for (int64_t e = 0; e < E; ++e) {
+      r.mats.push_back(Bf16s(Rand(inter * hidden, -0.03f, 0.03f, seed + 3 * e)));
+      r.mats.push_back(Bf16s(Rand(inter * hidden, -0.03f, 0.03f, seed + 1 + 3 * e)));
+      r.mats.push_back(Bf16s(Rand(hidden * inter, -0.1f, 0.1f, seed + 2 + 3 * e)));
+    }
+    for (int64_t e = 0; e < E; ++e) {  // after every push_back: the tensors point into r.mats
+      const auto& g = r.mats[3 * e];
+      const auto& u = r.mats[3 * e + 1];
+      const auto& d = r.mats[3 * e + 2];
+      r.host.push_back({HostBf16(g, inter, hidden), HostBf16(u, inter, hidden), HostBf16(d, hidden, inter)});
+      r.dev.push_back({DevBf16(g, inter, hidden), DevBf16(u, inter, hidden), DevBf16(d, hidden, inter)});
+    }
+    return r;
+  }
   void Report(const char* op, double err, double tol = kTol) {
     std::printf("conformance %-36s rel err %.3e\n", op, err);
     RecordProperty(op, std::to_string(err));

@@ -475,17 +475,9 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
   }
   // Experts: 128 experts, top-8, hidden 2048 (intermediate kept small to bound host memory).
   const int64_t E = 128, k = 8, H = 2048, I = 128;
-  std::vector<std::vector<uint16_t>> mats;
-  std::vector<ExpertWeights> host(E), dev(E);
-  for (int64_t e = 0; e < E; ++e) {
-    mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 1000 + 3 * e)));
-    mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 1001 + 3 * e)));
-    mats.push_back(Bf16s(Rand(H * I, -0.1f, 0.1f, 1002 + 3 * e)));
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    host[e] = {HostBf16(mats[3 * e], I, H), HostBf16(mats[3 * e + 1], I, H), HostBf16(mats[3 * e + 2], H, I)};
-    dev[e] = {DevBf16(mats[3 * e], I, H), DevBf16(mats[3 * e + 1], I, H), DevBf16(mats[3 * e + 2], H, I)};
-  }
+  const RandomExperts experts = MakeExperts(E, I, H, 1000);
+  const std::vector<ExpertWeights>& host = experts.host;
+  const std::vector<ExpertWeights>& dev = experts.dev;
   // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-520: device-grouped on tensor cores (64
   // skewed so that one expert gets every row: 4 units of it); then 40 and 520 rows again on the
   // CUDA-core grouped kernels and (520 rows, 4160 pairs) on the host-grouped cuBLASLt path, through
@@ -539,26 +531,16 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
 TEST_F(CudaConformance, MoeFusedExpertsAtModelWidths) {
   for (auto [E, k, I] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 768}, {24, 10, 512}}) {
     const int64_t H = 2048;
-    std::vector<std::vector<uint16_t>> mats;
-    std::vector<ExpertWeights> host(E), dev(E);
-    for (int64_t e = 0; e < E; ++e) {
-      mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 2000 + 3 * e)));
-      mats.push_back(Bf16s(Rand(I * H, -0.03f, 0.03f, 2001 + 3 * e)));
-      mats.push_back(Bf16s(Rand(H * I, -0.1f, 0.1f, 2002 + 3 * e)));
-    }
-    for (int64_t e = 0; e < E; ++e) {
-      host[e] = {HostBf16(mats[3 * e], I, H), HostBf16(mats[3 * e + 1], I, H), HostBf16(mats[3 * e + 2], H, I)};
-      dev[e] = {DevBf16(mats[3 * e], I, H), DevBf16(mats[3 * e + 1], I, H), DevBf16(mats[3 * e + 2], H, I)};
-    }
+    const RandomExperts experts = MakeExperts(E, I, H, 2000);
     for (int64_t R : {1, 2}) {
       const auto x = Rand(R * H, -1, 1, 70 + R);
       const auto logits = Rand(R * E, -4, 4, 71 + R + E);
       std::vector<int32_t> idx(R * k);
       std::vector<float> wts(R * k), want(R * H);
       cpu_->MoeRoute(logits.data(), R, E, k, true, idx.data(), wts.data());
-      cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), k, host, want.data());
+      cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), k, experts.host, want.data());
       float* dout = Dev(std::vector<float>(R * H, 7.0f));
-      gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), k, dev, dout);
+      gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), k, experts.dev, dout);
       Report(("MoeExperts fused E=" + std::to_string(E) + " k=" + std::to_string(k) + " inter=" + std::to_string(I) +
               " rows=" + std::to_string(R))
                  .c_str(),
