@@ -1,5 +1,5 @@
 // tessera cuda backend: device helpers shared by the kernel files (bf16 to f32, streamed 16-byte weight loads and
-// their bf16 dot products, warp reductions, SiLU, the paged K/V row of a key). Header-only __device__
+// their bf16 dot products, warp reductions, a block scan, SiLU, the paged K/V row of a key). Header-only __device__
 // inline functions: every .cu gets its own copy, no relocatable device code needed.
 #pragma once
 
@@ -55,6 +55,33 @@ __device__ __forceinline__ float WarpSum(float v) {
 __device__ __forceinline__ float WarpMax(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// Inclusive prefix sum over a block of 1024 threads, in thread order (*total: the block's sum); red:
+// 32 values of shared memory. It begins with a barrier (red's previous readers are done), so calls
+// may follow one another. T (the sums' type) is red's; v converts to it.
+template <typename T, typename V>
+__device__ inline T BlockInclusiveScan(V value, T* red, T* total = nullptr) {
+  T v = value;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  __syncthreads();
+  if (lane == 31) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = red[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const T n = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += n;
+    }
+    red[lane] = w;
+  }
+  __syncthreads();
+  if (total) *total = red[31];
+  return warp > 0 ? v + red[warp - 1] : v;
 }
 
 __device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }

@@ -49,42 +49,17 @@ __device__ __forceinline__ float Dot8(const float* w, const float4 a, const floa
   return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
 }
 
-// Inclusive sum over the block of one int per thread (blockDim.x a multiple of 32, <= 1024), in a
-// fixed order; `warp_sums`: 32 ints of shared memory. Ends with a barrier, so it can be called again.
-__device__ __forceinline__ int BlockInclusiveSum(int v, int* warp_sums) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int o = __shfl_up_sync(~0u, v, d);
-    if (lane >= d) v += o;
-  }
-  if (lane == 31) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int w = lane < warps ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int o = __shfl_up_sync(~0u, w, d);
-      if (lane >= d) w += o;
-    }
-    warp_sums[lane] = w;
-  }
-  __syncthreads();
-  const int before = warp > 0 ? warp_sums[warp - 1] : 0;
-  __syncthreads();
-  return v + before;
-}
-
 // One block. counts -> offsets -> units (expert, first sorted position, rows), then the pairs are
 // placed at their expert's cursor. The offsets and unit numbers are block-wide prefix sums over the
-// experts, blockDim.x experts a round (a single thread walking 128 experts took ~12 us a layer at
-// batch 64 under ncu). Shared memory: 2 * E ints. An out-of-range expert id is counted into no
-// expert (the router writes ids in [0, E)); its pair is in no unit.
+// experts (BlockInclusiveScan: a block of 1024 threads), 1,024 experts a round (a single thread
+// walking 128 experts took ~12 us a layer at batch 64 under ncu). Shared memory: 2 * E ints. An
+// out-of-range expert id is counted into no expert (the router writes ids in [0, E)); its pair is in
+// no unit.
 __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int rows_per_unit, int32_t* order,
                             int4* units, int32_t* num_units) {
   GridDependencyWait();
   extern __shared__ int32_t sm[];
-  __shared__ int warp_sums[32];
+  __shared__ int red[32];  // BlockInclusiveScan's
   int32_t* count = sm;
   int32_t* cursor = sm + E;
   for (int64_t e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
@@ -94,13 +69,14 @@ __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int ro
     if (e >= 0 && e < E) atomicAdd(&count[e], 1);
   }
   __syncthreads();
-  int off_carry = 0, unit_carry = 0;
+  int off_carry = 0, unit_carry = 0;  // the pairs and units of the rounds before
   for (int64_t base = 0; base < E; base += blockDim.x) {
     const int64_t e = base + threadIdx.x;
     const int c = e < E ? count[e] : 0;
     const int u = (c + rows_per_unit - 1) / rows_per_unit;
-    const int off_end = BlockInclusiveSum(c, warp_sums) + off_carry;
-    const int unit_end = BlockInclusiveSum(u, warp_sums) + unit_carry;
+    int offs = 0, units_n = 0;
+    const int off_end = BlockInclusiveScan(c, red, &offs) + off_carry;
+    const int unit_end = BlockInclusiveScan(u, red, &units_n) + unit_carry;
     if (e < E) {
       const int off = off_end - c;
       cursor[e] = off;
@@ -108,10 +84,8 @@ __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int ro
         units[unit_end - u + j] = make_int4(static_cast<int32_t>(e), off + j * rows_per_unit,
                                             min(rows_per_unit, c - j * rows_per_unit), 0);
     }
-    if (threadIdx.x == blockDim.x - 1) warp_sums[0] = off_end, warp_sums[1] = unit_end;
-    __syncthreads();
-    off_carry = warp_sums[0], unit_carry = warp_sums[1];
-    __syncthreads();
+    off_carry += offs;
+    unit_carry += units_n;
   }
   if (threadIdx.x == 0) *num_units = unit_carry;
   __syncthreads();

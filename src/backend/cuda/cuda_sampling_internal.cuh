@@ -1,15 +1,18 @@
 // tessera cuda backend: the building blocks of the row-sampling kernel (cuda_sampling.cu): its block
-// shape and shared memory, block reductions and scans, the row sweep, exact sums and scales, weights
-// in fixed point and the reference's crossing thresholds, the key of a token and the order over keys,
-// and the histogram updates. Header-only __device__ functions, included by cuda_sampling.cu alone (the
-// project has no relocatable device code, so the kernel's helpers live in its translation unit); the
-// namespace sampling_internal keeps their short names out of tessera::cuda.
+// shape and shared memory, block reductions (the block scan is cuda_device_util.cuh's), the row
+// sweep, exact sums and scales, weights in fixed point and the reference's crossing thresholds, the
+// key of a token and the order over keys, and the histogram updates. Header-only __device__
+// functions, included by cuda_sampling.cu alone (the project has no relocatable device code, so the
+// kernel's helpers live in its translation unit); the namespace sampling_internal keeps their short
+// names out of tessera::cuda.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+
+#include "backend/cuda/cuda_device_util.cuh"  // BlockInclusiveScan
 
 namespace tessera::cuda::sampling_internal {
 
@@ -73,29 +76,6 @@ __device__ T BlockReduce(T v, Op op, T* red) {
   T r = red[0];
   for (int w = 1; w < kWarps; ++w) r = op(r, red[w]);
   return r;
-}
-
-// Inclusive prefix sum over the threads in thread order (*total: the block's sum).
-__device__ inline u64 BlockInclusiveScan(u64 v, u64* red, u64* total = nullptr) {
-  const int lane = Lane(), warp = Warp();
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 n = __shfl_up_sync(kFull, v, o);
-    if (lane >= o) v += n;
-  }
-  __syncthreads();
-  if (lane == 31) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    u64 w = red[lane];
-    for (int o = 1; o < 32; o <<= 1) {
-      const u64 n = __shfl_up_sync(kFull, w, o);
-      if (lane >= o) w += n;
-    }
-    red[lane] = w;
-  }
-  __syncthreads();
-  if (total) *total = red[kWarps - 1];
-  return warp > 0 ? v + red[warp - 1] : v;
 }
 
 __device__ __forceinline__ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
