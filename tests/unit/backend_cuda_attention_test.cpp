@@ -396,14 +396,15 @@ TEST_F(CudaAttention, KvWriteBf16Cache) {
 // path is checked against the CPU by CudaConformance.QkNormRopeMatchesCpu and KvWriteBf16Cache.
 TEST_F(CudaAttention, QkNormRopeKvWriteEqualsTwoOps) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (auto [qh, kh, hd, rd, one_plus] : {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{32, 4, 128, 128, false},
-                                            {16, 2, 256, 64, true}}) {
+    using Heads = std::tuple<int64_t, int64_t, int64_t, int64_t, bool>;  // q, kv heads, head_dim, rotary, 1+w
+    for (auto [qh, kh, hd, rd, one_plus] : {Heads{32, 4, 128, 128, false}, Heads{16, 2, 256, 64, true}}) {
       auto gpu = MakeCudaBackend();
       gpu->SetKvCacheDType(dtype);
       const int64_t R = 6, qd = qh * hd, kv_dim = kh * hd, cache_rows = 16;
       const size_t elem = dtype == DType::kBF16 ? 2 : 4, cache_bytes = cache_rows * kv_dim * elem;
       const auto q = Rand(R * qd, -2, 2, 800 + hd), k = Rand(R * kv_dim, -2, 2, 801 + hd);
-      const auto v = Rand(R * kv_dim, -2, 2, 802 + hd), qn = Rand(hd, -0.5f, 1.5f, 803), kn = Rand(hd, -0.5f, 1.5f, 804);
+      const auto v = Rand(R * kv_dim, -2, 2, 802 + hd);
+      const auto qn = Rand(hd, -0.5f, 1.5f, 803), kn = Rand(hd, -0.5f, 1.5f, 804);
       const std::vector<uint8_t> fill(cache_bytes, 0x5a);
       std::vector<int64_t> pos(R);
       for (int64_t i = 0; i < R; ++i) pos[i] = 40 + 3 * i;
@@ -425,8 +426,8 @@ TEST_F(CudaAttention, QkNormRopeKvWriteEqualsTwoOps) {
           Backend::KvRowWrites w;
           w.v = dv.f32(), w.src_rows = src.data(), w.cache_rows = dst.data(), w.n = 4;
           w.k_cache = dkc.data(), w.v_cache = dvc.data();
-          gpu->QkNormRopeKvWrite(dq.f32(), qd, qh, dk.f32(), kv_dim, kh, R, hd, dqn.f32(), dkn.f32(), 1e-6f, one_plus, rd,
-                                 pos.data(), 1e7, w);
+          gpu->QkNormRopeKvWrite(dq.f32(), qd, qh, dk.f32(), kv_dim, kh, R, hd, dqn.f32(), dkn.f32(), 1e-6f, one_plus,
+                                 rd, pos.data(), 1e7, w);
         } else {
           gpu->QkNormRope(dq.f32(), qd, qh, dk.f32(), kv_dim, kh, R, hd, dqn.f32(), dkn.f32(), 1e-6f, one_plus, rd,
                           pos.data(), 1e7);

@@ -212,7 +212,8 @@ bool GemvV1() {
 template <int M, int C>
 void LaunchGemvTiled(const float* x, int64_t k, GemvJobs jobs, bool accumulate, cudaStream_t s) {
   const auto kernel = GemvBf16TiledKernel<M, C>;
-  const int64_t resident_warps = KernelResidency(kernel, 0, kGemvWarps * 32, /*shared_carveout=*/false).blocks * kGemvWarps;
+  const int64_t resident_warps =
+      KernelResidency(kernel, 0, kGemvWarps * 32, /*shared_carveout=*/false).blocks * kGemvWarps;
   const int64_t segs = (k + 255) / 256;
   int64_t groups = 0;
   for (int j = 0; j < jobs.count; ++j) groups += (jobs.n[j] + C - 1) / C;

@@ -70,7 +70,7 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
 constexpr int64_t kSkinnyGemmMaxRows = 64;        // one row tile: the "few-row" products (and all of v1)
 constexpr int64_t kSkinnyGemmDefaultRows = 256;   // default row limit (TESSERA_CUDA_SKINNY_MAX_ROWS)
 constexpr int64_t kSkinnyGemmTiledMaxWork = int64_t{1} << 28;  // past one row tile: m n k a weight (_MAX_WORK)
-constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 launcher takes at most
+constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 / v3 launchers take at most
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
 // queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer. Rows past
