@@ -596,13 +596,19 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
                     int splits, const float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0 || splits <= 1) return;
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads));
-  const bool few = splits <= 8;
+  // The smallest instantiation that takes the splits: its loads in registers, no more (the 64-split
+  // kernel made a denoise block's 10 splits at head_dim 256 slower than the general merge).
+  auto kernel = [splits](auto eight, auto sixteen, auto any) {
+    return splits <= 8 ? eight : splits <= 16 ? sixteen : any;
+  };
   if (splits <= 64 && head_dim == 128) {
-    LaunchKernel(few ? AttentionMergeDimKernel<128, 8> : AttentionMergeDimKernel<128, 64>, grid, 128, 0, s)(
-        descs, rows, splits, partial);
+    LaunchKernel(kernel(AttentionMergeDimKernel<128, 8>, AttentionMergeDimKernel<128, 16>,
+                        AttentionMergeDimKernel<128, 64>),
+                 grid, 128, 0, s)(descs, rows, splits, partial);
   } else if (splits <= 64 && head_dim == 256) {
-    LaunchKernel(few ? AttentionMergeDimKernel<256, 8> : AttentionMergeDimKernel<256, 64>, grid, 256, 0, s)(
-        descs, rows, splits, partial);
+    LaunchKernel(kernel(AttentionMergeDimKernel<256, 8>, AttentionMergeDimKernel<256, 16>,
+                        AttentionMergeDimKernel<256, 64>),
+                 grid, 256, 0, s)(descs, rows, splits, partial);
   } else {
     LaunchKernel(AttentionMergeKernel, grid, kMergeWarps * 32, 0, s)(descs, rows, splits, partial);
   }
