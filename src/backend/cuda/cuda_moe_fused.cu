@@ -6,10 +6,11 @@
 // so these kernels are HBM-bound. Gate/up is written like the tiled GEMV in cuda_kernels.cu: every
 // lane issues all 16-byte weight loads of a step (16 per lane) before using any of them, the weights
 // bypass L1 (read once), the f32 activations come through L1 (read by every warp of a pair), and the
-// expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). The
-// v1 gate/up kernel (a warp per 8 columns, one 16-byte load in flight) stays for unaligned shapes and
-// TESSERA_CUDA_MOE_FUSED=v1; down is that kind of kernel (11.2 us a layer: a pipelined down that also
-// summed the slots measured 19.3 us and was removed).
+// expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). Down
+// is written the same way (4 or 8 columns a warp, one step of loads: ncu 10.5 -> 10.0 us a layer for
+// Qwen3-30B-A3B, 8.6 -> 7.8 for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load
+// in flight) stay for unaligned shapes and TESSERA_CUDA_MOE_FUSED=v1 (TESSERA_CUDA_MOE_DOWN=v1: down
+// only); a pipelined down that also summed the slots measured 19.3 us and was removed.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -159,6 +160,66 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
     if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = SiluF(acc[c]) * acc[C + c];
 }
 
+// Down (C = 4 or 8): a warp owns C adjacent output columns of one pair (C weight rows of its expert sharing the
+// pair's activation row); inter is walked in segments of 256, U = kLoads / C a step, so a lane keeps
+// kLoads 16-byte loads in flight (the v1 kernel: one, three dependent round trips for inter 768).
+// Lane c writes column c, scaled by the pair's routing weight. Same warp numbering as gate/up.
+constexpr int kDownBlocksPerSm = 4;
+
+template <int C>
+__global__ void __launch_bounds__(kWarps * 32, kDownBlocksPerSm)
+    MoeDownTiledKernel(const float* __restrict__ act, int inter, const int32_t* __restrict__ idx,
+                       const float* __restrict__ weights, const uint16_t* const* __restrict__ ptrs, int E, int hidden,
+                       int pairs, float* __restrict__ slot_out) {
+  GridDependencyWait();
+  constexpr int U = kLoads / C;
+  const int lane = threadIdx.x & 31;
+  const int groups = (hidden + C - 1) / C;
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int pair = gw / groups;
+  if (pair >= pairs) return;  // whole warps only: the shuffles below see 32 lanes
+  const int col0 = (gw - pair * groups) * C;
+  const uint16_t* down = ptrs[2 * E + __ldg(idx + pair)];
+  const uint16_t* wr[C];
+  bool live[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    live[c] = col0 + c < hidden;
+    wr[c] = down + static_cast<int64_t>(live[c] ? col0 + c : 0) * inter + lane * 8;
+  }
+  const float* al = act + static_cast<int64_t>(pair) * inter + lane * 8;
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  const int segs = (inter + 255) / 256;
+  for (int seg0 = 0; seg0 < segs; seg0 += U) {
+    uint4 wv[U][C];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u;
+      const bool ok = seg < segs && seg * 256 + lane * 8 < inter;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        wv[u][c] = ok && live[c] ? LoadStream16(wr[c] + seg * 256) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int seg = seg0 + u;
+      if (seg >= segs || seg * 256 + lane * 8 >= inter) continue;
+      const float4* ap = reinterpret_cast<const float4*>(al + seg * 256);
+      const float4 a = __ldg(ap), b = __ldg(ap + 1);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c] = DotBf16x8(wv[u][c], a, b, acc[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = WarpSum(acc[c]);
+  const float scale = __ldg(weights + pair);
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+    if (lane == c && live[c]) slot_out[static_cast<int64_t>(pair) * hidden + col0 + c] = acc[c] * scale;
+}
+
 // TESSERA_CUDA_MOE_FUSED=v1: the v1 kernels above, for A/B runs. Read once; the choice depends on
 // nothing recorded, so graphs replay what was captured.
 bool FusedV1() {
@@ -167,6 +228,17 @@ bool FusedV1() {
     return e != nullptr && std::strcmp(e, "v1") == 0;
   }();
   return v1;
+}
+
+// TESSERA_CUDA_MOE_DOWN=v1 | c4 | c8: the v1 down kernel with the v2 gate/up, or the tiled one with 4
+// or 8 columns a warp whatever inter is (A/B runs). 0 when unset. Read once.
+int DownChoice() {
+  static const int choice = [] {
+    const char* e = std::getenv("TESSERA_CUDA_MOE_DOWN");
+    if (e == nullptr) return 0;
+    return std::strcmp(e, "v1") == 0 ? 1 : std::strcmp(e, "c4") == 0 ? 4 : std::strcmp(e, "c8") == 0 ? 8 : 0;
+  }();
+  return choice;
 }
 
 // v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot in the down kernel) and
@@ -200,8 +272,20 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s) {
   if (slots <= 0) return;
-  // The one-load-a-lane kernel: a pipelined variant that also summed the slots measured slower on the
-  // H200 (ncu: 19.3 us a layer against 11.2 + 2.9 us for this kernel and MoeSumSlots).
+  if (DownChoice() != 1 && UseV2(ptrs_aligned, inter, act, /*k=*/1, slots, inter, hidden) &&
+      num_experts < (int64_t{1} << 30)) {
+    // Inter up to 512 (two segments) in one step of 8 columns, longer rows in one step of 4 (up to 1024).
+    const int C = DownChoice() > 1 ? DownChoice() : inter <= 512 ? 8 : 4;
+    const int64_t warps = slots * ((hidden + C - 1) / C);
+    const auto kernel = C == 8 ? MoeDownTiledKernel<8> : MoeDownTiledKernel<4>;
+    LaunchKernel(kernel, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
+        act, static_cast<int>(inter), idx, weights, ptrs, static_cast<int>(num_experts), static_cast<int>(hidden),
+        static_cast<int>(slots), slot_out);
+    return;
+  }
+  // The one-load-a-lane kernel (unaligned shapes, TESSERA_CUDA_MOE_DOWN=v1): a pipelined variant that
+  // also summed the slots measured slower on the H200 (ncu: 19.3 us a layer against 11.2 + 2.9 us for
+  // this kernel and MoeSumSlots).
   const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));
   LaunchKernel(MoeDownKernel, grid, 256, 0, s)(act, inter, idx, weights, ptrs, num_experts, hidden, slot_out,
                                      ptrs_aligned && inter % 8 == 0 && Aligned16(act));
