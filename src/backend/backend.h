@@ -339,6 +339,15 @@ class Backend {
   virtual void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                           const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                           float* out) = 0;
+  // MoeRoute then MoeExperts on its idx / weights (both still written: expert statistics read idx).
+  // A device backend routes inside the expert kernels of a few-token step (one launch less); same
+  // results as the two ops.
+  virtual void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k,
+                               bool renormalize, int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts,
+                               float* out) {
+    MoeRoute(logits, rows, static_cast<int64_t>(experts.size()), k, renormalize, idx, weights);
+    MoeExperts(x, rows, hidden, idx, weights, k, experts, out);
+  }
 
   virtual void Softmax(float* x, int64_t rows, int64_t n) = 0;
   virtual void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) = 0;

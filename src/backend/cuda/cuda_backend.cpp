@@ -97,6 +97,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const long long n = std::atoll(v);
     first_chunk_commands_ = next_chunk_commands_ = n > 0 ? static_cast<size_t>(n) : SIZE_MAX;
   }
+  // TESSERA_CUDA_MOE_ROUTE_FUSED=0 keeps the routing kernel ahead of the few-token experts (A/B).
+  if (const char* v = std::getenv("TESSERA_CUDA_MOE_ROUTE_FUSED")) moe_route_fused_ = std::string(v) != "0";
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;

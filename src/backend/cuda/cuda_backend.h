@@ -98,6 +98,10 @@ class CudaBackend : public Backend {
   void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) override;
   void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                 int32_t* idx, float* weights) override;
+  // Few-token steps route in the gate/up kernel (cuda::MoeGateUpRouted); TESSERA_CUDA_MOE_ROUTE_FUSED=0
+  // keeps the routing kernel (A/B).
+  void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k, bool renormalize,
+                       int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts, float* out) override;
   void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                   int64_t k, const std::vector<ExpertWeights>& experts, float* out) override;
 
@@ -173,6 +177,7 @@ class CudaBackend : public Backend {
 
   int device_ = 0;
   int sm_count_ = 1;
+  bool moe_route_fused_ = true;  // MoeRouteExperts routes in the few-token gate/up kernel
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
   std::unique_ptr<cuda::StepGraphs> graphs_;

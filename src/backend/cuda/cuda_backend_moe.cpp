@@ -48,6 +48,30 @@ const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<Ex
   return *slot;
 }
 
+void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k,
+                                  bool renormalize, int32_t* idx, float* weights,
+                                  const std::vector<ExpertWeights>& experts, float* out) {
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  if (!moe_route_fused_ || rows == 0 || slots > kMoeFusedMaxSlots || E == 0) {
+    Backend::MoeRouteExperts(logits, x, rows, hidden, k, renormalize, idx, weights, experts, out);
+    return;
+  }
+  const int64_t inter = experts[0].gate.dim(0);
+  const ExpertTable& table = ExpertPointers(experts);
+  if (!cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, inter, table.aligned)) {
+    Backend::MoeRouteExperts(logits, x, rows, hidden, k, renormalize, idx, weights, experts, out);
+    return;
+  }
+  profiler_->Mark("MoeRouteExperts fused");
+  const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
+  DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  Enqueue("MoeGateUpRouted", cuda::MoeGateUpRouted, x, hidden, logits, rows, k, renormalize, idx, weights, ptrs, E,
+          inter, act.f32(), stream_);
+  Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
+          slot_out.f32(), stream_);
+  Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out.f32(), rows, k, hidden, out, stream_);
+}
+
 void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                              int64_t k, const std::vector<ExpertWeights>& experts, float* out) {
   if (rows == 0) return;

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 namespace tessera::cuda {
 
@@ -329,16 +330,7 @@ __global__ void MoeRouteKernel(const float* logits, int64_t E, int64_t k, bool r
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) weights[blockIdx.x * k + j] /= top_sum;
 }
 
-__device__ __forceinline__ double WarpSumD(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Routing with a warp per row (E <= 32 * kV, k <= 32): lane l holds experts l, l + 32, ... in
-// registers; each of the k rounds is a lane-local scan of kV values and two warp reductions
-// (redux.sync) instead of the block kernel's barriers and serial per-warp merge. Same selection as
-// MoeRouteKernel (largest p, ties -> lower index); the softmax sum and the renormalisation are in
-// double, in the CPU backend's order for the latter, so the weights follow the reference closely.
+// Routing with a warp per row (E <= 32 * kV, k <= 32): RouteRowWarp (cuda_moe_route.cuh).
 template <int kV>
 __global__ void MoeRouteWarpKernel(const float* logits, int64_t rows, int E, int k, bool renormalize, int32_t* idx,
                                    float* weights) {
@@ -346,48 +338,12 @@ __global__ void MoeRouteWarpKernel(const float* logits, int64_t rows, int E, int
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
-  const float* l = logits + row * E;
-  float v[kV];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    v[i] = lane + 32 * i < E ? l[lane + 32 * i] : -INFINITY;
-    mx = fmaxf(mx, v[i]);
-  }
-  mx = WarpMax(mx);
-  double sum = 0;
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    v[i] = lane + 32 * i < E ? expf(v[i] - mx) : 0.0f;
-    sum += v[i];
-  }
-  sum = WarpSumD(sum);
-  // p >= 0, so its bits order like the values as ints; -1 marks taken experts and padding.
-  int key[kV];
-#pragma unroll
-  for (int i = 0; i < kV; ++i)
-    key[i] = lane + 32 * i < E ? __float_as_int(static_cast<float>(v[i] / sum)) : -1;
-  double top = 0;
-  int my_idx = 0;
-  float my_w = 0;
-  for (int j = 0; j < k; ++j) {
-    int best = -1, bi = 0x7fffffff;  // this lane's largest, lowest index among equals
-#pragma unroll
-    for (int i = 0; i < kV; ++i)
-      if (key[i] > best) best = key[i], bi = lane + 32 * i;
-    const int gbest = __reduce_max_sync(0xffffffffu, best);
-    const int gi = static_cast<int>(__reduce_min_sync(0xffffffffu, best == gbest ? static_cast<unsigned>(bi) : ~0u));
-    const float pv = __int_as_float(gbest);
-    top += pv;
-    if (lane == j) my_idx = gi, my_w = pv;
-    if ((gi & 31) == lane)
-#pragma unroll
-      for (int i = 0; i < kV; ++i)
-        if (i == (gi >> 5)) key[i] = -1;
-  }
+  int expert;
+  float weight;
+  RouteRowWarp<kV>(logits + row * E, E, k, renormalize, &expert, &weight);
   if (lane < k) {
-    idx[row * k + lane] = my_idx;
-    weights[row * k + lane] = renormalize ? static_cast<float>(my_w / top) : my_w;
+    idx[row * k + lane] = expert;
+    weights[row * k + lane] = weight;
   }
 }
 

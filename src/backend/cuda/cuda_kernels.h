@@ -101,6 +101,14 @@ void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
 void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
                const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
                cudaStream_t s);
+// MoeRoute and MoeGateUp in one launch for rows * k pairs (the few-token path): every warp routes its
+// pair's row from the logits as MoeRoute's kernel does and the row's first writes idx and weights.
+// Only for shapes MoeGateUpRoutedFits accepts (the tiled gate/up kernel's, num_experts <= 512).
+bool MoeGateUpRoutedFits(const float* x, int64_t hidden, int64_t rows, int64_t k, int64_t num_experts, int64_t inter,
+                         bool ptrs_aligned);
+void MoeGateUpRouted(const float* x, int64_t hidden, const float* logits, int64_t rows, int64_t k, bool renormalize,
+                     int32_t* idx, float* weights, const uint16_t* const* ptrs, int64_t num_experts, int64_t inter,
+                     float* act, cudaStream_t s);
 void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s);

@@ -7,8 +7,8 @@
 // lane issues all 16-byte weight loads of a step (16 per lane) before using any of them, the weights
 // bypass L1 (read once), the f32 activations come through L1 (read by every warp of a pair), and the
 // expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). Down
-// is written the same way (4 or 8 columns a warp, one step of loads: ncu 10.5 -> 10.0 us a layer for
-// Qwen3-30B-A3B, 8.6 -> 7.8 for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load
+// is written the same way (8 columns a warp: ncu 10.5 -> 9.2 us a layer for Qwen3-30B-A3B, 8.6 -> 7.8
+// for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load
 // in flight) stay for unaligned shapes and TESSERA_CUDA_MOE_FUSED=v1 (TESSERA_CUDA_MOE_DOWN=v1: down
 // only); a pipelined down that also summed the slots measured 19.3 us and was removed.
 #include <cuda_runtime.h>
@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_moe_route.cuh"
 
 namespace tessera::cuda {
 
@@ -102,11 +103,15 @@ constexpr int kGateUpBlocksPerSm = 3;
 // per row), U segments a step, so a lane has U * 2C = kLoads loads in flight; x is loaded once per
 // segment for all 2C rows. Warps are numbered pair-major, so a block's warps share a pair (one idx
 // / pointer fetch through L1) and its x row.
-template <int C>
+// kRouteV > 0 (MoeGateUpRouted): no routing kernel before; each warp routes its pair's row from the
+// router logits itself (RouteRowWarp<kRouteV>, as the routing kernel does: every warp of a row picks
+// the same experts) and the row's first warp writes idx and weights for the kernels after.
+template <int C, int kRouteV>
 __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
-    MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, const int32_t* __restrict__ idx, int k,
+    MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, int32_t* __restrict__ idx, int k,
                          const uint16_t* const* __restrict__ ptrs, int E, int inter, int pairs,
-                         float* __restrict__ act) {
+                         float* __restrict__ act, const float* __restrict__ logits, bool renormalize,
+                         float* __restrict__ weights) {
   GridDependencyWait();
   constexpr int R = 2 * C, U = kLoads / R;
   const int lane = threadIdx.x & 31;
@@ -115,7 +120,17 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
   const int pair = gw / groups;
   if (pair >= pairs) return;  // whole warps only: the shuffles below see 32 lanes
   const int col0 = (gw - pair * groups) * C;
-  const int e = __ldg(idx + pair);
+  int e;
+  if constexpr (kRouteV > 0) {
+    const int row = pair / k, slot = pair - row * k;
+    int expert;
+    float weight;
+    RouteRowWarp<kRouteV>(logits + static_cast<int64_t>(row) * E, E, k, renormalize, &expert, &weight);
+    e = __shfl_sync(0xffffffffu, expert, slot);
+    if (slot == 0 && col0 == 0 && lane < k) idx[row * k + lane] = expert, weights[row * k + lane] = weight;
+  } else {
+    e = __ldg(idx + pair);
+  }
   const uint16_t* gate = ptrs[e];
   const uint16_t* up = ptrs[E + e];
   const uint16_t* wr[R];
@@ -160,10 +175,13 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
     if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = SiluF(acc[c]) * acc[C + c];
 }
 
-// Down (C = 4 or 8): a warp owns C adjacent output columns of one pair (C weight rows of its expert sharing the
+// Down: a warp owns C adjacent output columns of one pair (C weight rows of its expert sharing the
 // pair's activation row); inter is walked in segments of 256, U = kLoads / C a step, so a lane keeps
 // kLoads 16-byte loads in flight (the v1 kernel: one, three dependent round trips for inter 768).
 // Lane c writes column c, scaled by the pair's routing weight. Same warp numbering as gate/up.
+// 8 columns: batch-1's 8 pairs x 2048 columns are 512 blocks, one wave at 4 blocks an SM (ncu,
+// Qwen3-30B-A3B's inter 768 in two steps: 9.2 us; 4 columns, 1,024 blocks in one step each: 10.0).
+constexpr int kDownCols = 8;
 constexpr int kDownBlocksPerSm = 4;
 
 template <int C>
@@ -230,15 +248,13 @@ bool FusedV1() {
   return v1;
 }
 
-// TESSERA_CUDA_MOE_DOWN=v1 | c4 | c8: the v1 down kernel with the v2 gate/up, or the tiled one with 4
-// or 8 columns a warp whatever inter is (A/B runs). 0 when unset. Read once.
-int DownChoice() {
-  static const int choice = [] {
+// TESSERA_CUDA_MOE_DOWN=v1: the v1 down kernel with the v2 gate/up (A/B runs). Read once.
+bool DownV1() {
+  static const bool v1 = [] {
     const char* e = std::getenv("TESSERA_CUDA_MOE_DOWN");
-    if (e == nullptr) return 0;
-    return std::strcmp(e, "v1") == 0 ? 1 : std::strcmp(e, "c4") == 0 ? 4 : std::strcmp(e, "c8") == 0 ? 8 : 0;
+    return e != nullptr && std::strcmp(e, "v1") == 0;
   }();
-  return choice;
+  return v1;
 }
 
 // v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot in the down kernel) and
@@ -258,9 +274,10 @@ void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots
   if (UseV2(ptrs_aligned, hidden, x, k, slots, hidden, inter) && num_experts < (int64_t{1} << 30)) {
     constexpr int C = kGateUpCols;
     const int64_t warps = slots * ((inter + C - 1) / C);
-    LaunchKernel(MoeGateUpTiledKernel<C>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
-        x, static_cast<int>(hidden), idx, static_cast<int>(k), ptrs, static_cast<int>(num_experts),
-        static_cast<int>(inter), static_cast<int>(slots), act);
+    LaunchKernel(MoeGateUpTiledKernel<C, 0>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0,
+                 s)(x, static_cast<int>(hidden), const_cast<int32_t*>(idx), static_cast<int>(k), ptrs,
+                    static_cast<int>(num_experts), static_cast<int>(inter), static_cast<int>(slots), act, nullptr,
+                    false, nullptr);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + 7) / 8), static_cast<unsigned>(slots));
@@ -268,17 +285,35 @@ void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots
                                        ptrs_aligned && hidden % 8 == 0 && Aligned16(x));
 }
 
+bool MoeGateUpRoutedFits(const float* x, int64_t hidden, int64_t rows, int64_t k, int64_t num_experts, int64_t inter,
+                         bool ptrs_aligned) {
+  return UseV2(ptrs_aligned, hidden, x, k, rows * k, hidden, inter) && k <= num_experts && num_experts <= 512;
+}
+
+void MoeGateUpRouted(const float* x, int64_t hidden, const float* logits, int64_t rows, int64_t k, bool renormalize,
+                     int32_t* idx, float* weights, const uint16_t* const* ptrs, int64_t num_experts, int64_t inter,
+                     float* act, cudaStream_t s) {
+  if (rows <= 0) return;
+  constexpr int C = kGateUpCols;
+  const int64_t slots = rows * k, warps = slots * ((inter + C - 1) / C);
+  const auto kernel = num_experts <= 64    ? MoeGateUpTiledKernel<C, 2>
+                      : num_experts <= 128 ? MoeGateUpTiledKernel<C, 4>
+                      : num_experts <= 256 ? MoeGateUpTiledKernel<C, 8>
+                                           : MoeGateUpTiledKernel<C, 16>;
+  LaunchKernel(kernel, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
+      x, static_cast<int>(hidden), idx, static_cast<int>(k), ptrs, static_cast<int>(num_experts),
+      static_cast<int>(inter), static_cast<int>(slots), act, logits, renormalize, weights);
+}
+
 void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s) {
   if (slots <= 0) return;
-  if (DownChoice() != 1 && UseV2(ptrs_aligned, inter, act, /*k=*/1, slots, inter, hidden) &&
+  if (!DownV1() && UseV2(ptrs_aligned, inter, act, /*k=*/1, slots, inter, hidden) &&
       num_experts < (int64_t{1} << 30)) {
-    // Inter up to 512 (two segments) in one step of 8 columns, longer rows in one step of 4 (up to 1024).
-    const int C = DownChoice() > 1 ? DownChoice() : inter <= 512 ? 8 : 4;
+    constexpr int C = kDownCols;
     const int64_t warps = slots * ((hidden + C - 1) / C);
-    const auto kernel = C == 8 ? MoeDownTiledKernel<8> : MoeDownTiledKernel<4>;
-    LaunchKernel(kernel, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
+    LaunchKernel(MoeDownTiledKernel<C>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
         act, static_cast<int>(inter), idx, weights, ptrs, static_cast<int>(num_experts), static_cast<int>(hidden),
         static_cast<int>(slots), slot_out);
     return;

@@ -1,6 +1,8 @@
 // tessera model layer: dense MLP and sparse MoE block (see moe.h).
 #include "model/layers/moe.h"
 
+#include "core/error.h"
+
 namespace tessera {
 
 void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float* x, float* out) {
@@ -32,8 +34,9 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   } else {
     be.MatMul(x, R, w.router, logits.f32());
   }
-  be.MoeRoute(logits.f32(), R, E, k, c.norm_topk_prob, idx.i32(), weights.f32());
-  be.MoeExperts(x, R, H, idx.i32(), weights.f32(), k, w.experts, out);
+  if (static_cast<int64_t>(w.experts.size()) != E)
+    Fail(ErrorKind::kInternal, "moe: {} experts loaded, config says {}", w.experts.size(), E);
+  be.MoeRouteExperts(logits.f32(), x, R, H, k, c.norm_topk_prob, idx.i32(), weights.f32(), w.experts, out);
   if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
   if (w.has_shared) {
     // out += sigmoid(gate) * down(act) as down(sigmoid(gate) * act), accumulated by the product:
