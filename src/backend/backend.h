@@ -314,6 +314,14 @@ class Backend {
                                             const std::vector<ConvSegment>& segs) {
     for (const ConvSegment& s : segs) CausalConv1dUpdateState(x + s.row0 * x_stride, s.T, x_stride, channels, K, s.state);
   }
+  // CausalConv1dSiluBatch then CausalConv1dUpdateStateBatch over the same segments (every row of
+  // each segment committed, as in a decode step). A device backend does both in one pass when every
+  // segment is one row; the default calls the two ops.
+  virtual void CausalConv1dSiluUpdateBatch(const float* x, int64_t x_stride, int64_t channels, const float* w,
+                                           int64_t K, const std::vector<ConvSegment>& segs, float* y) {
+    CausalConv1dSiluBatch(x, x_stride, channels, w, K, segs, y);
+    CausalConv1dUpdateStateBatch(x, x_stride, channels, K, segs);
+  }
   // Independent runs (distinct states, same head shape).
   virtual void GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) {
     for (const GatedDeltaArgs& a : runs) GatedDeltaRule(a, mode);

@@ -534,6 +534,22 @@ void CudaBackend::CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride,
           static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), stream_);
 }
 
+void CudaBackend::CausalConv1dSiluUpdateBatch(const float* x, int64_t x_stride, int64_t channels, const float* w,
+                                              int64_t K, const std::vector<ConvSegment>& segs, float* y) {
+  bool rows = !segs.empty() && K >= 1 && K <= cuda::kConvMaxK && channels < (int64_t{1} << 31);
+  for (const ConvSegment& sg : segs) rows = rows && sg.T == 1;
+  if (!rows) {
+    Backend::CausalConv1dSiluUpdateBatch(x, x_stride, channels, w, K, segs, y);
+    return;
+  }
+  profiler_->Mark("CausalConv1dSiluUpdateBatch");
+  std::vector<cuda::ConvSegmentParams> params;
+  for (const ConvSegment& sg : segs) params.push_back({sg.row0, sg.T, sg.state});
+  const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::ConvSegmentParams));
+  Enqueue("CausalConv1dSiluUpdateRows", cuda::CausalConv1dSiluUpdateRows, x, x_stride, channels, w, K,
+          static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), y, stream_);
+}
+
 void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
   profiler_->Mark("GatedDeltaRuleBatch");
   std::vector<cuda::GdnRunParams> params;

@@ -91,6 +91,9 @@ class CudaBackend : public Backend {
                              const std::vector<ConvSegment>& segs, float* y) override;
   void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
                                     const std::vector<ConvSegment>& segs) override;
+  // One-row segments (decode): one kernel (cuda::CausalConv1dSiluUpdateRows).
+  void CausalConv1dSiluUpdateBatch(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                                   const std::vector<ConvSegment>& segs, float* y) override;
   void GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) override;
   void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride, int64_t b_stride,
                 const float* a_log, const float* dt_bias, float* g, float* beta, int64_t out_stride) override;

@@ -255,6 +255,12 @@ struct ConvSegmentParams {
 };
 void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                            const int2* rows, const ConvSegmentParams* segs, float* y, cudaStream_t s);
+// Both of the above for segments of one row each (decode): a thread per (segment, channel) reads the
+// state and the row once, writes y and the shifted state. Same arithmetic as the two kernels. Needs
+// K <= kConvMaxK and channels < 2^31.
+constexpr int64_t kConvMaxK = 9;
+void CausalConv1dSiluUpdateRows(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                                const ConvSegmentParams* segs, int64_t n, float* y, cudaStream_t s);
 void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
                                   const ConvSegmentParams* segs, int64_t n, cudaStream_t s);
 struct GdnRunParams {

@@ -277,6 +277,33 @@ __global__ void ConvSiluBatchKernel(const float* x, int64_t R, int64_t xs, int64
   y[i] = s / (1.0f + expf(-s));
 }
 
+// Conv + SiLU and the state shift of one-row segments: ConvSiluBatchKernel's sum (same order) and
+// ConvUpdateColumn's shift for T = 1, the window [state, x] held in registers.
+__global__ void ConvSiluUpdateRowsKernel(const float* x, int64_t xs, int C, const float* w, int K,
+                                         const ConvSegmentParams* segs, float* y) {
+  GridDependencyWait();
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const ConvSegmentParams& sg = segs[blockIdx.y];
+  const int S = K - 1;
+  float* st = sg.state + static_cast<int64_t>(c) * S;
+  float win[kConvMaxK];
+#pragma unroll
+  for (int j = 0; j < kConvMaxK - 1; ++j)
+    if (j < S) win[j] = st[j];
+#pragma unroll
+  for (int j = 0; j < kConvMaxK; ++j)
+    if (j == S) win[j] = x[sg.row0 * xs + c];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < kConvMaxK; ++j)
+    if (j < K) s += w[static_cast<int64_t>(c) * K + j] * win[j];
+  y[sg.row0 * C + c] = s / (1.0f + expf(-s));
+#pragma unroll
+  for (int j = 0; j < kConvMaxK - 1; ++j)
+    if (j < S) st[j] = win[j + 1];
+}
+
 // One warp L2-normalises one (token, key head) of q and k (q also scaled by 1/sqrt(dk)).
 __device__ void NormalizeQkHead(const float* qs, const float* ks, int64_t dk, float* qo, float* ko) {
   const int lane = threadIdx.x & 31;
@@ -701,6 +728,13 @@ void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t 
   if (n > 0)
     LaunchKernel(ConvSiluBatchKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(x, R, x_stride, channels, w, K,
                                                                                          rows, segs, y);
+}
+
+void CausalConv1dSiluUpdateRows(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
+                                const ConvSegmentParams* segs, int64_t n, float* y, cudaStream_t s) {
+  if (channels > 0 && n > 0)
+    LaunchKernel(ConvSiluUpdateRowsKernel, dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)),
+                 256, 0, s)(x, x_stride, static_cast<int>(channels), w, static_cast<int>(K), segs, y);
 }
 
 void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,

@@ -1,6 +1,7 @@
 // tessera model layer: Gated DeltaNet (see gated_delta_net.h).
 #include "model/layers/gated_delta_net.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -96,9 +97,21 @@ void GatedDeltaNetForward(const LayerContext& ctx, const GdnWeights& w, int64_t 
       blocks.push_back(args(s, s.commit_len, s.T - s.commit_len, scratch.back().f32()));
     }
   }
-  be.CausalConv1dSiluBatch(comb.f32(), W, conv_dim, w.conv, K, conv_segs, conv_out.f32());
-  be.GatedDeltaRuleBatch(committed, ctx.gdn_mode);
-  be.CausalConv1dUpdateStateBatch(comb.f32(), W, conv_dim, K, conv_updates);
+  // Every row committed (decode, prompts): the conv and its state shift as one op (one pass on a
+  // GPU for one-row segments); the recurrence does not read the conv state.
+  const bool all_committed = conv_updates.size() == conv_segs.size() &&
+                             std::equal(conv_segs.begin(), conv_segs.end(), conv_updates.begin(),
+                                        [](const Backend::ConvSegment& a, const Backend::ConvSegment& b) {
+                                          return a.row0 == b.row0 && a.T == b.T && a.state == b.state;
+                                        });
+  if (all_committed) {
+    be.CausalConv1dSiluUpdateBatch(comb.f32(), W, conv_dim, w.conv, K, conv_segs, conv_out.f32());
+    be.GatedDeltaRuleBatch(committed, ctx.gdn_mode);
+  } else {
+    be.CausalConv1dSiluBatch(comb.f32(), W, conv_dim, w.conv, K, conv_segs, conv_out.f32());
+    be.GatedDeltaRuleBatch(committed, ctx.gdn_mode);
+    be.CausalConv1dUpdateStateBatch(comb.f32(), W, conv_dim, K, conv_updates);
+  }
   for (const auto& [from, to] : block_state_copies) be.CopyBuffer(to, from, static_cast<size_t>(rec_size) * sizeof(float));
   be.GatedDeltaRuleBatch(blocks, ctx.gdn_mode);
   be.GatedRmsNorm(core.f32(), z.f32(), R * vh, dv, w.norm, static_cast<float>(c.rms_norm_eps), core.f32());
