@@ -351,8 +351,8 @@ class Backend {
   // A device backend routes inside the expert kernels of a few-token step (one launch less); same
   // results as the two ops.
   virtual void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k,
-                               bool renormalize, int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts,
-                               float* out) {
+                               bool renormalize, int32_t* idx, float* weights,
+                               const std::vector<ExpertWeights>& experts, float* out) {
     MoeRoute(logits, rows, static_cast<int64_t>(experts.size()), k, renormalize, idx, weights);
     MoeExperts(x, rows, hidden, idx, weights, k, experts, out);
   }

@@ -8,9 +8,10 @@
 // bypass L1 (read once), the f32 activations come through L1 (read by every warp of a pair), and the
 // expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). Down
 // is written the same way (8 columns a warp: ncu 10.5 -> 9.2 us a layer for Qwen3-30B-A3B, 8.6 -> 7.8
-// for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load
-// in flight) stay for unaligned shapes and TESSERA_CUDA_MOE_FUSED=v1 (TESSERA_CUDA_MOE_DOWN=v1: down
-// only); a pipelined down that also summed the slots measured 19.3 us and was removed.
+// for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load in flight) stay for
+// unaligned shapes and TESSERA_CUDA_MOE_FUSED=v1 (TESSERA_CUDA_MOE_DOWN=v1: down only); a pipelined
+// down that also summed the slots measured 19.3 us and was removed. MoeGateUpRouted is gate/up with
+// the routing done by its own warps (no routing kernel before it).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -257,7 +258,7 @@ bool DownV1() {
   return v1;
 }
 
-// v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot in the down kernel) and
+// v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot when routing) and
 // int-sized offsets (the few-token path: <= 16 pairs here).
 bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, int64_t width, int64_t other) {
   return !FusedV1() && aligned && len % 8 == 0 && Aligned16(a) && k >= 1 && k <= 32 && slots <= 1024 &&

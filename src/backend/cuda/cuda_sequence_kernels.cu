@@ -733,8 +733,9 @@ void CausalConv1dSiluBatch(const float* x, int64_t R, int64_t x_stride, int64_t 
 void CausalConv1dSiluUpdateRows(const float* x, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                                 const ConvSegmentParams* segs, int64_t n, float* y, cudaStream_t s) {
   if (channels > 0 && n > 0)
-    LaunchKernel(ConvSiluUpdateRowsKernel, dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)),
-                 256, 0, s)(x, x_stride, static_cast<int>(channels), w, static_cast<int>(K), segs, y);
+    LaunchKernel(ConvSiluUpdateRowsKernel,
+                 dim3(static_cast<unsigned>((channels + 255) / 256), static_cast<unsigned>(n)), 256, 0, s)(
+        x, x_stride, static_cast<int>(channels), w, static_cast<int>(K), segs, y);
 }
 
 void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t channels, int64_t K,
