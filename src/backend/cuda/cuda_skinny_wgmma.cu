@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
 
   // Stage s's weights into buffer s % ST: one TMA copy of the (k0, col0) box by thread 0; columns
-  // past n and k past the tensor come as zeros (k past k_end, a multiple of 32, is not multiplied).
+  // past n and k past the tensor come as zeros (only the last rank's last stage can be partial: the
+  // other ranks' k ranges are whole stages), multiplied by the zero activations there.
   auto issue_w = [&](int s) {
     if (t != 0) return;
     const uint32_t bar = bars + 8 * (s % kWgStages);
@@ -153,16 +154,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     TmaLoad2d(static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage)), &maps.map[blk.job],
               k_begin + s * kWgKt, blk.col0, bar);
   };
-  // Activations: chunk c = 4 floats ch = c & 15 of row c >> 4; rows past m are zeros.
+  // Activations: chunk c = 4 floats ch = c & 15 of row c >> 4; rows past m and k past k_end are
+  // zeros (k % 32 == 0, so a chunk is wholly inside or outside), so that every stage can run all four
+  // k steps: a branch between the wgmmas makes ptxas fence each one (C7519, serialising them).
   auto issue_x = [&](int s) {
     const int k0 = k_begin + s * kWgKt;
     float* a = sa + (s % kWgStages) * kWgRows * kWgAStride;
 #pragma unroll
     for (int i = 0; i < kWgRows * (kWgKt / 4) / kWgThreads; ++i) {
       const int c = t + kWgThreads * i, row = c >> 4, ch = c & 15;
-      const bool ok = row < blk.m;
-      if (k0 + 4 * ch < k_end)
-        CpAsync16(a + row * kWgAStride + 4 * ch, blk.x + static_cast<int64_t>(ok ? row : 0) * k + k0 + 4 * ch, ok);
+      const bool ok = row < blk.m && k0 + 4 * ch < k_end;
+      CpAsync16(a + row * kWgAStride + 4 * ch, ok ? blk.x + static_cast<int64_t>(row) * k + k0 + 4 * ch : blk.x, ok);
     }
   };
 
@@ -193,11 +195,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       issue_x(s + kWgStages - 2);
     }
     CpAsyncCommit();
-    const int steps = min(kWgKt, k_end - (k_begin + s * kWgKt)) / 16;  // block-uniform
     const float* a = sa + (s % kWgStages) * kWgRows * kWgAStride + (16 * warp + g) * kWgAStride + 2 * q;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (j >= steps) break;
+    for (int j = 0; j < 4; ++j) {  // all four k steps (zeros past k_end: see issue_x)
       const float2 r0 = *reinterpret_cast<const float2*>(a + 16 * j);
       const float2 r0k = *reinterpret_cast<const float2*>(a + 16 * j + 8);
       const float2 r1 = *reinterpret_cast<const float2*>(a + 8 * kWgAStride + 16 * j);
@@ -211,7 +211,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const auto b = static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage));
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (j >= steps) break;
       const uint64_t desc = WgmmaDescriptor(b + 32 * j);
       Wgmma64x128(acc, hi[j], desc);
       Wgmma64x128(acc, lo[j], desc);
