@@ -256,11 +256,23 @@ int SkinnyKernel() {
   return version;
 }
 bool SkinnyV1() { return SkinnyKernel() == 1; }
+}  // namespace
+
+int SkinnyMaxSplits() {
+  static const int splits = [] {
+    const char* e = std::getenv("TESSERA_CUDA_SKINNY_SPLITS");
+    const int v = e ? std::atoi(e) : kSkinnyMaxSplits;
+    return v >= 1 && v <= kSkinnyMaxSplits ? v : kSkinnyMaxSplits;
+  }();
+  return splits;
+}
+
+namespace {
 
 template <int RG, int W, int ST>
 void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
   using S = SkinnyShape<RG, W, ST>;
-  LaunchSkinnyGrid(SkinnyGemmV2Kernel<RG, W, ST>, S::kSmem, S::kThreads, S::kRows, S::kCols, kKt,
+  LaunchSkinnyGrid(SkinnyGemmV2Kernel<RG, W, ST>, S::kSmem, S::kThreads, S::kRows, S::kCols, kKt, kSkinnyMaxSplits,
                    /*programmatic=*/false, x, m, k, jobs, accumulate, s);
 }
 

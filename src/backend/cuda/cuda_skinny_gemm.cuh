@@ -37,6 +37,7 @@ struct SkinnyBlock {
   float* y;  // the job's output at the cell's first row
   int job;   // its index in the launch
   int col0;  // the cell's first column within the job
+  int row0;  // the cell's first row
   int k_begin, k_end;
 };
 
@@ -54,6 +55,7 @@ __device__ __forceinline__ SkinnyBlock SkinnyBlockOf(const float* x, int m, int 
   b.n = jobs.n[job];
   b.y = jobs.y[job] + static_cast<int64_t>(row0) * b.n;
   b.col0 = (tile - jobs.first_tile[job]) * kCols;
+  b.row0 = row0;
   b.job = job;
   b.k_begin = rank * k_chunk;
   b.k_end = min(k, b.k_begin + k_chunk);
@@ -97,14 +99,17 @@ __device__ __forceinline__ void SkinnyClusterSumStore(float* red, const SkinnyBl
 }
 
 constexpr int kSkinnyMaxSplits = 8;  // the portable cluster size
+// TESSERA_CUDA_SKINNY_SPLITS (1..8, read once; cuda_skinny_gemm.cu): a cap on every launch's k
+// split for comparisons, else kSkinnyMaxSplits.
+int SkinnyMaxSplits();
 
 // Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles, extra...) over (column tile of
-// kCols, row tile of kRows) cells, splitting k (cluster size, up to kSkinnyMaxSplits) so that cells x splits
+// kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits()) so that cells x splits
 // fills the resident blocks once without exceeding them (a second, partial wave would cost more than
 // a smaller split gains); the k ranges are whole stages (kt) except the last. programmatic: also a
 // PDL launch (cuda_launch.cuh) when launches use it.
 template <typename Kernel, typename... Extra>
-void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, bool programmatic,
+void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, int max_splits, bool programmatic,
                       const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s,
                       const Extra&... extra) {
   const Residency res = KernelResidency(kernel, smem, threads);
@@ -112,7 +117,7 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
   for (int j = 0; j < jobs.count; ++j) jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + cols - 1) / cols;
   const int64_t row_tiles = (m + rows - 1) / rows;
   const int64_t tiles = jobs.first_tile[jobs.count] * row_tiles;
-  const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, kSkinnyMaxSplits);
+  const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, std::min(max_splits, SkinnyMaxSplits()));
   const int64_t k_chunk = (k + kt * want - 1) / (kt * want) * kt;
   const int64_t splits = (k + k_chunk - 1) / k_chunk;
   cudaLaunchConfig_t cfg = {};

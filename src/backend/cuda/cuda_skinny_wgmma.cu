@@ -7,11 +7,13 @@
 // by itself. At 32 rows or fewer v2 stays (as fast or faster there: docs/PERFORMANCE.md).
 //
 // Block = one warpgroup (4 warps), tile = 64 rows x 128 columns, k split over a thread-block cluster
-// for narrow outputs and summed in rank order as v2 does (SkinnyClusterSumStore). A stage = 64 of k:
-// the weight tile (128 columns x 128 bytes) brought by one TMA copy in the 128-byte-swizzled K-major
-// layout wgmma reads (16-byte chunk c of column r at c ^ (r & 7)), completing on the stage's
-// mbarrier, and the tile's 64 activation rows by cp.async (f32, rows padded by 8 floats: a
-// half-warp's fragment reads hit distinct banks). ST - 2 stages load while one is multiplied and the
+// (at most 4 ranks) for narrow outputs and summed in rank order as v2 does (SkinnyClusterSumStore).
+// A stage = 64 of k: the weight tile (128 columns x 128 bytes) brought by one TMA copy in the
+// 128-byte-swizzled K-major layout wgmma reads (16-byte chunk c of column r at c ^ (r & 7)), and the
+// tile's 64 activation rows (f32) by two TMA copies of 32 k in the same swizzle (a warp's fragment
+// reads hit every bank twice, the least for 256 bytes), all completing on the stage's mbarrier
+// (one thread issues a stage: per-thread cp.async copies of the activations cost ~90 instructions a
+// stage a thread, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2 stages load while one is multiplied and the
 // wgmmas of the one before may still run. Warp w splits rows 16 w .. + 16 of each 16-wide k step
 // into hi + lo A fragments in registers (mma.sync's m16k16 layout, k in its true order), then issues
 // two m64n128k16 wgmmas (hi, lo) per k step into the same accumulators. The weights of the first
@@ -41,10 +43,13 @@ namespace {
 
 constexpr int kWgRows = 64, kWgCols = 128, kWgThreads = 128;
 constexpr int kWgKt = 64;                            // k per stage: four wgmma k steps
+// k split over at most 4 ranks: clusters of 8 (the o / out_proj products' 16 column tiles x 8) made
+// Qwen3.5-35B-A3B's b64 step 0.4 ms slower (docs/PERFORMANCE.md, thirteenth session).
+constexpr int kWgMaxSplits = 4;
 constexpr int kWgStages = 6;                         // 204 KiB of shared memory: one block an SM
-constexpr int kWgAStride = kWgKt + 8;                // floats per activation row in shared memory
 constexpr int kWgBStage = kWgCols * kWgKt * 2;       // bytes
-constexpr int kWgAStage = kWgRows * kWgAStride * 4;  // bytes
+constexpr int kWgXBox = kWgRows * 128;              // bytes: 64 rows x 32 f32, one TMA box
+constexpr int kWgAStage = 2 * kWgXBox;               // bytes: the stage's 64 of k
 constexpr int kWgRedStride = kWgCols + 8;            // floats per row of the partial tile
 constexpr size_t kWgPipe = static_cast<size_t>(kWgStages) * (kWgBStage + kWgAStage);
 constexpr size_t kWgRed = static_cast<size_t>(kWgRows) * kWgRedStride * 4;
@@ -120,6 +125,7 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgAccs], const uint32_t 
 
 struct SkinnyTensorMaps {
   CUtensorMap map[kSkinnyMaxJobs];
+  CUtensorMap x;  // the activations [m][k] f32, boxes of 64 rows x 32 k (128 bytes), 128-byte swizzle
 };
 
 __global__ void __launch_bounds__(kWgThreads, 1)
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);     // TMA's swizzled tiles: 1024-aligned
   unsigned char* sb = smem;                                            // [ST][128 columns][128 B], swizzled
-  float* sa = reinterpret_cast<float*>(smem + kWgStages * kWgBStage);  // [ST][64][kWgAStride]
+  unsigned char* sa = smem + kWgStages * kWgBStage;                     // [ST][2 boxes][64 rows][128 B], swizzled
   float* red = reinterpret_cast<float*>(smem);                         // [64][kWgRedStride], after the loop
   const auto bars =
       static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWgStages * (kWgBStage + kWgAStage)));  // [ST] mbarriers
@@ -144,28 +150,26 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int stages = k_end > k_begin ? (k_end - k_begin + kWgKt - 1) / kWgKt : 0;
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
 
-  // Stage s's weights into buffer s % ST: one TMA copy of the (k0, col0) box by thread 0; columns
-  // past n and k past the tensor come as zeros (only the last rank's last stage can be partial: the
-  // other ranks' k ranges are whole stages), multiplied by the zero activations there.
+  // Stage s into buffer s % ST, by thread 0, completing on the stage's mbarrier: the weights (one
+  // TMA copy of the (k0, col0) box) and the activations (two boxes of 32 k, the tile's 64 rows). The
+  // weights of the first stages are requested before the grid dependency wait, the activations after
+  // it (expect_tx counts both from the start: the phase cannot complete early). Columns and rows past
+  // the tensors and k past it come as zeros (only the last rank's last stage can be partial: the
+  // other ranks' k ranges are whole stages), so every stage runs all four k steps: a branch between
+  // the wgmmas makes ptxas fence each one (C7519, serialising them).
   auto issue_w = [&](int s) {
     if (t != 0) return;
     const uint32_t bar = bars + 8 * (s % kWgStages);
-    MbarExpectTx(bar, kWgBStage);
+    MbarExpectTx(bar, kWgBStage + kWgAStage);
     TmaLoad2d(static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage)), &maps.map[blk.job],
               k_begin + s * kWgKt, blk.col0, bar);
   };
-  // Activations: chunk c = 4 floats ch = c & 15 of row c >> 4; rows past m and k past k_end are
-  // zeros (k % 32 == 0, so a chunk is wholly inside or outside), so that every stage can run all four
-  // k steps: a branch between the wgmmas makes ptxas fence each one (C7519, serialising them).
   auto issue_x = [&](int s) {
-    const int k0 = k_begin + s * kWgKt;
-    float* a = sa + (s % kWgStages) * kWgRows * kWgAStride;
-#pragma unroll
-    for (int i = 0; i < kWgRows * (kWgKt / 4) / kWgThreads; ++i) {
-      const int c = t + kWgThreads * i, row = c >> 4, ch = c & 15;
-      const bool ok = row < blk.m && k0 + 4 * ch < k_end;
-      CpAsync16(a + row * kWgAStride + 4 * ch, ok ? blk.x + static_cast<int64_t>(row) * k + k0 + 4 * ch : blk.x, ok);
-    }
+    if (t != 0) return;
+    const uint32_t bar = bars + 8 * (s % kWgStages);
+    const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sa + (s % kWgStages) * kWgAStage));
+    TmaLoad2d(a, &maps.x, k_begin + s * kWgKt, blk.row0, bar);
+    TmaLoad2d(a + kWgXBox, &maps.x, k_begin + s * kWgKt + 32, blk.row0, bar);
   };
 
   float acc[kWgAccs];
@@ -179,29 +183,27 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   for (int s = 0; s < kWgStages - 2 && s < stages; ++s) issue_w(s);
   GridDependencyWait();  // x (and y) may be the previous kernel's output; the weights are not
-  for (int s = 0; s < kWgStages - 2; ++s) {
-    if (s < stages) issue_x(s);
-    CpAsyncCommit();
-  }
+  for (int s = 0; s < kWgStages - 2 && s < stages; ++s) issue_x(s);
 
   // Stage s, its A fragments in hi / lo (a register set the wgmmas of stage s - 2 read: complete,
   // as every warp waited for all but the last group at the end of stage s - 1).
   auto stage = [&](int s, uint32_t(&hi)[4][4], uint32_t(&lo)[4][4]) {
-    CpAsyncWait<kWgStages - 3>();  // this thread's activation copies of stage s have landed
-    __syncthreads();               // everyone's have; every warp is past stage s - 1's wait (stage s - 2 read)
-    MbarWait(bars + 8 * (s % kWgStages), (s / kWgStages) & 1);  // the weights have
+    __syncthreads();  // every warp is past stage s - 1's wait: stage s - 2's buffer is free
+    MbarWait(bars + 8 * (s % kWgStages), (s / kWgStages) & 1);  // stage s has landed
     if (s + kWgStages - 2 < stages) {
       issue_w(s + kWgStages - 2);  // into stage s - 2's buffer
       issue_x(s + kWgStages - 2);
     }
-    CpAsyncCommit();
-    const float* a = sa + (s % kWgStages) * kWgRows * kWgAStride + (16 * warp + g) * kWgAStride + 2 * q;
+    // Rows 16 warp + g and + 8 (both g mod 8: the same swizzle), floats 2q, 2q + 1 of k step j's
+    // first and second 8: box j / 2, 16-byte chunk c = 4 (j % 2) + q / 2 (+ 2) stored at c ^ g.
+    const unsigned char* a = sa + (s % kWgStages) * kWgAStage + (16 * warp + g) * 128 + 8 * (q & 1);
+    auto pair = [&](int j, int row8, int half) {
+      const int c = 4 * (j & 1) + (q >> 1) + 2 * half;
+      return *reinterpret_cast<const float2*>(a + (j >> 1) * kWgXBox + row8 * 8 * 128 + ((c ^ g) << 4));
+    };
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // all four k steps (zeros past k_end: see issue_x)
-      const float2 r0 = *reinterpret_cast<const float2*>(a + 16 * j);
-      const float2 r0k = *reinterpret_cast<const float2*>(a + 16 * j + 8);
-      const float2 r1 = *reinterpret_cast<const float2*>(a + 8 * kWgAStride + 16 * j);
-      const float2 r1k = *reinterpret_cast<const float2*>(a + 8 * kWgAStride + 16 * j + 8);
+    for (int j = 0; j < 4; ++j) {  // all four k steps (zeros past k_end: see issue_w)
+      const float2 r0 = pair(j, 0, 0), r0k = pair(j, 0, 1), r1 = pair(j, 1, 0), r1k = pair(j, 1, 1);
       SplitPair(r0.x, r0.y, hi[j][0], lo[j][0]);
       SplitPair(r1.x, r1.y, hi[j][1], lo[j][1]);
       SplitPair(r0k.x, r0k.y, hi[j][2], lo[j][2]);
@@ -228,8 +230,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   WgmmaWait<0>();
 #pragma unroll
   for (int i = 0; i < kWgAccs; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read only after the wait
-  CpAsyncWait<0>();  // only empty groups can be left, but leave no copy behind
-  __syncthreads();   // the stage buffers are free: the partial tile goes there
+  __syncthreads();  // the stage buffers are free (every copy waited for): the partial tile goes there
 
   // Accumulator i of n8 tile j = i / 4: row 16 warp + g (+ 8 for i % 4 >= 2), column 8 j + 2 q (+ 1).
 #pragma unroll
@@ -258,10 +259,9 @@ namespace {
 
 // The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k, 128-byte swizzle (cached:
 // weights live as long as the model).
-bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int64_t>, CUtensorMap> cache;
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+// The driver's cuTensorMapEncodeTiled (null when the driver lacks it: the caller takes v2).
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -269,6 +269,13 @@ bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int64_t>, CUtensorMap> cache;
+  const auto encode = TensorMapEncoder();
   if (!encode) return false;
   const std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(static_cast<const void*>(w), n, k);
@@ -288,14 +295,29 @@ bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
   *out = map;
   return true;
 }
+
+// The tensor map of the activations x [m][k] f32 in boxes of 64 rows x 32 k (128 bytes, the
+// 128-byte swizzle's widest), made for every launch (x is a workspace buffer; encoding is a few
+// hundred nanoseconds of host work). Rows and k past the tensor read as zeros.
+bool ActivationTensorMap(const float* x, int64_t m, int64_t k, CUtensorMap* out) {
+  const auto encode = TensorMapEncoder();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 4};
+  const cuuint32_t box[2] = {32, kWgRows}, elem[2] = {1, 1};
+  return encode(out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(x), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 }  // namespace
 
 bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
   SkinnyTensorMaps maps{};
   for (int j = 0; j < jobs.count; ++j)
     if (!WeightTensorMap(jobs.w[j], jobs.n[j], k, &maps.map[j])) return false;
-  LaunchSkinnyGrid(SkinnyGemmWgmmaKernel, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, /*programmatic=*/true, x, m, k,
-                   jobs, accumulate, s, maps);
+  if (!ActivationTensorMap(x, m, k, &maps.x)) return false;
+  LaunchSkinnyGrid(SkinnyGemmWgmmaKernel, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
+                   /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
   return true;
 }
 
