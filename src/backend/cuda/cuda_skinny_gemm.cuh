@@ -104,14 +104,14 @@ constexpr int kSkinnyMaxSplits = 8;  // the portable cluster size
 int SkinnyMaxSplits();
 
 // Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles, extra...) over (column tile of
-// kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits()) so that cells x splits
-// fills the resident blocks once without exceeding them (a second, partial wave would cost more than
-// a smaller split gains); the k ranges are whole stages (kt) except the last. programmatic: also a
-// PDL launch (cuda_launch.cuh) when launches use it.
+// kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits())
+// so that cells x splits fills the resident blocks once without exceeding them (a second, partial
+// wave would cost more than a smaller split gains); the k ranges are whole stages (kt) except the
+// last. programmatic: also a PDL launch (cuda_launch.cuh) when launches use it.
 template <typename Kernel, typename... Extra>
-void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, int max_splits, bool programmatic,
-                      const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s,
-                      const Extra&... extra) {
+void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, int max_splits,
+                      bool programmatic, const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate,
+                      cudaStream_t s, const Extra&... extra) {
   const Residency res = KernelResidency(kernel, smem, threads);
   jobs.first_tile[0] = 0;
   for (int j = 0; j < jobs.count; ++j) jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + cols - 1) / cols;

@@ -13,10 +13,11 @@
 // tile's 64 activation rows (f32) by two TMA copies of 32 k in the same swizzle (a warp's fragment
 // reads hit every bank twice, the least for 256 bytes), all completing on the stage's mbarrier
 // (one thread issues a stage: per-thread cp.async copies of the activations cost ~90 instructions a
-// stage a thread, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2 stages load while one is multiplied and the
-// wgmmas of the one before may still run. Warp w splits rows 16 w .. + 16 of each 16-wide k step
-// into hi + lo A fragments in registers (mma.sync's m16k16 layout, k in its true order), then issues
-// two m64n128k16 wgmmas (hi, lo) per k step into the same accumulators. The weights of the first
+// stage a thread, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2
+// stages load while one is multiplied and the wgmmas of the one before may still run. Warp w splits
+// rows 16 w .. + 16 of each 16-wide k step into hi + lo A fragments in registers (mma.sync's m16k16
+// layout, k in its true order), then issues two m64n128k16 wgmmas (hi, lo) per k step into the same
+// accumulators. The weights of the first
 // stages are requested before the grid dependency wait (no kernel writes them): with PDL that latency
 // hides behind the previous kernel's tail.
 //
