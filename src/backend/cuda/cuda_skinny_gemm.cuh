@@ -141,7 +141,7 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
 
 // The wgmma kernel (cuda_skinny_wgmma.cu): whether this build has it (sm_90a code), and its launcher
 // (row tiles of 64; the caller has checked SkinnyGemmFits for every job). False, nothing queued, when
-// a weight's TMA tensor map cannot be made (the driver lacks cuTensorMapEncodeTiled, or the layout
+// a TMA tensor map (a weight's or x's) cannot be made (the driver lacks cuTensorMapEncodeTiled, or the layout
 // is refused): the caller takes v2.
 bool SkinnyWgmmaBuilt();
 bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s);

@@ -47,7 +47,7 @@ constexpr int kWgKt = 64;                            // k per stage: four wgmma 
 // k split over at most 4 ranks: clusters of 8 (the o / out_proj products' 16 column tiles x 8) made
 // Qwen3.5-35B-A3B's b64 step 0.4 ms slower (docs/PERFORMANCE.md, thirteenth session).
 constexpr int kWgMaxSplits = 4;
-constexpr int kWgStages = 6;                         // 204 KiB of shared memory: one block an SM
+constexpr int kWgStages = 6;                         // 193 KiB of shared memory: one block an SM
 constexpr int kWgBStage = kWgCols * kWgKt * 2;       // bytes
 constexpr int kWgXBox = kWgRows * 128;              // bytes: 64 rows x 32 f32, one TMA box
 constexpr int kWgAStage = 2 * kWgXBox;               // bytes: the stage's 64 of k
