@@ -17,9 +17,8 @@
 // stages load while one is multiplied and the wgmmas of the one before may still run. Warp w splits
 // rows 16 w .. + 16 of each 16-wide k step into hi + lo A fragments in registers (mma.sync's m16k16
 // layout, k in its true order), then issues two m64n128k16 wgmmas (hi, lo) per k step into the same
-// accumulators. The weights of the first
-// stages are requested before the grid dependency wait (no kernel writes them): with PDL that latency
-// hides behind the previous kernel's tail.
+// accumulators. The weights of the first stages are requested before the grid dependency wait (no
+// kernel writes them): with PDL that latency hides behind the previous kernel's tail.
 //
 // Why TMA and not cp.async for the weights (measured in one binary, CudaBench.MatMulRows, q / k / v
 // of 4096 + 512 + 512 x 2048 at 64 rows): per-thread cp.async copies plus the fence.proxy.async that
@@ -258,8 +257,6 @@ bool SkinnyWgmmaBuilt() {
 
 namespace {
 
-// The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k, 128-byte swizzle (cached:
-// weights live as long as the model).
 // The driver's cuTensorMapEncodeTiled (null when the driver lacks it: the caller takes v2).
 PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
@@ -273,6 +270,8 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   return encode;
 }
 
+// The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k, 128-byte swizzle (cached:
+// weights live as long as the model).
 bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int64_t>, CUtensorMap> cache;
@@ -298,8 +297,9 @@ bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
 }
 
 // The tensor map of the activations x [m][k] f32 in boxes of 64 rows x 32 k (128 bytes, the
-// 128-byte swizzle's widest), made for every launch (x is a workspace buffer; encoding is a few
-// hundred nanoseconds of host work). Rows and k past the tensor read as zeros.
+// 128-byte swizzle's widest), made for every launch (x is a workspace buffer; the encoding is host
+// work, no device call; a captured graph keeps the launch's copy). Rows and k past the tensor read
+// as zeros.
 bool ActivationTensorMap(const float* x, int64_t m, int64_t k, CUtensorMap* out) {
   const auto encode = TensorMapEncoder();
   if (!encode) return false;
