@@ -12,8 +12,8 @@
 // 128-byte-swizzled K-major layout wgmma reads (16-byte chunk c of column r at c ^ (r & 7)), and the
 // tile's 64 activation rows (f32) by two TMA copies of 32 k in the same swizzle (a warp's fragment
 // reads hit every bank twice, the least for 256 bytes), all completing on the stage's mbarrier
-// (one thread issues a stage: per-thread cp.async copies of the activations cost ~90 instructions a
-// stage a thread, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2
+// (one thread issues a stage: eight cp.async a thread a stage, with their addressing, cost issue
+// slots, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2
 // stages load while one is multiplied and the wgmmas of the one before may still run. Warp w splits
 // rows 16 w .. + 16 of each 16-wide k step into hi + lo A fragments in registers (mma.sync's m16k16
 // layout, k in its true order), then issues two m64n128k16 wgmmas (hi, lo) per k step into the same
