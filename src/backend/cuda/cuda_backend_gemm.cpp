@@ -96,9 +96,11 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
     }
     if (const int splits = UseSkinnyGemm(m, k, n, 1) ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
         splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
-      DeviceBuffer partial;
+      DeviceBuffer partial, x_split;
       if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
-      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(), stream_);
+      if (const int64_t bytes = cuda::SkinnySplitBytes(m, k); bytes > 0) x_split = DeviceBuffer(*this, bytes);
+      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(),
+              static_cast<uint16_t*>(x_split.data()), stream_);
       return;
     }
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
@@ -148,8 +150,10 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
             n[3], y[3], stream_);
   } else {
     profiler_->Mark("MatMul few-row mma multi");
+    DeviceBuffer x_split;
+    if (const int64_t bytes = cuda::SkinnySplitBytes(m, k); bytes > 0) x_split = DeviceBuffer(*this, bytes);
     Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
-            w[3], n[3], y[3], stream_);
+            w[3], n[3], y[3], static_cast<uint16_t*>(x_split.data()), stream_);
   }
 }
 

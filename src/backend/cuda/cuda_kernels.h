@@ -69,7 +69,7 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
 // does not fit.
 constexpr int64_t kSkinnyGemmMaxRows = 64;        // one row tile: the "few-row" products (and all of v1)
 constexpr int64_t kSkinnyGemmDefaultRows = 256;   // default row limit (TESSERA_CUDA_SKINNY_MAX_ROWS)
-constexpr int64_t kSkinnyGemmTiledMaxWork = int64_t{1} << 28;  // past one row tile: m n k a weight (_MAX_WORK)
+constexpr int64_t kSkinnyGemmTiledMaxWork = int64_t{1} << 31;  // past one row tile: m n k a weight (_MAX_WORK)
 constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 / v3 launchers take at most
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
@@ -78,8 +78,11 @@ int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
   return m > 0 && m <= kSkinnyGemmRowLimit && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
+// x_split: scratch of SkinnySplitBytes(m, k) (0: none needed, null may be passed) where the wgmma
+// kernel puts x split into bf16 hi + lo before multiplying; null: v2 takes rows it would have taken.
+int64_t SkinnySplitBytes(int64_t m, int64_t k);
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                int splits, float* partial, cudaStream_t s);
+                int splits, float* partial, uint16_t* x_split, cudaStream_t s);
 // y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of
 // the default (v2 / v3) kernels: the column tiles of all jobs share one grid and one k split. False
 // (nothing queued) under TESSERA_CUDA_SKINNY=v1 or when a weight does not fit (SkinnyGemmFits).
@@ -87,7 +90,7 @@ constexpr int kSkinnyMaxJobs = 4;
 bool SkinnyGemmMultiAvailable();  // not TESSERA_CUDA_SKINNY=v1
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
-                     const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s);
+                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s);
 
 // --- MoE: routing (cuda_kernels.cu), the fused few-token path (cuda_moe_fused.cu).
 // counts[e] += how many of idx[0..n) equal e (integer atomics: the totals do not depend on order).

@@ -283,8 +283,9 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
 // tiles).
 constexpr int64_t kSkinnyWgmmaMinRows = 33;
 void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
-                      cudaStream_t s) {
-  if (SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, s)) return;
+                      uint16_t* x_split, cudaStream_t s) {
+  if (SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, x_split, s))
+    return;
   if (m <= 32) {
     LaunchSkinnyV2<1, 4, 4>(x, m, k, jobs, accumulate, s);
     return;
@@ -301,6 +302,10 @@ void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jo
 
 }  // namespace
 
+int64_t SkinnySplitBytes(int64_t m, int64_t k) {
+  return SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && m <= kSkinnyGemmRowLimit ? 4 * m * k : 0;
+}
+
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
   if (m <= 0 || m > (SkinnyV1() ? kSkinnyGemmMaxRows : kSkinnyGemmRowLimit) || k % 32 != 0) return 0;
   if (!SkinnyV1()) return 1;  // v2 splits k inside a cluster: no partial buffer
@@ -310,12 +315,12 @@ int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
 }
 
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                int splits, float* partial, cudaStream_t s) {
+                int splits, float* partial, uint16_t* x_split, cudaStream_t s) {
   if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
   if (!SkinnyV1()) {
     SkinnyJobs jobs{};
     jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
-    LaunchSkinnyRows(x, m, k, jobs, accumulate, s);
+    LaunchSkinnyRows(x, m, k, jobs, accumulate, x_split, s);
     return true;
   }
   const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
@@ -341,7 +346,7 @@ bool SkinnyGemmMultiAvailable() { return !SkinnyV1(); }
 
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
-                     const uint16_t* w3, int64_t n3, float* y3, cudaStream_t s) {
+                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s) {
   if (SkinnyV1()) return false;
   const uint16_t* w[kSkinnyMaxJobs] = {w0, w1, w2, w3};
   float* y[kSkinnyMaxJobs] = {y0, y1, y2, y3};
@@ -353,7 +358,7 @@ bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, i
     jobs.w[jobs.count] = w[j], jobs.y[jobs.count] = y[j], jobs.n[jobs.count] = static_cast<int>(n[j]);
     ++jobs.count;
   }
-  if (jobs.count > 0) LaunchSkinnyRows(x, m, k, jobs, false, s);
+  if (jobs.count > 0) LaunchSkinnyRows(x, m, k, jobs, false, x_split, s);
   return true;
 }
 

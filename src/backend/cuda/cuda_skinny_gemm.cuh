@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
@@ -103,11 +106,43 @@ constexpr int kSkinnyMaxSplits = 8;  // the portable cluster size
 // split for comparisons, else kSkinnyMaxSplits.
 int SkinnyMaxSplits();
 
+// How many clusters of `size` blocks of the kernel can be resident at once (per device, kernel and
+// size, cached; not stream-ordered, so allowed while a step is captured). With one block an SM a
+// cluster must find `size` free SMs in one GPC, so this can be fewer than the SMs / size.
+template <typename Kernel>
+int64_t SkinnyClusterCapacity(Kernel kernel, size_t smem, int threads, int size) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), size);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(size));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(size);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: an unanswered query counts as "no limit known"
+    clusters = 0;
+  }
+  cache.emplace(key, clusters);
+  return clusters;
+}
+
 // Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles, extra...) over (column tile of
 // kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits())
 // so that cells x splits fills the resident blocks once without exceeding them (a second, partial
-// wave would cost more than a smaller split gains); the k ranges are whole stages (kt) except the
-// last. programmatic: also a PDL launch (cuda_launch.cuh) when launches use it.
+// wave would cost more than a smaller split gains; clusters count as SkinnyClusterCapacity says);
+// the k ranges are whole stages (kt) except the last. programmatic: also a PDL launch (cuda_launch.cuh) when launches use it.
 template <typename Kernel, typename... Extra>
 void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, int max_splits,
                       bool programmatic, const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate,
@@ -117,7 +152,12 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
   for (int j = 0; j < jobs.count; ++j) jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + cols - 1) / cols;
   const int64_t row_tiles = (m + rows - 1) / rows;
   const int64_t tiles = jobs.first_tile[jobs.count] * row_tiles;
-  const int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, std::min(max_splits, SkinnyMaxSplits()));
+  int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, std::min(max_splits, SkinnyMaxSplits()));
+  while (want > 1) {  // a split whose clusters do not all fit at once would run a second, partial wave
+    const int64_t capacity = SkinnyClusterCapacity(kernel, smem, threads, static_cast<int>(want));
+    if (capacity <= 0 || tiles <= capacity) break;
+    --want;
+  }
   const int64_t k_chunk = (k + kt * want - 1) / (kt * want) * kt;
   const int64_t splits = (k + k_chunk - 1) / k_chunk;
   cudaLaunchConfig_t cfg = {};
@@ -140,10 +180,12 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
 }
 
 // The wgmma kernel (cuda_skinny_wgmma.cu): whether this build has it (sm_90a code), and its launcher
-// (row tiles of 64; the caller has checked SkinnyGemmFits for every job). False, nothing queued, when
-// a TMA tensor map (a weight's or x's) cannot be made (the driver lacks cuTensorMapEncodeTiled, or the layout
-// is refused): the caller takes v2.
+// (row tiles of 64; the caller has checked SkinnyGemmFits for every job): x is first split into
+// x_split (SkinnySplitBytes: hi [m][k] then lo [m][k], bf16), then multiplied. False, nothing
+// queued, when x_split is null or a TMA tensor map (a weight's or the split's) cannot be made (the
+// driver lacks cuTensorMapEncodeTiled, or the layout is refused): the caller takes v2.
 bool SkinnyWgmmaBuilt();
-bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s);
+bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, uint16_t* x_split,
+                       cudaStream_t s);
 
 }  // namespace tessera::cuda

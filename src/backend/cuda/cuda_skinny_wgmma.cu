@@ -3,22 +3,29 @@
 // 33..64 sequences, small products of up to 256 rows such as 8 diffusion blocks). Why: with x split
 // hi + lo, 64 rows are 128 bf16 rows of tensor work per weight byte, more than the mma.sync kernel
 // (v2, cuda_skinny_gemm.cu) issues while the weights stream in (ncu: 0.3 instructions a cycle,
-// tensor pipe ~30% busy, 0.6-0.9 TB/s at 64 rows); a wgmma reads its weight tile from shared memory
-// by itself. At 32 rows or fewer v2 stays (as fast or faster there: docs/PERFORMANCE.md).
+// tensor pipe ~30% busy, 0.6-0.9 TB/s at 64 rows); a wgmma reads its tiles from shared memory by
+// itself. At 32 rows or fewer v2 stays (as fast or faster there: docs/PERFORMANCE.md).
+//
+// Two ways to feed x (f32) to the bf16 wgmmas as hi + lo (the mma.sync kernels' SplitPair rounding
+// either way, so both give the same bits):
+// - pre-split (kPreSplit, launches of >= PreSplitMinTiles() column tiles): F32ToBf16Split writes x
+//   hi and lo once into the caller's scratch and both wgmma operands come from shared memory. Why:
+//   splitting in registers in every block of a row tile (16 shared loads and 16 splits a warp a
+//   stage) left the kernel issue-bound at ~360 instructions a warp a stage (ncu, thirteenth
+//   session); q / k / v of Qwen3-30B-A3B at 64 rows 19.9 -> 11.9 us (CudaBench.MatMulRows).
+// - in registers (fewer column tiles: the router, o / out_proj): the split pass would cost more
+//   than the blocks' own splits (Qwen3-30B-A3B's 8x32 denoise step, whose router takes this kernel: +0.4 ms).
 //
 // Block = one warpgroup (4 warps), tile = 64 rows x 128 columns, k split over a thread-block cluster
-// (at most 4 ranks) for narrow outputs and summed in rank order as v2 does (SkinnyClusterSumStore).
+// (at most 8 ranks) for narrow outputs and summed in rank order as v2 does (SkinnyClusterSumStore).
 // A stage = 64 of k: the weight tile (128 columns x 128 bytes) brought by one TMA copy in the
-// 128-byte-swizzled K-major layout wgmma reads (16-byte chunk c of column r at c ^ (r & 7)), and the
-// tile's 64 activation rows (f32) by two TMA copies of 32 k in the same swizzle (a warp's fragment
-// reads hit every bank twice, the least for 256 bytes), all completing on the stage's mbarrier
-// (one thread issues a stage: eight cp.async a thread a stage, with their addressing, cost issue
-// slots, and the kernel is issue-bound: GDN in_proj at 64 rows 23.5 -> 20.4 us). ST - 2
-// stages load while one is multiplied and the wgmmas of the one before may still run. Warp w splits
-// rows 16 w .. + 16 of each 16-wide k step into hi + lo A fragments in registers (mma.sync's m16k16
-// layout, k in its true order), then issues two m64n128k16 wgmmas (hi, lo) per k step into the same
-// accumulators. The weights of the first stages are requested before the grid dependency wait (no
-// kernel writes them): with PDL that latency hides behind the previous kernel's tail.
+// 128-byte-swizzled K-major layout wgmma reads (16-byte chunk c of row r at c ^ (r & 7)), and the
+// tile's 64 rows of x by two TMA copies in the same layout (hi and lo boxes of 64 k, or two f32
+// boxes of 32 k; 64 x 128 bytes each), all completing on the stage's mbarrier (one thread issues a
+// stage). ST - 2 stages load while one is multiplied and the wgmmas of the one before may still run. Each k step of 16 issues two
+// m64n128k16 wgmmas (hi, lo) into the same accumulators. The weights of the first stages are
+// requested before the grid dependency wait (no kernel writes them): with PDL that latency hides
+// behind the previous kernel's tail.
 //
 // Why TMA and not cp.async for the weights (measured in one binary, CudaBench.MatMulRows, q / k / v
 // of 4096 + 512 + 512 x 2048 at 64 rows): per-thread cp.async copies plus the fence.proxy.async that
@@ -28,7 +35,9 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -43,13 +52,15 @@ namespace {
 
 constexpr int kWgRows = 64, kWgCols = 128, kWgThreads = 128;
 constexpr int kWgKt = 64;                            // k per stage: four wgmma k steps
-// k split over at most 4 ranks: clusters of 8 (the o / out_proj products' 16 column tiles x 8) made
-// Qwen3.5-35B-A3B's b64 step 0.4 ms slower (docs/PERFORMANCE.md, thirteenth session).
-constexpr int kWgMaxSplits = 4;
+// k split over up to 8 ranks (the portable cluster size). Clusters of 8 had made Qwen3.5-35B-A3B's
+// b64 step 0.4 ms slower (thirteenth session): 16 column tiles x 8 did not all fit at once with one
+// block an SM, a second wave; LaunchSkinnyGrid now sizes the split by the clusters that fit
+// (SkinnyClusterCapacity), and 8 measured 0.1 ms faster than 4 (docs/PERFORMANCE.md, fourteenth).
+constexpr int kWgMaxSplits = kSkinnyMaxSplits;
 constexpr int kWgStages = 6;                         // 193 KiB of shared memory: one block an SM
 constexpr int kWgBStage = kWgCols * kWgKt * 2;       // bytes
-constexpr int kWgXBox = kWgRows * 128;              // bytes: 64 rows x 32 f32, one TMA box
-constexpr int kWgAStage = 2 * kWgXBox;               // bytes: the stage's 64 of k
+constexpr int kWgXBox = kWgRows * 128;               // bytes: a TMA box of x, 64 rows x 128 B (64 k hi or lo; 32 k f32)
+constexpr int kWgAStage = 2 * kWgXBox;               // bytes: x of the stage's 64 of k
 constexpr int kWgRedStride = kWgCols + 8;            // floats per row of the partial tile
 constexpr size_t kWgPipe = static_cast<size_t>(kWgStages) * (kWgBStage + kWgAStage);
 constexpr size_t kWgRed = static_cast<size_t>(kWgRows) * kWgRedStride * 4;
@@ -91,6 +102,15 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, 
       : "memory");
 }
 
+// Box (c0 = k, c1 = row, c2 = 0 hi / 1 lo) of the split activations, completing on mbarrier bar.
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -121,13 +141,39 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgAccs], const uint32_t 
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+// d[64 x 128] += a[64 x 16] b[16 x 128], both K-major in shared memory (descriptors a, b).
+__device__ __forceinline__ void Wgmma64x128(float (&d)[kWgAccs], uint64_t a, uint64_t b) {
+  // scale-d is a predicate (true: D += A B); the A and B scales +1; neither transposed (K-major).
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+      "%62, %63 "
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(1));
+}
 #endif
 
 struct SkinnyTensorMaps {
   CUtensorMap map[kSkinnyMaxJobs];
-  CUtensorMap x;  // the activations [m][k] f32, boxes of 64 rows x 32 k (128 bytes), 128-byte swizzle
+  // kPreSplit: x split [2][m][k] bf16 (hi, lo), boxes of 64 k x 64 rows x 1; else x [m][k] f32, boxes
+  // of 32 k x 64 rows; 128-byte swizzle either way (128-byte box rows).
+  CUtensorMap x;
 };
 
+// kPreSplit: both operands from shared memory, x split beforehand (x_split); else x's f32 rows are
+// split into A fragments in registers by every block (few column tiles: LaunchSkinnyWgmma).
+template <bool kPreSplit>
 __global__ void __launch_bounds__(kWgThreads, 1)
     SkinnyGemmWgmmaKernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk,
                           int row_tiles, const __grid_constant__ SkinnyTensorMaps maps) {
@@ -151,8 +197,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
 
   // Stage s into buffer s % ST, by thread 0, completing on the stage's mbarrier: the weights (one
-  // TMA copy of the (k0, col0) box) and the activations (two boxes of 32 k, the tile's 64 rows). The
-  // weights of the first stages are requested before the grid dependency wait, the activations after
+  // TMA copy of the (k0, col0) box) and the tile's 64 rows of x (hi and lo boxes, or two f32 boxes
+  // of 32 k). The weights of the first stages are requested before the grid dependency wait, x after
   // it (expect_tx counts both from the start: the phase cannot complete early). Columns and rows past
   // the tensors and k past it come as zeros (only the last rank's last stage can be partial: the
   // other ranks' k ranges are whole stages), so every stage runs all four k steps: a branch between
@@ -168,8 +214,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (t != 0) return;
     const uint32_t bar = bars + 8 * (s % kWgStages);
     const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sa + (s % kWgStages) * kWgAStage));
-    TmaLoad2d(a, &maps.x, k_begin + s * kWgKt, blk.row0, bar);
-    TmaLoad2d(a + kWgXBox, &maps.x, k_begin + s * kWgKt + 32, blk.row0, bar);
+    if constexpr (kPreSplit) {
+      TmaLoad3d(a, &maps.x, k_begin + s * kWgKt, blk.row0, 0, bar);
+      TmaLoad3d(a + kWgXBox, &maps.x, k_begin + s * kWgKt, blk.row0, 1, bar);
+    } else {
+      TmaLoad2d(a, &maps.x, k_begin + s * kWgKt, blk.row0, bar);
+      TmaLoad2d(a + kWgXBox, &maps.x, k_begin + s * kWgKt + 32, blk.row0, bar);
+    }
   };
 
   float acc[kWgAccs];
@@ -182,51 +233,73 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     FenceProxyAsync();
   }
   for (int s = 0; s < kWgStages - 2 && s < stages; ++s) issue_w(s);
-  GridDependencyWait();  // x (and y) may be the previous kernel's output; the weights are not
+  GridDependencyWait();  // x or its split (and y) may be the previous kernel's output; the weights are not
   for (int s = 0; s < kWgStages - 2 && s < stages; ++s) issue_x(s);
 
-  // Stage s, its A fragments in hi / lo (a register set the wgmmas of stage s - 2 read: complete,
-  // as every warp waited for all but the last group at the end of stage s - 1).
-  auto stage = [&](int s, uint32_t(&hi)[4][4], uint32_t(&lo)[4][4]) {
-    __syncthreads();  // every warp is past stage s - 1's wait: stage s - 2's buffer is free
-    MbarWait(bars + 8 * (s % kWgStages), (s / kWgStages) & 1);  // stage s has landed
+  // Stage s's start: every warp is past stage s - 1's wait (stage s - 2's wgmmas are done, its
+  // buffer free), stage s has landed; stage s + ST - 2 goes into stage s - 2's buffer.
+  auto begin_stage = [&](int s) {
+    __syncthreads();
+    MbarWait(bars + 8 * (s % kWgStages), (s / kWgStages) & 1);
     if (s + kWgStages - 2 < stages) {
-      issue_w(s + kWgStages - 2);  // into stage s - 2's buffer
+      issue_w(s + kWgStages - 2);
       issue_x(s + kWgStages - 2);
     }
-    // Rows 16 warp + g and + 8 (both g mod 8: the same swizzle), floats 2q, 2q + 1 of k step j's
-    // first and second 8: box j / 2, 16-byte chunk c = 4 (j % 2) + q / 2 (+ 2) stored at c ^ g.
-    const unsigned char* a = sa + (s % kWgStages) * kWgAStage + (16 * warp + g) * 128 + 8 * (q & 1);
-    auto pair = [&](int j, int row8, int half) {
-      const int c = 4 * (j & 1) + (q >> 1) + 2 * half;
-      return *reinterpret_cast<const float2*>(a + (j >> 1) * kWgXBox + row8 * 8 * 128 + ((c ^ g) << 4));
-    };
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // all four k steps (zeros past k_end: see issue_w)
-      const float2 r0 = pair(j, 0, 0), r0k = pair(j, 0, 1), r1 = pair(j, 1, 0), r1k = pair(j, 1, 1);
-      SplitPair(r0.x, r0.y, hi[j][0], lo[j][0]);
-      SplitPair(r1.x, r1.y, hi[j][1], lo[j][1]);
-      SplitPair(r0k.x, r0k.y, hi[j][2], lo[j][2]);
-      SplitPair(r1k.x, r1k.y, hi[j][3], lo[j][3]);
-    }
-    WgmmaFence();  // the A registers (and, first, the zeroed accumulators) before the wgmmas read them
-    const auto b = static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint64_t desc = WgmmaDescriptor(b + 32 * j);
-      Wgmma64x128(acc, hi[j], desc);
-      Wgmma64x128(acc, lo[j], desc);
-    }
-    WgmmaCommit();
-    WgmmaWait<1>();
   };
-  uint32_t hi0[4][4], lo0[4][4], hi1[4][4], lo1[4][4];
-  int s = 0;
-  for (; s + 1 < stages; s += 2) {
-    stage(s, hi0, lo0);
-    stage(s + 1, hi1, lo1);
+  if constexpr (kPreSplit) {
+    for (int s = 0; s < stages; ++s) {
+      begin_stage(s);
+      WgmmaFence();  // the accumulators (zeroed, first) before the wgmmas read them
+      const auto b = static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage));
+      const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sa + (s % kWgStages) * kWgAStage));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // k step j starts 32 j bytes into each 128-byte row
+        const uint64_t bd = WgmmaDescriptor(b + 32 * j);
+        Wgmma64x128(acc, WgmmaDescriptor(a + 32 * j), bd);
+        Wgmma64x128(acc, WgmmaDescriptor(a + kWgXBox + 32 * j), bd);
+      }
+      WgmmaCommit();
+      WgmmaWait<1>();
+    }
+  } else {
+    // Stage s, its A fragments in hi / lo (a register set the wgmmas of stage s - 2 read: complete,
+    // as every warp waited for all but the last group at the end of stage s - 1).
+    auto stage = [&](int s, uint32_t(&hi)[4][4], uint32_t(&lo)[4][4]) {
+      begin_stage(s);
+      // Rows 16 warp + g and + 8 (both g mod 8: the same swizzle), floats 2q, 2q + 1 of k step j's
+      // first and second 8: box j / 2, 16-byte chunk c = 4 (j % 2) + q / 2 (+ 2) stored at c ^ g.
+      const unsigned char* a = sa + (s % kWgStages) * kWgAStage + (16 * warp + g) * 128 + 8 * (q & 1);
+      auto pair = [&](int j, int row8, int half) {
+        const int c = 4 * (j & 1) + (q >> 1) + 2 * half;
+        return *reinterpret_cast<const float2*>(a + (j >> 1) * kWgXBox + row8 * 8 * 128 + ((c ^ g) << 4));
+      };
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // all four k steps (zeros past k_end: see issue_w)
+        const float2 r0 = pair(j, 0, 0), r0k = pair(j, 0, 1), r1 = pair(j, 1, 0), r1k = pair(j, 1, 1);
+        SplitPair(r0.x, r0.y, hi[j][0], lo[j][0]);
+        SplitPair(r1.x, r1.y, hi[j][1], lo[j][1]);
+        SplitPair(r0k.x, r0k.y, hi[j][2], lo[j][2]);
+        SplitPair(r1k.x, r1k.y, hi[j][3], lo[j][3]);
+      }
+      WgmmaFence();  // the A registers (and, first, the zeroed accumulators) before the wgmmas read them
+      const auto b = static_cast<uint32_t>(__cvta_generic_to_shared(sb + (s % kWgStages) * kWgBStage));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t desc = WgmmaDescriptor(b + 32 * j);
+        Wgmma64x128(acc, hi[j], desc);
+        Wgmma64x128(acc, lo[j], desc);
+      }
+      WgmmaCommit();
+      WgmmaWait<1>();
+    };
+    uint32_t hi0[4][4], lo0[4][4], hi1[4][4], lo1[4][4];
+    int s = 0;
+    for (; s + 1 < stages; s += 2) {
+      stage(s, hi0, lo0);
+      stage(s + 1, hi1, lo1);
+    }
+    if (s < stages) stage(s, hi0, lo0);
   }
-  if (s < stages) stage(s, hi0, lo0);
   WgmmaWait<0>();
 #pragma unroll
   for (int i = 0; i < kWgAccs; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read only after the wait
@@ -310,14 +383,48 @@ bool ActivationTensorMap(const float* x, int64_t m, int64_t k, CUtensorMap* out)
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+// The same for x split into bf16 hi and lo ([2][m][k], hi first), boxes of 64 k x 64 rows x 1.
+bool SplitTensorMap(const uint16_t* split, int64_t m, int64_t k, CUtensorMap* out) {
+  const auto encode = TensorMapEncoder();
+  if (!encode) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m), 2};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(m * k) * 2};
+  const cuuint32_t box[3] = {kWgKt, kWgRows, 1}, elem[3] = {1, 1, 1};
+  return encode(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(split), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// From how many column tiles (all jobs) x is split once before the launch instead of by every block
+// (TESSERA_CUDA_WGMMA_PRESPLIT_TILES, read once; 1: always, a large number: never). Measured at 64
+// rows: 40 tiles 19.9 -> 11.9 us, 64 tiles 13.1 -> 12.7, 16 tiles (o) equal, 8-16 tiles of small
+// products slower by the pass; pre-splitting everything made the steps slower than from 24 on.
+int PreSplitMinTiles() {
+  static const int tiles = [] {
+    const char* e = std::getenv("TESSERA_CUDA_WGMMA_PRESPLIT_TILES");
+    return e && *e ? std::max(1, std::atoi(e)) : 24;
+  }();
+  return tiles;
+}
 }  // namespace
 
-bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
+bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, uint16_t* x_split,
+                       cudaStream_t s) {
   SkinnyTensorMaps maps{};
-  for (int j = 0; j < jobs.count; ++j)
+  int64_t tiles = 0;
+  for (int j = 0; j < jobs.count; ++j) {
     if (!WeightTensorMap(jobs.w[j], jobs.n[j], k, &maps.map[j])) return false;
+    tiles += (jobs.n[j] + kWgCols - 1) / kWgCols;
+  }
+  if (x_split && tiles >= PreSplitMinTiles() && SplitTensorMap(x_split, m, k, &maps.x)) {
+    F32ToBf16Split(x, m * k, x_split, x_split + m * k, s);
+    LaunchSkinnyGrid(SkinnyGemmWgmmaKernel<true>, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
+                     /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
+    return true;
+  }
   if (!ActivationTensorMap(x, m, k, &maps.x)) return false;
-  LaunchSkinnyGrid(SkinnyGemmWgmmaKernel, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
+  LaunchSkinnyGrid(SkinnyGemmWgmmaKernel<false>, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
                    /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
   return true;
 }
