@@ -44,6 +44,10 @@ timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee
 
 log "dense products on the mma.sync few-row kernel (TESSERA_CUDA_SKINNY=v2; the default is the wgmma one)"
 TESSERA_CUDA_SKINNY=v2 timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_skinny_v2.txt" | grep -E "conformance|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+for tiles in 1 100000; do  # the wgmma kernel splitting x once beforehand for every launch, or never
+  log "dense products with TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles"
+  TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_presplit_$tiles.txt" | grep -E "FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
 
 log "golden on the GPU (Fixtures/CudaGolden.*)"
 timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
