@@ -1,7 +1,7 @@
 // tessera tests: the fixture of the CUDA conformance tests (backend_cuda_conformance_test.cpp,
 // backend_cuda_matmul_test.cpp): a CPU backend (the reference) and a CUDA backend, device copies of
-// host data, and the relative error report (max |gpu - cpu| / max |cpu|, within 1e-2 for bf16-level
-// ops). Every test is skipped without a device.
+// host data, and the relative error report (max |gpu - cpu| / max |cpu|, within kTol). Every test is
+// skipped without a device.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,7 +19,12 @@
 
 namespace tessera::cuda_conformance {
 
-inline constexpr double kTol = 1e-2;
+// Every op keeps f32-level accuracy against the CPU: f32 arithmetic, or bf16 tensor-core products with
+// the f32 operands split into hi + lo bf16 parts (~16 mantissa bits). Measured on the H200: <= 6.1e-6
+// for every op here (docs/PERFORMANCE.md, fourteenth session). A kernel that dropped an operand's lo
+// part errs ~1e-3 (v3 without its lo wgmmas: 1.0-1.7e-3), well inside the 1e-2 that bf16 activations
+// would be allowed (issue 5's bound): 1e-4 is what catches it.
+inline constexpr double kTol = 1e-4;
 
 // Random inputs, never zero (tests/test_util.h).
 inline constexpr auto& Rand = testing::NonZeroUniform;
