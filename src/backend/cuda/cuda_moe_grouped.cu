@@ -512,18 +512,26 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
 // ones with 64 of k a stage (128 weight rows an item, 4 stages), v2k128 = pipelined with 128 of k a
 // stage (64 rows, 3 stages). Measured on the H200 (docs/PERFORMANCE.md): v2k128 is fastest for decode
 // batches and diffusion blocks (b64 45 -> 33 ms a step), v1 for 4,096-token prompt chunks (whose
-// units are full: 697 against 753 ms). TESSERA_CUDA_MOE_MMA (read once) forces one for comparisons.
+// units are full: 697 against 753 ms). The down product takes v2 (fourteenth session, same binary,
+// switch: Qwen3-30B-A3B f32 b64 21.05, 21.07 -> 20.86, 20.92 ms, 8x32 27.00, 27.19 -> 25.94, 26.18;
+// Qwen3.5-35B-A3B b64 20.96, 20.93 -> 20.85, 20.85, 8x32 29.54, 29.45 -> 29.13, 29.15): its k (the
+// expert's 768 / 512) is only 6 / 4 stages of 128 an item, and twice the rows an item halves the item
+// epilogues a weight byte. TESSERA_CUDA_MOE_MMA (read once) forces one kernel for both products,
+// TESSERA_CUDA_MOE_MMA_DOWN for down alone (comparisons).
 enum class MoeMma { kV1, kV2, kV2K128 };
 constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, v1
 
-MoeMma SelectedMoeMma(int64_t max_units) {
-  static const int forced = [] {
-    const char* e = std::getenv("TESSERA_CUDA_MOE_MMA");
+MoeMma SelectedMoeMma(int64_t max_units, bool down = false) {
+  auto read = [](const char* var) {
+    const char* e = std::getenv(var);
     const std::string name = e ? e : "";
     return name == "v1" ? 1 : name == "v2" ? 2 : name == "v2k128" ? 3 : 0;
-  }();
-  if (forced) return forced == 1 ? MoeMma::kV1 : forced == 2 ? MoeMma::kV2 : MoeMma::kV2K128;
-  return max_units > kMoePipelinedMaxUnits ? MoeMma::kV1 : MoeMma::kV2K128;
+  };
+  static const int forced = read("TESSERA_CUDA_MOE_MMA"), forced_down = read("TESSERA_CUDA_MOE_MMA_DOWN");
+  const int f = down && forced_down ? forced_down : forced;
+  if (f) return f == 1 ? MoeMma::kV1 : f == 2 ? MoeMma::kV2 : MoeMma::kV2K128;
+  if (max_units > kMoePipelinedMaxUnits) return MoeMma::kV1;
+  return down ? MoeMma::kV2 : MoeMma::kV2K128;
 }
 
 
@@ -592,9 +600,9 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s) {
   if (max_units <= 0) return;
-  if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
-    LaunchMoeMmaV2<true>(SelectedMoeMma(max_units), act, inter, hidden, 1, order, units, num_units, max_units, weights,
-                         ptrs, num_experts, slot_out, s);
+  if (const MoeMma v = SelectedMoeMma(max_units, /*down=*/true); tensor_cores && v != MoeMma::kV1) {
+    LaunchMoeMmaV2<true>(v, act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs, num_experts,
+                         slot_out, s);
     return;
   }
   if (tensor_cores) {
