@@ -142,7 +142,8 @@ int64_t SkinnyClusterCapacity(Kernel kernel, size_t smem, int threads, int size)
 // kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits())
 // so that cells x splits fills the resident blocks once without exceeding them (a second, partial
 // wave would cost more than a smaller split gains; clusters count as SkinnyClusterCapacity says);
-// the k ranges are whole stages (kt) except the last. programmatic: also a PDL launch (cuda_launch.cuh) when launches use it.
+// the k ranges are whole stages (kt) except the last. programmatic: also a PDL launch
+// (cuda_launch.cuh) when launches use it.
 template <typename Kernel, typename... Extra>
 void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int cols, int kt, int max_splits,
                       bool programmatic, const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate,

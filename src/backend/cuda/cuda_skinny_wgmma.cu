@@ -22,10 +22,10 @@
 // 128-byte-swizzled K-major layout wgmma reads (16-byte chunk c of row r at c ^ (r & 7)), and the
 // tile's 64 rows of x by two TMA copies in the same layout (hi and lo boxes of 64 k, or two f32
 // boxes of 32 k; 64 x 128 bytes each), all completing on the stage's mbarrier (one thread issues a
-// stage). ST - 2 stages load while one is multiplied and the wgmmas of the one before may still run. Each k step of 16 issues two
-// m64n128k16 wgmmas (hi, lo) into the same accumulators. The weights of the first stages are
-// requested before the grid dependency wait (no kernel writes them): with PDL that latency hides
-// behind the previous kernel's tail.
+// stage). ST - 2 stages load while one is multiplied and the wgmmas of the one before may still
+// run. Each k step of 16 issues two m64n128k16 wgmmas (hi, lo) into the same accumulators. The
+// weights of the first stages are requested before the grid dependency wait (no kernel writes
+// them): with PDL that latency hides behind the previous kernel's tail.
 //
 // Why TMA and not cp.async for the weights (measured in one binary, CudaBench.MatMulRows, q / k / v
 // of 4096 + 512 + 512 x 2048 at 64 rows): per-thread cp.async copies plus the fence.proxy.async that
