@@ -98,7 +98,7 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
         splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
       DeviceBuffer partial, x_split;
       if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
-      if (const int64_t bytes = cuda::SkinnySplitBytes(m, k); bytes > 0) x_split = DeviceBuffer(*this, bytes);
+      if (const int64_t bytes = cuda::SkinnySplitBytes(m, k, &n, 1); bytes > 0) x_split = DeviceBuffer(*this, bytes);
       Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(),
               static_cast<uint16_t*>(x_split.data()), stream_);
       return;
@@ -151,7 +151,8 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
   } else {
     profiler_->Mark("MatMul few-row mma multi");
     DeviceBuffer x_split;
-    if (const int64_t bytes = cuda::SkinnySplitBytes(m, k); bytes > 0) x_split = DeviceBuffer(*this, bytes);
+    if (const int64_t bytes = cuda::SkinnySplitBytes(m, k, n, static_cast<int>(outs.size())); bytes > 0)
+      x_split = DeviceBuffer(*this, bytes);
     Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
             w[3], n[3], y[3], static_cast<uint16_t*>(x_split.data()), stream_);
   }

@@ -78,9 +78,10 @@ int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
   return m > 0 && m <= kSkinnyGemmRowLimit && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
-// x_split: scratch of SkinnySplitBytes(m, k) (0: none needed, null may be passed) where the wgmma
-// kernel puts x split into bf16 hi + lo before multiplying; null: v2 takes rows it would have taken.
-int64_t SkinnySplitBytes(int64_t m, int64_t k);
+// x_split: scratch of SkinnySplitBytes(m, k, the outputs' widths) bytes where the wgmma kernel puts x
+// split into bf16 hi + lo before multiplying, for launches of many column tiles (0: none needed, null
+// may be passed; null where one is needed: the launch splits x in its blocks instead).
+int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count);
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
                 int splits, float* partial, uint16_t* x_split, cudaStream_t s);
 // y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of

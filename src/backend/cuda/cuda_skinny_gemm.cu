@@ -282,10 +282,10 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
 // activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head, or many row
 // tiles).
 constexpr int64_t kSkinnyWgmmaMinRows = 33;
+bool WgmmaTakes(int64_t m) { return SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows; }
 void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
                       uint16_t* x_split, cudaStream_t s) {
-  if (SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, x_split, s))
-    return;
+  if (WgmmaTakes(m) && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, x_split, s)) return;
   if (m <= 32) {
     LaunchSkinnyV2<1, 4, 4>(x, m, k, jobs, accumulate, s);
     return;
@@ -302,8 +302,8 @@ void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jo
 
 }  // namespace
 
-int64_t SkinnySplitBytes(int64_t m, int64_t k) {
-  return SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows && m <= kSkinnyGemmRowLimit ? 4 * m * k : 0;
+int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count) {
+  return WgmmaTakes(m) && m <= kSkinnyGemmRowLimit && SkinnyWgmmaPreSplits(n, count) ? 4 * m * k : 0;
 }
 
 int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {

@@ -180,12 +180,15 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
                      static_cast<int>(k_chunk), static_cast<int>(row_tiles), extra...);
 }
 
-// The wgmma kernel (cuda_skinny_wgmma.cu): whether this build has it (sm_90a code), and its launcher
-// (row tiles of 64; the caller has checked SkinnyGemmFits for every job): x is first split into
-// x_split (SkinnySplitBytes: hi [m][k] then lo [m][k], bf16), then multiplied. False, nothing
-// queued, when x_split is null or a TMA tensor map (a weight's or the split's) cannot be made (the
-// driver lacks cuTensorMapEncodeTiled, or the layout is refused): the caller takes v2.
+// The wgmma kernel (cuda_skinny_wgmma.cu): whether this build has it (sm_90a code); whether a launch
+// of outputs n[0..count) splits x once beforehand (SkinnyWgmmaPreSplits: enough column tiles), and
+// its launcher (row tiles of 64; the caller has checked SkinnyGemmFits for every job). Pre-splitting
+// launches put x into x_split (SkinnySplitBytes: hi [m][k] then lo [m][k], bf16) first; without
+// x_split they split x in their blocks. False, nothing queued, when a TMA tensor map (a weight's, x's
+// or the split's) cannot be made (the driver lacks cuTensorMapEncodeTiled, or the layout is
+// refused): the caller takes v2.
 bool SkinnyWgmmaBuilt();
+bool SkinnyWgmmaPreSplits(const int64_t* n, int count);
 bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, uint16_t* x_split,
                        cudaStream_t s);
 

@@ -324,9 +324,13 @@ bool SkinnyWgmmaBuilt() {
 
 namespace {
 
-// The driver's cuTensorMapEncodeTiled (null when the driver lacks it: the caller takes v2).
-PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+// A tensor map of `rank` (2 or 3) dimensions, innermost first (dims in elements, strides of the
+// outer dimensions in bytes), read in boxes of `box` elements in the 128-byte-swizzled layout
+// wgmma reads (box rows of 128 bytes), elements past the tensor as zeros. False when the driver
+// lacks cuTensorMapEncodeTiled or refuses the layout (the caller takes v2).
+bool EncodeSwizzled128(CUtensorMap* out, CUtensorMapDataType type, cuuint32_t rank, const void* base,
+                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+  static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -334,16 +338,17 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  return encode;
+  static const cuuint32_t elem[3] = {1, 1, 1};
+  return encode && encode(out, type, rank, const_cast<void*>(base), dims, strides, box, elem,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k, 128-byte swizzle (cached:
-// weights live as long as the model).
+// The tensor map of a bf16 weight [n][k] in boxes of 128 columns x 64 k (cached: weights live as
+// long as the model).
 bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int64_t>, CUtensorMap> cache;
-  const auto encode = TensorMapEncoder();
-  if (!encode) return false;
   const std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(static_cast<const void*>(w), n, k);
   if (auto it = cache.find(key); it != cache.end()) {
@@ -352,12 +357,9 @@ bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
   }
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kWgKt, kWgCols}, elem[2] = {1, 1};
+  const cuuint32_t box[2] = {kWgKt, kWgCols};
   CUtensorMap map;
-  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(w), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return false;
+  if (!EncodeSwizzled128(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box)) return false;
   cache.emplace(key, map);
   *out = map;
   return true;
@@ -365,29 +367,20 @@ bool WeightTensorMap(const uint16_t* w, int n, int64_t k, CUtensorMap* out) {
 
 // The tensor map of the activations x [m][k] f32 in boxes of 64 rows x 32 k (128 bytes, the
 // 128-byte swizzle's widest), made for every launch (x is a workspace buffer; the encoding is host
-// work, no device call; a captured graph keeps the launch's copy). Rows and k past the tensor read
-// as zeros.
+// work, no device call; a captured graph keeps the launch's copy).
 bool ActivationTensorMap(const float* x, int64_t m, int64_t k, CUtensorMap* out) {
-  const auto encode = TensorMapEncoder();
-  if (!encode) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 4};
-  const cuuint32_t box[2] = {32, kWgRows}, elem[2] = {1, 1};
-  return encode(out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(x), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[2] = {32, kWgRows};
+  return EncodeSwizzled128(out, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, x, dims, strides, box);
 }
 
 // The same for x split into bf16 hi and lo ([2][m][k], hi first), boxes of 64 k x 64 rows x 1.
 bool SplitTensorMap(const uint16_t* split, int64_t m, int64_t k, CUtensorMap* out) {
-  const auto encode = TensorMapEncoder();
-  if (!encode) return false;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m), 2};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(m * k) * 2};
-  const cuuint32_t box[3] = {kWgKt, kWgRows, 1}, elem[3] = {1, 1, 1};
-  return encode(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(split), dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const cuuint32_t box[3] = {kWgKt, kWgRows, 1};
+  return EncodeSwizzled128(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split, dims, strides, box);
 }
 
 // From how many column tiles (all jobs) x is split once before the launch instead of by every block
@@ -403,15 +396,21 @@ int PreSplitMinTiles() {
 }
 }  // namespace
 
+bool SkinnyWgmmaPreSplits(const int64_t* n, int count) {
+  int64_t tiles = 0;
+  for (int j = 0; j < count; ++j) tiles += (n[j] + kWgCols - 1) / kWgCols;
+  return tiles >= PreSplitMinTiles();
+}
+
 bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, uint16_t* x_split,
                        cudaStream_t s) {
   SkinnyTensorMaps maps{};
-  int64_t tiles = 0;
+  int64_t n[kSkinnyMaxJobs] = {};
   for (int j = 0; j < jobs.count; ++j) {
     if (!WeightTensorMap(jobs.w[j], jobs.n[j], k, &maps.map[j])) return false;
-    tiles += (jobs.n[j] + kWgCols - 1) / kWgCols;
+    n[j] = jobs.n[j];
   }
-  if (x_split && tiles >= PreSplitMinTiles() && SplitTensorMap(x_split, m, k, &maps.x)) {
+  if (x_split && SkinnyWgmmaPreSplits(n, jobs.count) && SplitTensorMap(x_split, m, k, &maps.x)) {
     F32ToBf16Split(x, m * k, x_split, x_split + m * k, s);
     LaunchSkinnyGrid(SkinnyGemmWgmmaKernel<true>, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
                      /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
