@@ -241,6 +241,13 @@ class Backend {
   virtual void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) = 0;
   // out = silu(gate) * up, n elements.
   virtual void SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // out[r, :] = silu(gate[r, :]) * up[r, :] * sigmoid(s[r]), rows of dim (the shared expert's
+  // activation and gate): SiluMul then SigmoidScaleRows, one launch on a GPU; same results.
+  virtual void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* s,
+                                float* out) {
+    SiluMul(gate, up, rows * dim, out);
+    SigmoidScaleRows(out, rows, dim, s);
+  }
   // y += x, n elements.
   virtual void Add(const float* x, int64_t n, float* y) = 0;
   // h += delta, then y = RmsNorm(h) (rows of dim, contiguous; y must not alias h or delta): a layer's
@@ -347,14 +354,30 @@ class Backend {
   virtual void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                           const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                           float* out) = 0;
-  // MoeRoute then MoeExperts on its idx / weights (both still written: expert statistics read idx).
-  // A device backend routes inside the expert kernels of a few-token step (one launch less); same
-  // results as the two ops.
+  // The residual add and the norm after a MoE block, done by MoeRouteExperts' last step when given:
+  // out += extra (when not null), then h += out and y = RmsNorm(h; w) as AddRmsNorm(out, h, ...).
+  struct ResidualNorm {
+    float* h = nullptr;             // [rows, hidden], updated in place
+    const float* extra = nullptr;   // [rows, hidden] added to the experts' sum first (a shared expert)
+    const float* w = nullptr;       // [hidden]
+    float eps = 0;
+    bool one_plus = false;
+    float* y = nullptr;             // [rows, hidden]; may be the MoE input x
+  };
+  // MoeRoute then MoeExperts on its idx / weights (both still written: expert statistics read idx),
+  // then, with `residual`, its add and norm (out is scratch then). A device backend routes inside
+  // the expert kernels of a few-token step and sums the experts inside the norm (a launch less
+  // each); the same results as the separate ops.
   virtual void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k,
                                bool renormalize, int32_t* idx, float* weights,
-                               const std::vector<ExpertWeights>& experts, float* out) {
+                               const std::vector<ExpertWeights>& experts, float* out,
+                               const ResidualNorm* residual = nullptr) {
     MoeRoute(logits, rows, static_cast<int64_t>(experts.size()), k, renormalize, idx, weights);
     MoeExperts(x, rows, hidden, idx, weights, k, experts, out);
+    if (residual) {
+      if (residual->extra) Add(residual->extra, rows * hidden, out);
+      AddRmsNorm(out, residual->h, rows, hidden, residual->w, residual->eps, residual->one_plus, residual->y);
+    }
   }
 
   virtual void Softmax(float* x, int64_t rows, int64_t n) = 0;

@@ -383,15 +383,29 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.f32(), o.f32());
     all_reduce(o, R * H);  // row-parallel o_proj / out_proj
     be.AddRmsNorm(o.f32(), h.f32(), R, H, lw.post_norm, eps, one_plus, x.f32());
+    // A MoE block ends in the residual add and the next layer's input norm (one kernel on a GPU),
+    // unless its output must first be summed over the ranks.
+    const bool residual_in_moe = lw.is_moe && l + 1 < c.num_layers && !comm;
+    Backend::ResidualNorm next;
+    if (residual_in_moe) {
+      next.h = h.f32();
+      next.w = w.layers[l + 1].input_norm;
+      next.eps = eps;
+      next.one_plus = one_plus;
+      next.y = x.f32();
+    }
     if (lw.is_moe)
-      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr);
+      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr,
+                 residual_in_moe ? &next : nullptr);
     else
       DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
     all_reduce(o, R * H);  // this rank's experts / FFN columns
-    if (l + 1 < c.num_layers)
-      be.AddRmsNorm(o.f32(), h.f32(), R, H, w.layers[l + 1].input_norm, eps, one_plus, x.f32());
-    else
-      be.Add(o.f32(), R * H, h.f32());
+    if (!residual_in_moe) {
+      if (l + 1 < c.num_layers)
+        be.AddRmsNorm(o.f32(), h.f32(), R, H, w.layers[l + 1].input_norm, eps, one_plus, x.f32());
+      else
+        be.Add(o.f32(), R * H, h.f32());
+    }
     if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   }
   if (res && opts.capture_hidden) {

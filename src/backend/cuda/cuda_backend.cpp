@@ -439,6 +439,12 @@ void CudaBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const fl
   Enqueue("SigmoidScaleRows", cuda::SigmoidScaleRows, x, rows, dim, s, stream_);
 }
 
+void CudaBackend::SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* s,
+                                   float* out) {
+  profiler_->Mark("SiluMulScaleRows");
+  Enqueue("SiluMulScaleRows", cuda::SiluMulScaleRows, gate, up, rows, dim, s, out, stream_);
+}
+
 void CudaBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   profiler_->Mark("SiluMul");
   Enqueue("SiluMul", cuda::SiluMul, gate, up, n, out, stream_);

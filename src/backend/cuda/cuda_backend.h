@@ -67,6 +67,8 @@ class CudaBackend : public Backend {
                    int64_t gate_stride) override;
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
   void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
+  void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* s,
+                        float* out) override;
   void Add(const float* x, int64_t n, float* y) override;
   void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
                   float* y) override;
@@ -104,7 +106,8 @@ class CudaBackend : public Backend {
   // Few-token steps route in the gate/up kernel (cuda::MoeGateUpRouted); TESSERA_CUDA_MOE_ROUTE_FUSED=0
   // keeps the routing kernel (A/B).
   void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k, bool renormalize,
-                       int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts, float* out) override;
+                       int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts, float* out,
+                       const ResidualNorm* residual = nullptr) override;
   void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                   int64_t k, const std::vector<ExpertWeights>& experts, float* out) override;
 
@@ -131,6 +134,11 @@ class CudaBackend : public Backend {
 
  private:
   struct GemmPlan;
+  // MoeExperts with MoeRouteExperts' optional residual add and norm; the slots' sum that ends it.
+  void ExpertsInto(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights, int64_t k,
+                   const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
+  void SumSlotsInto(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out,
+                    const ResidualNorm* residual);
   // The device array of a layer's expert weight pointers (MoeExperts' kernels index it).
   struct ExpertTable {
     std::vector<const void*> host;  // [gate..., up..., down...]

@@ -50,18 +50,19 @@ const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<Ex
 
 void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k,
                                   bool renormalize, int32_t* idx, float* weights,
-                                  const std::vector<ExpertWeights>& experts, float* out) {
+                                  const std::vector<ExpertWeights>& experts, float* out,
+                                  const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
-  if (!moe_route_fused_ || rows == 0 || slots > kMoeFusedMaxSlots || E == 0) {
-    Backend::MoeRouteExperts(logits, x, rows, hidden, k, renormalize, idx, weights, experts, out);
+  const bool fused = moe_route_fused_ && rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 &&
+                     cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, experts[0].gate.dim(0),
+                                               ExpertPointers(experts).aligned);
+  if (!fused) {
+    MoeRoute(logits, rows, E, k, renormalize, idx, weights);
+    ExpertsInto(x, rows, hidden, idx, weights, k, experts, out, residual);
     return;
   }
   const int64_t inter = experts[0].gate.dim(0);
   const ExpertTable& table = ExpertPointers(experts);
-  if (!cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, inter, table.aligned)) {
-    Backend::MoeRouteExperts(logits, x, rows, hidden, k, renormalize, idx, weights, experts, out);
-    return;
-  }
   profiler_->Mark("MoeRouteExperts fused");
   const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
@@ -69,11 +70,29 @@ void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t r
           inter, act.f32(), stream_);
   Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
           slot_out.f32(), stream_);
-  Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out.f32(), rows, k, hidden, out, stream_);
+  SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+}
+
+// The slots' sum into out, or with `residual` into the residual add and norm (one kernel: the
+// MoeSumSlots launch is saved).
+void CudaBackend::SumSlotsInto(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out,
+                               const ResidualNorm* residual) {
+  if (!residual) {
+    Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out, rows, k, hidden, out, stream_);
+    return;
+  }
+  Enqueue("MoeSumSlotsAddRmsNorm", cuda::MoeSumSlotsAddRmsNorm, slot_out, rows, k, hidden, residual->extra,
+          residual->h, residual->w, residual->eps, residual->one_plus, residual->y, out, stream_);
 }
 
 void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                              int64_t k, const std::vector<ExpertWeights>& experts, float* out) {
+  ExpertsInto(x, rows, hidden, idx, weights, k, experts, out, nullptr);
+}
+
+void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                              int64_t k, const std::vector<ExpertWeights>& experts, float* out,
+                              const ResidualNorm* residual) {
   if (rows == 0) return;
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
@@ -142,7 +161,7 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
     Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(),
             stream_);
   }
-  Enqueue("MoeSumSlots", cuda::MoeSumSlots, slot_out.f32(), rows, k, hidden, out, stream_);
+  SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
 
 }  // namespace tessera

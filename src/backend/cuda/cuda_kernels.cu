@@ -80,10 +80,13 @@ __global__ void RmsNormKernel(const float* x, int64_t dim, int64_t xs, const flo
 // both loaded before the reduction, so a one-row call costs one memory round trip, not two. x may
 // alias y: each element is read and written by the same thread. Same arithmetic as RmsNormKernel.
 // With `delta` (AddRmsNorm), x is first updated in place: x += delta (rows of xs; delta has the
-// same strides), the residual add of a layer fused with the norm that follows it.
+// same strides), the residual add of a layer fused with the norm that follows it. With `slots`
+// (k MoE slot outputs a row, [rows * k, dim]) the added value is their sum in slot order, plus
+// delta when given: the arithmetic of MoeSumSlots, then y + delta, then AddRmsNorm.
 template <int kTpr, int kV>
 __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t xs, const float* w, float eps,
-                                 bool one_plus, float* y, int64_t ys, const float* delta) {
+                                 bool one_plus, float* y, int64_t ys, const float* delta, const float* slots,
+                                 int k) {
   GridDependencyWait();
   __shared__ float red[32];
   const int t = threadIdx.x % kTpr;
@@ -97,8 +100,18 @@ __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t 
     const int j = (v * kTpr + t) * 4;
     if (j < dim) {
       xv[v] = *reinterpret_cast<const float4*>(xr + j);
-      if (delta) {
-        const float4 d = *reinterpret_cast<const float4*>(delta + row * xs + j);
+      if (delta || slots) {
+        float4 d = delta && !slots ? *reinterpret_cast<const float4*>(delta + row * xs + j) : float4{0, 0, 0, 0};
+        if (slots) {
+          for (int s = 0; s < k; ++s) {
+            const float4 p = *reinterpret_cast<const float4*>(slots + (row * k + s) * dim + j);
+            d.x += p.x, d.y += p.y, d.z += p.z, d.w += p.w;
+          }
+          if (delta) {
+            const float4 e = *reinterpret_cast<const float4*>(delta + row * xs + j);
+            d.x += e.x, d.y += e.y, d.z += e.z, d.w += e.w;
+          }
+        }
         xv[v].x += d.x, xv[v].y += d.y, xv[v].z += d.z, xv[v].w += d.w;
         *reinterpret_cast<float4*>(const_cast<float*>(xr) + j) = xv[v];
       }
@@ -172,6 +185,16 @@ __global__ void SiluMulKernel(const float* g, const float* u, int64_t n, float* 
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = SiluF(g[i]) * u[i];
+}
+
+// SiluMulKernel then SigmoidScaleRowsKernel, the same two products in the same order.
+__global__ void SiluMulScaleRowsKernel(const float* g, const float* u, int64_t rows, int64_t dim, const float* sc,
+                                       float* out) {
+  GridDependencyWait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * dim) return;
+  const float v = SiluF(g[i]) * u[i];
+  out[i] = v * SigmoidF(sc[i / dim]);
 }
 
 __global__ void AddKernel(const float* x, int64_t n, float* y) {
@@ -391,13 +414,15 @@ namespace {
 // RmsNorm and AddRmsNorm: the row-in-registers kernel for every width it holds (x, y, w and delta
 // 16-byte aligned), else (no delta) the plain kernel. Returns false when neither fits a delta.
 bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
-                   bool one_plus, float* y, int64_t y_stride, const float* delta, cudaStream_t s) {
+                   bool one_plus, float* y, int64_t y_stride, const float* delta, cudaStream_t s,
+                   const float* slots = nullptr, int k = 0) {
   const bool vec = dim % 4 == 0 && x_stride % 4 == 0 && y_stride % 4 == 0 && Aligned16(x) && Aligned16(y) &&
-                   Aligned16(w) && (!delta || Aligned16(delta));
+                   Aligned16(w) && (!delta || Aligned16(delta)) && (!slots || Aligned16(slots));
   const unsigned warp_blocks = static_cast<unsigned>((rows + 7) / 8), row_blocks = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
 #define TESSERA_RMSNORM_VEC(TPR, V, BLOCKS) \
-  LaunchKernel(RmsNormVecKernel<TPR, V>, BLOCKS, 256, 0, s)(x, rows, d, x_stride, w, eps, one_plus, y, y_stride, delta)
+  LaunchKernel(RmsNormVecKernel<TPR, V>, BLOCKS, 256, 0, s)(x, rows, d, x_stride, w, eps, one_plus, y, y_stride, delta, \
+                                                             slots, k)
   if (vec && dim <= 128)
     TESSERA_RMSNORM_VEC(32, 1, warp_blocks);
   else if (vec && dim <= 256)
@@ -412,7 +437,7 @@ bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, 
     TESSERA_RMSNORM_VEC(256, 4, row_blocks);
   else if (vec && dim <= 8192)
     TESSERA_RMSNORM_VEC(256, 8, row_blocks);
-  else if (!delta)
+  else if (!delta && !slots)
     LaunchKernel(RmsNormKernel, row_blocks, dim >= 512 ? 256 : 128, 0, s)(x, dim, x_stride, w, eps, one_plus, y,
                                                                           y_stride);
   else
@@ -434,6 +459,16 @@ void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const f
   if (LaunchRmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim, delta, s)) return;
   Add(delta, rows * dim, h, s);
   LaunchRmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim, nullptr, s);
+}
+
+void MoeSumSlotsAddRmsNorm(const float* slot_out, int64_t rows, int64_t k, int64_t dim, const float* extra, float* h,
+                           const float* w, float eps, bool one_plus, float* y, float* scratch, cudaStream_t s) {
+  if (rows <= 0) return;
+  if (k > 0 && LaunchRmsNorm(h, rows, dim, dim, w, eps, one_plus, y, dim, extra, s, slot_out, static_cast<int>(k)))
+    return;
+  MoeSumSlots(slot_out, rows, k, dim, scratch, s);
+  if (extra) Add(extra, rows * dim, scratch, s);
+  AddRmsNorm(scratch, h, rows, dim, w, eps, one_plus, y, s);
 }
 
 void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w, float eps,
@@ -461,6 +496,12 @@ void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cuda
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {
   if (n > 0) LaunchKernel(SiluMulKernel, Blocks(n), kThreads, 0, s)(gate, up, n, out);
+}
+
+void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* sc, float* out,
+                      cudaStream_t s) {
+  if (rows * dim > 0)
+    LaunchKernel(SiluMulScaleRowsKernel, Blocks(rows * dim), kThreads, 0, s)(gate, up, rows, dim, sc, out);
 }
 
 void Add(const float* x, int64_t n, float* y, cudaStream_t s) {

@@ -25,6 +25,8 @@ void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const fl
                  int64_t gate_stride, cudaStream_t s);
 void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s);
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* sc, float* out,
+                      cudaStream_t s);
 void Add(const float* x, int64_t n, float* y, cudaStream_t s);
 // h += delta, then y = RmsNorm(h) (rows of dim, contiguous): one kernel where the row fits the
 // row-in-registers RmsNorm (dim % 4 == 0, <= 8192, 16-byte aligned), else Add then RmsNorm.
@@ -117,6 +119,12 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s);
 void MoeSumSlots(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out, cudaStream_t s);
+// The end of a MoE block fused with the residual add and the norm after it (Backend::ResidualNorm):
+// out = sum of the k slots in slot order (+ extra), h += out, y = RmsNorm(h), in one row-in-registers
+// kernel where AddRmsNorm would take one; else MoeSumSlots into scratch ([rows, dim]), Add,
+// AddRmsNorm. Same results either way.
+void MoeSumSlotsAddRmsNorm(const float* slot_out, int64_t rows, int64_t k, int64_t dim, const float* extra, float* h,
+                           const float* w, float eps, bool one_plus, float* y, float* scratch, cudaStream_t s);
 // Grouped path helpers: dst[i] = src[rows[i] ] (rows of `cols`); dst[rows[i]] = src[i] * scale[rows[i]].
 void GatherRows(const float* src, int64_t cols, const int32_t* rows, int64_t n, int64_t row_div, float* dst,
                 cudaStream_t s);

@@ -13,7 +13,8 @@ void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float
   be.MatMul(g.f32(), rows, w.down, out);
 }
 
-void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts) {
+void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts,
+                const Backend::ResidualNorm* residual) {
   Backend& be = *ctx.be;
   const ModelConfig& c = *ctx.cfg;
   const int64_t R = ctx.rows, E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size;
@@ -36,15 +37,25 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   }
   if (static_cast<int64_t>(w.experts.size()) != E)
     Fail(ErrorKind::kInternal, "moe: {} experts loaded, config says {}", w.experts.size(), E);
-  be.MoeRouteExperts(logits.f32(), x, R, H, k, c.norm_topk_prob, idx.i32(), weights.f32(), w.experts, out);
-  if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
+  // The shared expert: sigmoid(gate) * down(act) as down(sigmoid(gate) * act) (the scale runs over
+  // inter, not hidden, columns). Without `residual` its product accumulates into the routed
+  // experts' sum; with it, it goes first into its own buffer, the residual's `extra`, which the
+  // MoE op's last kernel adds after the sum (the same additions in the same order).
+  DeviceBuffer shared_out;
+  Backend::ResidualNorm fused;
   if (w.has_shared) {
-    // out += sigmoid(gate) * down(act) as down(sigmoid(gate) * act), accumulated by the product:
-    // the scale runs over inter, not hidden, columns and no separate add is needed.
-    be.SiluMul(g.f32(), u.f32(), R * inter, g.f32());
-    be.SigmoidScaleRows(g.f32(), R, inter, gate.f32());
-    be.MatMul(g.f32(), R, w.shared.down, out, /*accumulate=*/true);
+    be.SiluMulScaleRows(g.f32(), u.f32(), R, inter, gate.f32(), g.f32());
+    if (residual) {
+      shared_out = DeviceBuffer::Floats(be, R * H);
+      be.MatMul(g.f32(), R, w.shared.down, shared_out.f32(), /*accumulate=*/false);
+      fused = *residual;
+      fused.extra = shared_out.f32();
+      residual = &fused;
+    }
   }
+  be.MoeRouteExperts(logits.f32(), x, R, H, k, c.norm_topk_prob, idx.i32(), weights.f32(), w.experts, out, residual);
+  if (expert_counts) be.CountIds(idx.i32(), R * k, E, expert_counts);
+  if (w.has_shared && !residual) be.MatMul(g.f32(), R, w.shared.down, out, /*accumulate=*/true);
 }
 
 }  // namespace tessera

@@ -15,6 +15,9 @@ namespace tessera {
 void DenseMlpForward(Backend& be, const MlpWeights& w, int64_t rows, const float* x, float* out);
 
 // expert_counts (backend memory, [num_experts], may be null): += the tokens routed to each expert.
-void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts);
+// With `residual`, the block's output goes into its residual add and the norm after it
+// (Backend::ResidualNorm: h += output, y = RmsNorm(h)) and out is scratch.
+void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, float* out, int32_t* expert_counts,
+                const Backend::ResidualNorm* residual = nullptr);
 
 }  // namespace tessera
