@@ -103,6 +103,7 @@ __global__ void RmsNormVecKernel(const float* x, int64_t rows, int dim, int64_t 
       if (delta || slots) {
         float4 d = delta && !slots ? *reinterpret_cast<const float4*>(delta + row * xs + j) : float4{0, 0, 0, 0};
         if (slots) {
+#pragma unroll 8  // the k loads are independent: issue them together, sum in slot order
           for (int s = 0; s < k; ++s) {
             const float4 p = *reinterpret_cast<const float4*>(slots + (row * k + s) * dim + j);
             d.x += p.x, d.y += p.y, d.z += p.z, d.w += p.w;
