@@ -412,8 +412,9 @@ void Embedding(const void* table, bool bf16, const int32_t* ids, int64_t n, int6
 
 namespace {
 
-// RmsNorm and AddRmsNorm: the row-in-registers kernel for every width it holds (x, y, w and delta
-// 16-byte aligned), else (no delta) the plain kernel. Returns false when neither fits a delta.
+// RmsNorm, AddRmsNorm and the MoE block's end (`slots`): the row-in-registers kernel for every width
+// it holds (x, y, w, delta and slots 16-byte aligned), else (no delta, no slots) the plain kernel.
+// Returns false when neither fits a delta or slots.
 bool LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
                    bool one_plus, float* y, int64_t y_stride, const float* delta, cudaStream_t s,
                    const float* slots = nullptr, int k = 0) {
