@@ -53,22 +53,20 @@ void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t r
                                   const std::vector<ExpertWeights>& experts, float* out,
                                   const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
-  const bool fused = moe_route_fused_ && rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 &&
-                     cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, experts[0].gate.dim(0),
-                                               ExpertPointers(experts).aligned);
-  if (!fused) {
+  const ExpertTable* table =
+      moe_route_fused_ && rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 ? &ExpertPointers(experts) : nullptr;
+  const int64_t inter = table ? experts[0].gate.dim(0) : 0;
+  if (!table || !cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, inter, table->aligned)) {
     MoeRoute(logits, rows, E, k, renormalize, idx, weights);
     ExpertsInto(x, rows, hidden, idx, weights, k, experts, out, residual);
     return;
   }
-  const int64_t inter = experts[0].gate.dim(0);
-  const ExpertTable& table = ExpertPointers(experts);
   profiler_->Mark("MoeRouteExperts fused");
-  const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
+  const auto* const* ptrs = static_cast<const uint16_t* const*>(table->dev.data());
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
   Enqueue("MoeGateUpRouted", cuda::MoeGateUpRouted, x, hidden, logits, rows, k, renormalize, idx, weights, ptrs, E,
           inter, act.f32(), stream_);
-  Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
+  Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table->aligned,
           slot_out.f32(), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
