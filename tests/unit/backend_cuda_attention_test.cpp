@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv_cache_host.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -126,9 +128,9 @@ class Call {
       cpu->Attention(a);
   }
 
-  // The same call on `gpu` (its KvCacheDType() picks the cache's element type); returns the relative
-  // error against the CPU.
-  double RunOn(Backend& gpu) const {
+  // The same call on `gpu` (its KvCacheDType() picks the cache's element type; `split`: an f32 cache is
+  // split, as the backend was made); returns the relative error against the CPU.
+  double RunOn(Backend& gpu, bool split) const {
     auto dev = [&](const std::vector<float>& h) {
       DeviceBuffer b(gpu, h.size() * sizeof(float));
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
@@ -136,17 +138,19 @@ class Call {
     };
     const bool bf16 = gpu.KvCacheDType() == DType::kBF16;
     EXPECT_TRUE(!bf16 || bf16_) << "a bf16 cache needs bf16-exact K / V";
-    auto cache = [&](const std::vector<float>& h) {
-      if (!bf16) return dev(h);
-      std::vector<uint16_t> bits(h.size());
-      for (size_t i = 0; i < h.size(); ++i) bits[i] = F32ToBf16(h[i]);
-      DeviceBuffer b(gpu, bits.size() * sizeof(uint16_t));
-      gpu.Upload(b.data(), bits.data(), bits.size() * sizeof(uint16_t));
-      return b;
-    };
-    // bf16 calls read committed rows from the cache only: NaN in k / v would show if they did not.
+    // The caches in the backend's layout (f32, split f32 or bf16: cuda_kv_layout.h), written as the model
+    // writes them: every row through KvWriteRows.
+    const int64_t cache_rows = static_cast<int64_t>(kc_.size()) / kv_dim_;
+    DeviceBuffer hk = dev(kc_), hv = dev(vc_);
+    DeviceBuffer dkc(gpu, kc_.size() * DTypeSize(gpu.KvCacheDType()));
+    DeviceBuffer dvc(gpu, vc_.size() * DTypeSize(gpu.KvCacheDType()));
+    std::vector<int64_t> all_rows(cache_rows);
+    std::iota(all_rows.begin(), all_rows.end(), 0);
+    gpu.KvWriteRows(hk.f32(), hv.f32(), kv_dim_, kv_dim_, all_rows.data(), all_rows.data(), cache_rows, dkc.data(),
+                    dvc.data());
+    // bf16 and split calls read committed rows from the cache only: NaN in k / v would show if they did not.
     std::vector<float> k = k_, v = v_;
-    if (bf16) {
+    if (bf16 || (split && kv_dim_ % cuda::kKvSplitChunk == 0)) {
       int64_t row0 = 0;
       for (const Seq& s : seqs_) {
         for (int64_t t = 0; t < CommitLen(s); ++t) {
@@ -156,7 +160,7 @@ class Call {
         row0 += s.T;
       }
     }
-    DeviceBuffer dq = dev(q_), dk = dev(k), dv = dev(v), dkc = cache(kc_), dvc = cache(vc_);
+    DeviceBuffer dq = dev(q_), dk = dev(k), dv = dev(v);
     // The gaps between output rows stay 0 on both sides: a stray write shows as an error. Twice on the
     // same backend: nothing a call leaves behind (scratch, cached descriptors) may change the next.
     double err = 0;
@@ -247,25 +251,34 @@ const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
 
 // The call on CUDA backends made with each kernel choice: the tensor-core kernels (decode calls on
 // the decode kernel), the flash kernel's few-row shape for decode calls too
-// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and the grouped kernels (FLASH=0).
+// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and with FLASH=0 the per-head kernel (a
+// split or bf16 cache) or the grouped kernels (plain f32). An f32 cache is split (the default); the
+// tensor-core kernels and the grouped ones run again on a plain f32 cache (TESSERA_CUDA_KV_SPLIT=0).
 void RunKernels(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed,
                 bool decode_off) {
   struct Choice {
-    const char *flash, *decode, *label;
+    const char *flash, *decode, *split, *label;
   };
-  const Choice choices[] = {{"1", "1", "flash=1"}, {"1", "0", "flash=1 decode=0"}, {"0", "1", "flash=0"}};
+  const Choice choices[] = {{"1", "1", "1", "flash=1"},
+                            {"1", "0", "1", "flash=1 decode=0"},
+                            {"0", "1", "1", "flash=0"},
+                            {"1", "1", "0", "flash=1 unsplit"},
+                            {"1", "0", "0", "flash=1 decode=0 unsplit"},
+                            {"0", "1", "0", "flash=0 unsplit"}};
   for (const bool bf16 : {false, true}) {
     const Call call(sh, seqs, seed, /*reference=*/true, bf16);
     for (const Choice& ch : choices) {
       if (!decode_off && std::string(ch.decode) == "0") continue;
+      if (bf16 && std::string(ch.split) == "0") continue;  // a bf16 cache has one layout
       std::unique_ptr<Backend> gpu;
       {
         ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
         ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
+        ScopedEnv split("TESSERA_CUDA_KV_SPLIT", ch.split);
         gpu = MakeCudaBackend();
       }
       if (bf16) gpu->SetKvCacheDType(DType::kBF16);
-      const double err = call.RunOn(*gpu);
+      const double err = call.RunOn(*gpu, std::string(ch.split) == "1");
       char name[160];
       std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s kv=%s", what.c_str(),
                     static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
@@ -389,6 +402,70 @@ TEST_F(CudaAttention, KvWriteBf16Cache) {
   EXPECT_EQ(wrong, 0);
 }
 
+// KvWrite and KvWriteRows into an f32 cache: rows of 512 values are split (each 128-value chunk 128 bf16
+// hi then 128 lo, both the host's round-to-nearest-even, ties included); rows of 64 values (not whole
+// chunks) stay plain f32, bit for bit; rows nobody wrote keep their bytes.
+TEST_F(CudaAttention, KvWriteSplitCache) {
+  for (const int64_t kv_dim : {int64_t{512}, int64_t{64}}) {
+    ScopedEnv split("TESSERA_CUDA_KV_SPLIT", "1");
+    auto gpu = MakeCudaBackend();
+    ASSERT_EQ(KvCacheSplit(kv_dim), kv_dim == 512);
+    const int64_t page = 16, stride = kv_dim + 4, T = 37, first_pos = 21;
+    const std::vector<int32_t> pages = {5, 2, 7, 0, 3, 6, 1, 4};  // 128 cache rows
+    const int64_t cache_elems = static_cast<int64_t>(pages.size()) * page * kv_dim;
+    std::vector<float> k = Rand(T * stride, -3, 3, 710), v = Rand(T * stride, -3, 3, 711);
+    // hi rounds a tie to even (1 + 2^-8 -> 1, lo 2^-8); a lo that is itself a tie (x - hi = 1.5 * 2^-16 +
+    // 2^-24 ... exact in f32: 1 + 2^-9 + 2^-17 has hi 1 and lo 2^-9 + 2^-17, a bf16 tie -> even).
+    k[0] = 1.00390625f, k[1] = 1.0f + 0x1p-9f + 0x1p-17f, v[2] = -1.00390625f;
+    auto dev = [&](const void* h, size_t bytes) {
+      DeviceBuffer b(*gpu, bytes);
+      gpu->Upload(b.data(), h, bytes);
+      return b;
+    };
+    const std::vector<uint32_t> fill(cache_elems, 0xabcd1234u);
+    DeviceBuffer dk = dev(k.data(), k.size() * 4), dv = dev(v.data(), v.size() * 4);
+    DeviceBuffer dkc = dev(fill.data(), fill.size() * 4), dvc = dev(fill.data(), fill.size() * 4);
+    auto cache_row = [&](int64_t pos) { return int64_t{pages[pos / page]} * page + pos % page; };
+    gpu->KvWrite(dk.f32(), dv.f32(), stride, T, kv_dim, first_pos, pages.data(), page, dkc.data(), dvc.data());
+    const std::vector<int64_t> src = {3, 9, 30}, dst = {cache_row(100), cache_row(101), cache_row(102)};
+    gpu->KvWriteRows(dk.f32(), dv.f32(), stride, kv_dim, src.data(), dst.data(), 3, dkc.data(), dvc.data());
+    // Expected cache words (as uint16 pairs: a split row is 2 kv_dim bf16, a plain one kv_dim floats).
+    std::vector<uint32_t> want_k = fill, want_v = fill;
+    auto expect_row = [&](int64_t t, int64_t row) {
+      for (int64_t x = 0; x < kv_dim; ++x)
+        for (int kv = 0; kv < 2; ++kv) {
+          const float value = (kv == 0 ? k : v)[t * stride + x];
+          auto* words = (kv == 0 ? want_k : want_v).data() + row * kv_dim;
+          if (kv_dim == 512) {
+            auto* half = reinterpret_cast<uint16_t*>(words);
+            const auto [hi, lo] = KvSplitParts(value);
+            half[cuda::KvSplitHiIndex(x)] = hi;
+            half[cuda::KvSplitHiIndex(x) + cuda::kKvSplitChunk] = lo;
+          } else {
+            std::memcpy(words + x, &value, 4);
+          }
+        }
+    };
+    for (int64_t t = 0; t < T; ++t) expect_row(t, cache_row(first_pos + t));
+    for (size_t i = 0; i < src.size(); ++i) expect_row(src[i], dst[i]);
+    if (kv_dim == 512) {
+      const auto tie = KvSplitParts(k[1]);
+      ASSERT_EQ(KvSplitParts(k[0]).first, 0x3f80) << "the host's rounding of a hi tie";
+      ASSERT_EQ(tie.first, 0x3f80);
+      ASSERT_EQ(Bf16ToF32(tie.second), 0x1p-9f) << "the host's rounding of a lo tie (to even)";
+    }
+    std::vector<uint32_t> got_k(cache_elems), got_v(cache_elems);
+    gpu->Download(got_k.data(), dkc.data(), cache_elems * 4);
+    gpu->Download(got_v.data(), dvc.data(), cache_elems * 4);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < cache_elems; ++i) wrong += (got_k[i] != want_k[i]) + (got_v[i] != want_v[i]);
+    std::printf("f32 KV cache writes, rows of %ld (%s): %ld of %ld words differ from the host's\n",
+                static_cast<long>(kv_dim), kv_dim == 512 ? "split" : "plain", static_cast<long>(wrong),
+                static_cast<long>(2 * cache_elems));
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 // The attention layer's q / k preparation with the committed rows' cache writes in one launch
 // (QkNormRopeKvWrite) against the two ops on the same GPU (QkNormRope, then KvWriteRows): q, k and
 // both caches bit-identical, for f32 and bf16 caches, Qwen3 (head_dim 128) and Qwen3.5 (256, rotary
@@ -474,14 +551,15 @@ TEST_F(CudaAttention, Timing) {
   for (const auto& [sh, r] : calls) {
     const auto& [what, seqs] = rows[r];
     const Call call(sh, seqs, 600, /*reference=*/false);
-    // Tensor cores (decode rows on the decode kernel), the flash kernel alone, the grouped kernels; the
-    // tensor cores on a bf16 cache.
-    double us[4];
-    for (int f = 0; f < 4; ++f) {
+    // Tensor cores (decode rows on the decode kernel; f32 cache split, the default), the flash kernel
+    // alone, the grouped kernels (plain f32 cache), the tensor cores on a bf16 cache and on a plain f32 one.
+    double us[5];
+    for (int f = 0; f < 5; ++f) {
       std::unique_ptr<Backend> gpu;
       {
         ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", f != 2 ? "1" : "0");
         ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", f == 1 ? "0" : "1");
+        ScopedEnv split("TESSERA_CUDA_KV_SPLIT", f == 2 || f == 4 ? "0" : "1");
         gpu = MakeCudaBackend();
       }
       if (f == 3) gpu->SetKvCacheDType(DType::kBF16);
@@ -489,9 +567,9 @@ TEST_F(CudaAttention, Timing) {
     }
     std::printf(
         "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  grouped %9.1f us  "
-        "bf16 cache %9.1f us\n",
+        "bf16 cache %9.1f us  unsplit f32 %9.1f us\n",
         static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(), us[0],
-        us[1], us[2], us[3]);
+        us[1], us[2], us[3], us[4]);
   }
 }
 

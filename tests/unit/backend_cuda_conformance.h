@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "kv_cache_host.h"
 #include "test_util.h"
 
 namespace tessera::cuda_conformance {
@@ -63,6 +64,13 @@ class CudaConformance : public ::testing::Test {
     std::vector<T> out(n);
     gpu_->Download(out.data(), p, n * sizeof(T));
     return out;
+  }
+  // The values a device f32 KV cache (rows of kv_dim values, n values) holds, in either f32 layout.
+  std::vector<float> HostKvCache(const float* p, size_t n, int64_t kv_dim) {
+    if (!KvCacheSplit(kv_dim)) return Host(p, n);
+    std::vector<uint16_t> bits(2 * n);
+    gpu_->Download(bits.data(), p, n * sizeof(float));
+    return KvSplitValues(bits, kv_dim);
   }
   Tensor HostBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
     return Tensor{v.data(), DType::kBF16, {rows, cols}};

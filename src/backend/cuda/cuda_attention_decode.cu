@@ -31,6 +31,12 @@
 // 64h + 32 + 4g of rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks, key
 // splits and the partial layout are the flash kernel's; AttentionMerge combines splits.
 //
+// A split f32 cache (the default f32 layout, cuda_kv_layout.h) is staged as f32's 512-byte row slices, which
+// hold 128 bf16 hi then 128 bf16 lo: K's A fragments are two 16-byte reads from each half, V^T's two
+// ldmatrix.trans, the 3 MMAs a product as above but no split instruction for K or V (ncu, Qwen3-30B-A3B batch
+// 64 at 1K: 83.5 -> 78.3 us a layer, 3.24 -> 3.45 TB/s; still short of the copy rate: 6 warps an SM, each
+// waiting on its own two stages).
+//
 // A bf16 cache (--kv-cache-dtype bf16) is staged as stored (a 256-byte row slice: half a warp a row) and
 // goes to the MMAs as it is: K's A fragment is two 16-byte reads, V^T's comes from ldmatrix.trans (m-tile
 // m = dims 16 m.., keys as the 8x8 matrices' rows), and only Q and P are split (2 MMAs a product). The
@@ -49,18 +55,20 @@ namespace tessera::cuda {
 
 namespace {
 
-// Cache element type T (float or Bf16Bits), G query heads per KV head, head_dim D, KW key warps;
-// DW = D / 128 warps share a tile's dims.
+// Cache element type T (float, Bf16Bits or KvSplit), G query heads per KV head, head_dim D, KW key
+// warps; DW = D / 128 warps share a tile's dims.
 template <typename T, int G, int D, int KW>
 struct DecodeShape {
-  static constexpr bool kBf16 = sizeof(T) == 2;
+  static constexpr bool kBf16 = kKvBf16<T>, kSplit = kKvSplit<T>;
+  static constexpr bool kPacked = kBf16 || kSplit;  // MMA operands as stored (accumulators in bf16's order)
   static constexpr int DW = D / 128, kWarps = KW * DW, kThreads = 32 * kWarps;
   static constexpr int NT = G > 8 ? G / 8 : 1;  // n-tiles of 8 query vectors
   static constexpr int VEC = 8 * NT;            // query vectors (row, head) of a block
   // Staged row strides of a 128-dim slice, in elements: f32 132 (conflict-free float4 reads); bf16 K
   // 160 (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V 136 (ldmatrix's 8 rows in
-  // distinct 16-byte bank groups).
-  static constexpr int SKK = kBf16 ? 160 : 132;
+  // distinct 16-byte bank groups); split (4-byte elements: a row slice is 128 hi then 128 lo) K 144
+  // (16 banks apart again), V 132 (528 bytes: distinct 16-byte groups).
+  static constexpr int SKK = kBf16 ? 160 : kSplit ? 144 : 132;
   static constexpr int SKV = kBf16 ? 136 : 132;
   static constexpr size_t kStageElems = 16 * size_t{SKK + SKV};      // 16 K rows, then 16 V rows
   static constexpr size_t kWarpBytes = 2 * kStageElems * sizeof(T);  // a warp's two stages
@@ -93,9 +101,20 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
   const AttentionParams& p = descs[tile.x];
   const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
   const int nr = tile.w;
-  const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
-  const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
-  const int64_t j_end = min(AttentionLastKey(p, t0 + nr - 1) + 1, split_end);
+  // The plan's chunk (key_chunk) is sized for the largest key count of its range (it changes only 4 times a
+  // doubling of the context, to keep the step's graph). On f32 and split caches (3 blocks an SM) a tile's
+  // splits take even shares of its own keys instead (whole 16-key tiles of every key warp), within that
+  // chunk: 64 sequences at 1K context are 768 blocks, two waves either way, and even shares shorten both
+  // (Qwen3-30B-A3B batch-64 step -0.13 ms, docs/PERFORMANCE.md). A bf16 cache keeps the plan's chunks: at 5
+  // blocks an SM its heavy first two splits fit in one wave and the light third fills it (even shares
+  // made that call 67 -> 80 us at 16 / 2 heads of 256).
+  const int64_t keys = AttentionLastKey(p, t0 + nr - 1) + 1;
+  int64_t chunk = key_chunk;
+  if (!S::kBf16 && splits > 1)
+    chunk = min(key_chunk, ((keys + splits - 1) / splits + 16 * KW - 1) / (16 * KW) * (16 * KW));
+  const int64_t j_begin = splits == 1 ? 0 : z * chunk;
+  const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + chunk;
+  const int64_t j_end = min(keys, split_end);
   const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + 15) / 16) : 0;
   const int my_tiles = ntiles > kw ? (ntiles - kw + KW - 1) / KW : 0;  // this warp's: kw, kw + KW, ...
 
@@ -219,6 +238,17 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         const uint4 y = *reinterpret_cast<const uint4*>(Ks + (g + 8) * SKK + 32 * c + 8 * q);
         ah[0][0] = x.x, ah[0][1] = y.x, ah[0][2] = x.y, ah[0][3] = y.y;
         ah[1][0] = x.z, ah[1][1] = y.z, ah[1][2] = x.w, ah[1][3] = y.w;
+      } else if constexpr (S::kSplit) {
+        // The same from the hi half of the slice, and again from the lo half (128 bf16 further).
+        const auto* kh = reinterpret_cast<const uint16_t*>(Ks) + g * 2 * SKK + 32 * c + 8 * q;
+        auto load = [&](const uint16_t* r0, uint32_t(&r)[2][4]) {
+          const uint4 x = *reinterpret_cast<const uint4*>(r0);
+          const uint4 y = *reinterpret_cast<const uint4*>(r0 + 16 * SKK);  // row g + 8
+          r[0][0] = x.x, r[0][1] = y.x, r[0][2] = x.y, r[0][3] = y.y;
+          r[1][0] = x.z, r[1][1] = y.z, r[1][2] = x.w, r[1][3] = y.w;
+        };
+        load(kh, ah);
+        load(kh + 128, al);
       } else {
         LoadA(Ks + g * SKK + 32 * c + 8 * q, Ks + (g + 8) * SKK + 32 * c + 8 * q, true, true, ah, al);
       }
@@ -312,6 +342,22 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         for (int nt = 0; nt < NT; ++nt) {
           Mma(acc[nt][m], va, ph[nt][0], ph[nt][1]);
           Mma(acc[nt][m], va, pl[nt][0], pl[nt][1]);
+        }
+      }
+    } else if constexpr (S::kSplit) {
+      // bf16's ldmatrix.trans addressing in bf16 units (row stride 2 SKV), from the hi and the lo half.
+      const auto* vrow = reinterpret_cast<const uint16_t*>(Vs) + ((lane & 7) + 8 * (lane >> 4)) * 2 * SKV +
+                         8 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        uint32_t vh[4], vl[4];
+        LdMatrixX4Trans(vh, vrow + 16 * m);
+        LdMatrixX4Trans(vl, vrow + 128 + 16 * m);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          Mma(acc[nt][m], vh, ph[nt][0], ph[nt][1]);
+          Mma(acc[nt][m], vh, pl[nt][0], pl[nt][1]);
+          Mma(acc[nt][m], vl, ph[nt][0], ph[nt][1]);
         }
       }
     } else {
@@ -411,7 +457,8 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
   }
 
   // Output: column c of n-tile nt is vector 8 nt + 2q + c. f32: m-tile 4h + e holds dims 64h + 4g + e (c) and
-  // 64h + 32 + 4g + e (2 + c) of the warp's slice; bf16: m-tile m holds dims 16 m + g (c) and 16 m + 8 + g (2 + c).
+  // 64h + 32 + 4g + e (2 + c) of the warp's slice; bf16 and split: m-tile m holds dims 16 m + g (c) and
+  // 16 m + 8 + g (2 + c).
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -432,7 +479,7 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         if (g == 0 && dw == 0) part[0] = l > 0 ? m_run[nt][c] * kLn2 : -INFINITY, part[1] = l;
         o = part + 2 + 128 * dw;
       }
-      if constexpr (S::kBf16) {
+      if constexpr (S::kPacked) {
 #pragma unroll
         for (int m = 0; m < 8; ++m) o[16 * m + g] = acc[nt][m][c] * inv, o[16 * m + 8 + g] = acc[nt][m][2 + c] * inv;
       } else {
@@ -460,7 +507,8 @@ void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_t
 using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
 
 // Block shapes: head_dim 128: two key warps (f32 67 KiB, 3 blocks an SM); head_dim 256: one key warp x
-// two dim warps (67 KiB, 3 blocks an SM). A bf16 cache keeps the shapes (38 KiB: 5 blocks an SM).
+// two dim warps (67 KiB, 3 blocks an SM). A bf16 cache keeps the shapes (38 KiB: 5 blocks an SM), a
+// split one too (70 KiB, 3 blocks an SM).
 template <typename T, int G>
 Launcher PickLauncher(int64_t head_dim) {
   return head_dim == 128 ? LaunchDecode<T, G, 128, 2> : LaunchDecode<T, G, 256, 1>;
@@ -478,12 +526,13 @@ Launcher PickLauncher(int64_t group, int64_t head_dim) {
 int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
 
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
-                     int64_t kv_heads, int64_t head_dim, bool bf16, int splits, int64_t key_chunk, float* partial,
-                     cudaStream_t s) {
+                     int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk,
+                     float* partial, cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  const Launcher launch = bf16 ? PickLauncher<Bf16Bits>(G, head_dim) : PickLauncher<float>(G, head_dim);
-  launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+  WithKvType(layout, [&](auto tag) {
+    PickLauncher<decltype(tag)>(G, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+  });
 }
 
 }  // namespace tessera::cuda

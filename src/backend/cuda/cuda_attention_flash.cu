@@ -19,6 +19,10 @@
 // d = 32 i + 4 n + e, so lane g reads V as float4s at d = 32 i + 4 g and an accumulator lane holds
 // d = 32 i + 8 q .. 8 q + 7. Staged rows are D + 4 floats apart: both reads are free of bank conflicts.
 //
+// A split f32 cache (the default f32 layout, cuda_kv_layout.h) is staged as f32 rows are, and a row's
+// 128-dim chunks hold 128 bf16 hi then 128 bf16 lo: K's B fragments are 16-byte reads of each half and
+// V comes through ldmatrix.trans from each, 3 MMAs a product as for f32, no split of K or V.
+//
 // A bf16 cache (--kv-cache-dtype bf16; every K/V row the kernel reads is bf16: the cache, and
 // KvStage's copy of the call's uncommitted rows) is staged as stored and fed to the MMAs directly:
 // a lane's K fragment is one 16-byte read, V comes through ldmatrix.trans (keys are the rows of the
@@ -50,11 +54,12 @@ namespace tessera::cuda {
 
 namespace {
 
-// Cache element type T (float or Bf16Bits), G query heads per KV head, head_dim D, QW query warps (16
-// query vectors each) x KW key warps (NKW keys each of a tile) per block.
+// Cache element type T (float, Bf16Bits or KvSplit), G query heads per KV head, head_dim D, QW query
+// warps (16 query vectors each) x KW key warps (NKW keys each of a tile) per block.
 template <typename T, int G, int D, int QW, int KW, int NKW>
 struct FlashShape {
-  static constexpr bool kBf16 = sizeof(T) == 2;
+  static constexpr bool kBf16 = kKvBf16<T>, kSplit = kKvSplit<T>;
+  static constexpr bool kPacked = kBf16 || kSplit;  // MMA operands as stored (accumulators in bf16's order)
   static constexpr int kWarps = QW * KW, kThreads = 32 * kWarps;
   static constexpr int M = 16 * QW;    // query vectors (row, head) of a block
   static constexpr int TR = M / G;     // query rows of a tile
@@ -62,8 +67,10 @@ struct FlashShape {
   static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA; float4 groups of V)
   // Staged row strides in elements, chosen for conflict-free fragment reads: f32 rows D + 4 apart;
   // bf16 K rows D + 32 apart (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V rows
-  // D + 8 (ldmatrix's 8 row addresses in distinct 16-byte bank groups).
-  static constexpr int SKK = kBf16 ? D + 32 : D + 4;
+  // D + 8 (ldmatrix's 8 row addresses in distinct 16-byte bank groups); split (4-byte elements, 128 hi
+  // then 128 lo bf16 a 128-dim chunk) K rows D + 16 apart (16 banks again), V rows D + 4 (distinct
+  // 16-byte groups for ldmatrix).
+  static constexpr int SKK = kBf16 ? D + 32 : kSplit ? D + 16 : D + 4;
   static constexpr int SKV = kBf16 ? D + 8 : D + 4;
   static constexpr int CH = D * int{sizeof(T)} / 16;                           // 16-byte pieces of a row
   static constexpr size_t kStageBytes = size_t{NK} * (SKK + SKV) * sizeof(T);  // a tile's K rows, then V rows
@@ -220,6 +227,17 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
             Mma(sj, ql0, kw4.x, kw4.y);
             Mma(sj, qh1, kw4.z, kw4.w);
             Mma(sj, ql1, kw4.z, kw4.w);
+          } else if constexpr (S::kSplit) {
+            // The same words from the chunk's hi half and its lo half: hi*hi + hi*lo + lo*hi as below.
+            const auto* kh = reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) + (c >> 2) * 256 +
+                             (c & 3) * 32 + 8 * q;
+            const uint4 h = *reinterpret_cast<const uint4*>(kh), l = *reinterpret_cast<const uint4*>(kh + 128);
+            Mma(sj, qh0, h.x, h.y);
+            Mma(sj, qh0, l.x, l.y);
+            Mma(sj, ql0, h.x, h.y);
+            Mma(sj, qh1, h.z, h.w);
+            Mma(sj, qh1, l.z, l.w);
+            Mma(sj, ql1, h.z, h.w);
           } else {
             const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
             uint32_t bh[4], bl[4];
@@ -296,6 +314,22 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
             Mma(acc[2 * tp], pl, b[0], b[1]);
             Mma(acc[2 * tp + 1], ph, b[2], b[3]);
             Mma(acc[2 * tp + 1], pl, b[2], b[3]);
+          }
+        } else if constexpr (S::kSplit) {
+          // bf16's addressing in bf16 units, d block 2 tp + 0 / 1 of chunk tp / 8, hi and lo halves.
+          const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
+#pragma unroll
+          for (int tp = 0; tp < D / 16; ++tp) {
+            uint32_t h[4], l[4];
+            const uint16_t* at = vrow + (tp >> 3) * 256 + (tp & 7) * 16;
+            LdMatrixX4Trans(h, at);
+            LdMatrixX4Trans(l, at + 128);
+            Mma(acc[2 * tp], ph, h[0], h[1]);
+            Mma(acc[2 * tp], ph, l[0], l[1]);
+            Mma(acc[2 * tp], pl, h[0], h[1]);
+            Mma(acc[2 * tp + 1], ph, h[2], h[3]);
+            Mma(acc[2 * tp + 1], ph, l[2], l[3]);
+            Mma(acc[2 * tp + 1], pl, h[2], h[3]);
           }
         } else {
           const T* vb = Vs + (kb + 16 * kk + 2 * q) * SKV + 4 * g;
@@ -387,7 +421,7 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     if (rrow[h] >= nr) continue;
     const int64_t hq = kvh * G + head[h];
     float* o;
-    const int lane_d = S::kBf16 ? 2 * q : 8 * q;
+    const int lane_d = S::kPacked ? 2 * q : 8 * q;
     if (splits == 1) {
       o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + lane_d;
     } else {
@@ -397,7 +431,7 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
       o = part + 2 + lane_d;
     }
     const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
-    if constexpr (S::kBf16) {
+    if constexpr (S::kPacked) {
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
     } else {
@@ -464,13 +498,13 @@ void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_ke
 }
 
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads, int64_t kv_heads,
-                    int64_t head_dim, bool few_rows, bool bf16, int splits, int64_t key_chunk, float* partial,
+                    int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk, float* partial,
                     cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  const Launcher launch =
-      bf16 ? PickLauncher<Bf16Bits>(G, few_rows, head_dim) : PickLauncher<float>(G, few_rows, head_dim);
-  launch(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+  WithKvType(layout, [&](auto tag) {
+    PickLauncher<decltype(tag)>(G, few_rows, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+  });
 }
 
 }  // namespace tessera::cuda

@@ -119,6 +119,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_FLASH")) flash_attention_ = std::string(v) != "0";
   // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead.
   if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_DECODE")) decode_attention_ = std::string(v) != "0";
+  kv_split_ = cuda::KvSplitEnabledByEnv();
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
   cublasLtHandle_t h = nullptr;

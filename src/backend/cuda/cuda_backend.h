@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_kv_layout.h"
 #include "backend/cuda/cuda_op_profiler.h"
 #include "backend/cuda/cuda_step_graph.h"
 
@@ -198,6 +199,11 @@ class CudaBackend : public Backend {
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
   DType kv_dtype_ = DType::kF32;                 // element type of the paged KV cache (SetKvCacheDType)
+  bool kv_split_ = true;                         // an f32 cache as bf16 hi + lo chunks (cuda_kv_layout.h)
+  // The layout of this backend's cache for rows of kv_dim values.
+  cuda::KvLayout KvLayoutFor(int64_t kv_dim) const {
+    return kv_dtype_ == DType::kBF16 ? cuda::KvLayout::kBf16 : cuda::F32KvLayout(kv_dim, kv_split_);
+  }
   int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
   int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight
   int64_t moe_device_max_slots_ = kMoeMmaMaxSlots;  // kMoeSimtMaxSlots with the CUDA-core kernels

@@ -31,8 +31,8 @@ void CudaBackend::QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float*
   const float* inv_freq = RopeInvFreq(theta, rotary_dim);
   const ScratchArray d = UploadScratch(positions, rows * sizeof(int64_t));
   Enqueue("QkNormRope", cuda::QkNormRope, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, q_norm, k_norm,
-          eps, one_plus, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq, nullptr, nullptr, false, nullptr,
-          nullptr, stream_);
+          eps, one_plus, rotary_dim, static_cast<const int64_t*>(d.data), inv_freq, nullptr, nullptr, cuda::KvLayout::kF32,
+          nullptr, nullptr, stream_);
 }
 
 void CudaBackend::QkNormRopeKvWrite(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride,
@@ -62,8 +62,8 @@ void CudaBackend::QkNormRopeKvWrite(float* q, int64_t q_stride, int64_t q_heads,
   const ScratchArray d = UploadScratch(pos_dst.data(), pos_dst.size() * sizeof(int64_t));
   const auto* pd = static_cast<const int64_t*>(d.data);
   Enqueue("QkNormRopeKvWrite", cuda::QkNormRope, q, q_stride, q_heads, k, k_stride, k_heads, rows, head_dim, q_norm,
-          k_norm, eps, one_plus, rotary_dim, pd, inv_freq, kv.v, pd + rows, kv_dtype_ == DType::kBF16, kv.k_cache,
-          kv.v_cache, stream_);
+          k_norm, eps, one_plus, rotary_dim, pd, inv_freq, kv.v, pd + rows, KvLayoutFor(k_heads * head_dim),
+          kv.k_cache, kv.v_cache, stream_);
 }
 
 void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
@@ -73,8 +73,8 @@ void CudaBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int
   if (T == 0) return;
   const int64_t num = (first_pos + T - 1) / page_size + 1;
   const ScratchArray d = UploadScratch(pages, num * sizeof(int32_t));
-  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size,
-          kv_dtype_ == DType::kBF16, k_cache, v_cache, stream_);
+  Enqueue("KvWrite", cuda::KvWrite, k, v, kv_stride, T, kv_dim, first_pos, d.i32(), page_size, KvLayoutFor(kv_dim),
+          k_cache, v_cache, stream_);
 }
 
 void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim,
@@ -86,7 +86,7 @@ void CudaBackend::KvWriteRows(const float* k, const float* v, int64_t kv_stride,
   for (int64_t i = 0; i < n; ++i) pairs[2 * i] = src_rows[i], pairs[2 * i + 1] = cache_rows[i];
   const ScratchArray d = UploadScratch(pairs.data(), pairs.size() * sizeof(int64_t));
   Enqueue("KvWriteRows", cuda::KvWriteRows, k, v, kv_stride, kv_dim, static_cast<const int64_t*>(d.data), n,
-          kv_dtype_ == DType::kBF16, k_cache, v_cache, stream_);
+          KvLayoutFor(kv_dim), k_cache, v_cache, stream_);
 }
 
 void CudaBackend::SetKvCacheDType(DType dtype) {
@@ -104,17 +104,19 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (args.empty()) return;
   const int64_t heads = args[0].num_heads, D = args[0].head_dim, kv_heads = args[0].num_kv_heads;
   const int64_t kv_dim = kv_heads * D;
-  // A bf16 cache: the kernels read every K/V row as bf16, keys up to first_pos + commit_len from the
-  // cache (the committed rows were written before this call) and the uncommitted rows from KvStage's
-  // bf16 copy (cuda_kernels.h, AttentionParams).
-  const bool bf16 = kv_dtype_ == DType::kBF16;
-  auto cached_keys = [&](const AttentionArgs& a) { return bf16 ? a.first_pos + a.commit_len : a.first_pos; };
-  // The grouped kernel reads f32 K/V rows as float4; the bf16 kernels read only the cache (and their copies).
+  // A bf16 or split cache (cuda_kv_layout.h): the kernels read every K/V row in the cache's layout, keys
+  // up to first_pos + commit_len from the cache (the committed rows were written before this call) and
+  // the uncommitted rows from KvStage's copy (cuda_kernels.h, AttentionParams).
+  const cuda::KvLayout layout = KvLayoutFor(kv_dim);
+  const bool packed = layout != cuda::KvLayout::kF32;  // reads the cache's layout only
+  const size_t elem_bytes = layout == cuda::KvLayout::kBf16 ? 2 : 4;
+  auto cached_keys = [&](const AttentionArgs& a) { return packed ? a.first_pos + a.commit_len : a.first_pos; };
+  // The grouped kernel reads f32 K/V rows as float4; the others read only the cache (and its copies).
   const auto aligned = cuda::Aligned16;
   bool rows_aligned = true;
   std::vector<int32_t> pages;
   std::vector<size_t> page_off(args.size());
-  int64_t staged = 0;  // bf16: uncommitted rows, copied to bf16 by KvStage
+  int64_t staged = 0;  // bf16 / split: uncommitted rows, copied by KvStage
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
     if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
@@ -125,7 +127,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (a.commit_len < 0 || a.commit_len > a.T)
       Fail(ErrorKind::kInvalidArgument, "attention: commit_len {} outside [0, {}]", a.commit_len, a.T);
     const int64_t cached = cached_keys(a);  // keys read from the cache
-    rows_aligned = rows_aligned && (bf16 || (aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0)) &&
+    rows_aligned = rows_aligned && (packed || (aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0)) &&
                    (cached == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
     if (cached > 0) {
@@ -133,30 +135,30 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
         Fail(ErrorKind::kInvalidArgument, "attention: a cached prefix needs pages and a cache");
       pages.insert(pages.end(), a.pages, a.pages + (cached - 1) / a.page_size + 1);
     }
-    if (bf16) staged += a.T - a.commit_len;
+    if (packed) staged += a.T - a.commit_len;
   }
   const ScratchArray dpages = UploadScratch(pages.data(), pages.size() * sizeof(int32_t));
-  DeviceBuffer fresh;  // bf16: [staged, kv_dim] K rows, then the V rows
-  if (staged > 0) fresh = DeviceBuffer(*this, static_cast<size_t>(2 * staged * kv_dim) * sizeof(uint16_t));
-  auto* k_new = static_cast<uint16_t*>(fresh.data());
-  uint16_t* v_new = staged > 0 ? k_new + staged * kv_dim : nullptr;
+  DeviceBuffer fresh;  // bf16 / split: [staged, kv_dim] K rows, then the V rows, in the cache's layout
+  if (staged > 0) fresh = DeviceBuffer(*this, static_cast<size_t>(2 * staged * kv_dim) * elem_bytes);
+  auto* k_new = static_cast<unsigned char*>(fresh.data());
+  unsigned char* v_new = staged > 0 ? k_new + staged * kv_dim * elem_bytes : nullptr;
   std::vector<cuda::AttentionParams> descs;
   std::vector<int2> rows, stage_rows;
   int64_t max_keys = 0, staged_row0 = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
     const int64_t cached = cached_keys(a);
-    const bool has_new = bf16 && a.T > a.commit_len;
+    const bool has_new = packed && a.T > a.commit_len;
     descs.push_back({a.q, a.q_stride, a.k, a.v, a.kv_stride, a.T, a.num_heads, a.num_kv_heads, a.head_dim,
                      a.first_pos, a.k_cache, a.v_cache, cached > 0 ? dpages.i32() + page_off[i] : nullptr,
                      a.page_size, a.block_size, a.scale, a.out, a.out_stride, a.commit_len,
-                     has_new ? k_new + staged_row0 * kv_dim : nullptr,
-                     has_new ? v_new + staged_row0 * kv_dim : nullptr});
+                     has_new ? k_new + staged_row0 * kv_dim * elem_bytes : nullptr,
+                     has_new ? v_new + staged_row0 * kv_dim * elem_bytes : nullptr});
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
     if (has_new)
       for (int64_t t = a.commit_len; t < a.T; ++t)
         stage_rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
-    if (bf16) staged_row0 += a.T - a.commit_len;
+    if (packed) staged_row0 += a.T - a.commit_len;
     max_keys = std::max(max_keys, a.first_pos + a.T);
   }
   const int64_t R = static_cast<int64_t>(rows.size());
@@ -166,7 +168,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   if (!stage_rows.empty()) {
     const ScratchArray dstage = UploadScratch(stage_rows.data(), stage_rows.size() * sizeof(int2));
     Enqueue("KvStage", cuda::KvStage, dd, static_cast<const int2*>(dstage.data),
-            static_cast<int64_t>(stage_rows.size()), kv_dim, stream_);
+            static_cast<int64_t>(stage_rows.size()), kv_dim, layout, stream_);
   }
   // Flash-style kernel on tensor cores (cuda_attention_flash.cu): a block per (tile of rows of one
   // sequence, KV head, key split), K/V read once per tile. Decode calls take the decode kernel
@@ -212,11 +214,11 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     DeviceBuffer partial;
     if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
     if (decode) {
-      Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, bf16, splits, chunk,
+      Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, layout, splits, chunk,
               partial.f32(), stream_);
     } else {
-      Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, bf16, splits,
-              chunk, partial.f32(), stream_);
+      Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, layout,
+              splits, chunk, partial.f32(), stream_);
     }
     if (splits > 1) {
       const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));
@@ -225,7 +227,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     }
     return;
   }
-  const bool grouped = !bf16 && rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
+  const bool grouped = !packed && rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
   // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
   // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole
   // 128-key groups.
@@ -252,7 +254,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
     Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, D, splits, partial.f32(), stream_);
   } else {
-    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, bf16, splits, chunk, partial.f32(), stream_);
+    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, layout, splits, chunk, partial.f32(), stream_);
   }
 }
 

@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_kv_layout.h"
 
 namespace tessera::cuda {
 
@@ -98,18 +100,61 @@ __device__ __forceinline__ int64_t AttentionLastKey(const AttentionParams& p, in
   return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
 }
 
-// The attention kernels' K/V element type: float (an f32 cache) or Bf16Bits (a bf16 cache, its bits).
+// The attention kernels' K/V element type: float (an f32 cache), Bf16Bits (a bf16 cache, its bits) or
+// KvSplit (an f32 cache stored as bf16 hi + lo chunks, cuda_kv_layout.h: 4 bytes an element, so row and
+// head offsets are f32's; a head of 128 or 256 dims is whole chunks).
 using Bf16Bits = uint16_t;
+struct KvSplit {
+  uint32_t bits;
+};
+template <typename T>
+constexpr bool kKvBf16 = sizeof(T) == 2;
+template <typename T>
+constexpr bool kKvSplit = std::is_same_v<T, KvSplit>;
 __device__ __forceinline__ float KvValue(float x) { return x; }
 __device__ __forceinline__ float KvValue(Bf16Bits x) { return Bf16(x); }
 __device__ __forceinline__ void KvStore(float* dst, float x) { *dst = x; }
 __device__ __forceinline__ void KvStore(Bf16Bits* dst, float x) { *dst = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
-// Keys of an attention step read from the paged cache: [0, first_pos) for an f32 cache; a bf16 cache
-// also holds the rows committed by this step (written before the call), so that every row is bf16.
+// Host side of a launcher: f(T{}) with T the element type of `layout`.
+template <typename F>
+void WithKvType(KvLayout layout, F&& f) {
+  if (layout == KvLayout::kBf16)
+    f(Bf16Bits{});
+  else if (layout == KvLayout::kSplit)
+    f(KvSplit{});
+  else
+    f(float{});
+}
+
+// Value x (0-based within the row) of a cache row (or of a row of k_new / v_new), any element type.
+template <typename T>
+__device__ __forceinline__ void KvStoreAt(T* row, int64_t x, float value) {
+  if constexpr (kKvSplit<T>) {
+    auto* h = reinterpret_cast<uint16_t*>(row) + KvSplitHiIndex(x);
+    const __nv_bfloat16 hi = __float2bfloat16_rn(value);
+    h[0] = __bfloat16_as_ushort(hi);
+    h[kKvSplitChunk] = __bfloat16_as_ushort(__float2bfloat16_rn(value - __bfloat162float(hi)));
+  } else {
+    KvStore(row + x, value);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float KvValueAt(const T* row, int64_t x) {
+  if constexpr (kKvSplit<T>) {
+    const auto* h = reinterpret_cast<const uint16_t*>(row) + KvSplitHiIndex(x);
+    return Bf16(h[0]) + Bf16(h[kKvSplitChunk]);
+  } else {
+    return KvValue(row[x]);
+  }
+}
+
+// Keys of an attention step read from the paged cache: [0, first_pos) for a plain f32 cache; a bf16 or
+// split cache also holds the rows committed by this step (written before the call), so that every row
+// a kernel reads is in the cache's layout.
 template <typename T>
 __device__ __forceinline__ int64_t CachedKeys(const AttentionParams& p) {
-  if constexpr (sizeof(T) == 2)
+  if constexpr (!std::is_same_v<T, float>)
     return p.first_pos + p.commit_len;
   else
     return p.first_pos;
@@ -121,13 +166,14 @@ __device__ __forceinline__ const T* KvCache(const AttentionParams& p, bool value
 }
 
 // Key j's K (or V) row of KV head kvh in an attention step: keys from CachedKeys on are the step's
-// fresh rows (f32 k / v, or their bf16 copies k_new / v_new), earlier ones live in the paged cache.
+// fresh rows (f32 k / v, or KvStage's copies k_new / v_new in the cache's layout), earlier ones live in
+// the paged cache.
 template <typename T = float>
 __device__ __forceinline__ const T* KvRow(const AttentionParams& p, int64_t j, int64_t kvh, bool value) {
   const int64_t D = p.head_dim, kv_dim = p.num_kv_heads * D, cached = CachedKeys<T>(p);
   if (j >= cached) {
-    if constexpr (sizeof(T) == 2)
-      return (value ? p.v_new : p.k_new) + (j - cached) * kv_dim + kvh * D;
+    if constexpr (!std::is_same_v<T, float>)
+      return static_cast<const T*>(value ? p.v_new : p.k_new) + (j - cached) * kv_dim + kvh * D;
     else
       return (value ? p.v : p.k) + (j - cached) * p.kv_stride + kvh * D;
   }

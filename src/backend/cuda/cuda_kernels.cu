@@ -212,8 +212,8 @@ __global__ void KvWriteKernel(const float* k, const float* v, int64_t kv_stride,
   if (i >= rows * kv_dim) return;
   const int64_t t = i / kv_dim, d = i % kv_dim, pos = first_pos + t;
   const int64_t row = static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
-  KvStore(kc + row * kv_dim + d, k[t * kv_stride + d]);
-  KvStore(vc + row * kv_dim + d, v[t * kv_stride + d]);
+  KvStoreAt(kc + row * kv_dim, d, k[t * kv_stride + d]);
+  KvStoreAt(vc + row * kv_dim, d, v[t * kv_stride + d]);
 }
 
 __global__ void F32ToBf16SplitKernel(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
@@ -511,16 +511,14 @@ void Add(const float* x, int64_t n, float* y, cudaStream_t s) {
 }
 
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-             const int32_t* pages, int64_t page_size, bool bf16, void* k_cache, void* v_cache, cudaStream_t s) {
+             const int32_t* pages, int64_t page_size, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s) {
   if (T * kv_dim <= 0) return;
-  if (bf16)
-    LaunchKernel(KvWriteKernel<Bf16Bits>, Blocks(T * kv_dim), kThreads, 0, s)(
-        k, v, kv_stride, T, kv_dim, first_pos, pages, page_size, static_cast<Bf16Bits*>(k_cache),
-        static_cast<Bf16Bits*>(v_cache));
-  else
-    LaunchKernel(KvWriteKernel<float>, Blocks(T * kv_dim), kThreads, 0, s)(
-        k, v, kv_stride, T, kv_dim, first_pos, pages, page_size, static_cast<float*>(k_cache),
-        static_cast<float*>(v_cache));
+  WithKvType(layout, [&](auto tag) {
+    using E = decltype(tag);
+    LaunchKernel(KvWriteKernel<E>, Blocks(T * kv_dim), kThreads, 0, s)(k, v, kv_stride, T, kv_dim, first_pos, pages,
+                                                                       page_size, static_cast<E*>(k_cache),
+                                                                       static_cast<E*>(v_cache));
+  });
 }
 
 void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s) {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_kv_layout.h"
+
 namespace tessera::cuda {
 
 // --- Element-wise and row-wise ops (cuda_kernels.cu).
@@ -32,9 +34,10 @@ void Add(const float* x, int64_t n, float* y, cudaStream_t s);
 // row-in-registers RmsNorm (dim % 4 == 0, <= 8192, 16-byte aligned), else Add then RmsNorm.
 void AddRmsNorm(const float* delta, float* h, int64_t rows, int64_t dim, const float* w, float eps, bool one_plus,
                 float* y, cudaStream_t s);
-// T rows of k / v (f32) into the paged cache at positions first_pos.. (bf16: rounded to nearest even).
+// T rows of k / v (f32) into the paged cache at positions first_pos.. in its layout (cuda_kv_layout.h;
+// bf16 and split parts rounded to nearest even).
 void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
-             const int32_t* pages, int64_t page_size, bool bf16, void* k_cache, void* v_cache, cudaStream_t s);
+             const int32_t* pages, int64_t page_size, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s);
 void F32ToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t s);
 // x = hi + lo with hi = bf16(x), lo = bf16(x - hi): two bf16 GEMMs then carry ~16 mantissa bits.
 void F32ToBf16Split(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t s);
@@ -154,10 +157,11 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s);
 
 // --- Per-sequence ops (cuda_sequence_kernels.cu).
-// One sequence of an attention call. The cache's element type is the call's (f32, or bf16 bits):
-// f32 kernels read keys j >= first_pos from k / v; bf16 kernels read keys up to first_pos + commit_len
-// from the cache (the rows committed now were written before the call) and later ones from k_new /
-// v_new (KvStage's bf16 copy of rows [commit_len, T)), so every K/V row they read is bf16.
+// One sequence of an attention call. The cache's layout is the call's (cuda_kv_layout.h): plain f32
+// kernels read keys j >= first_pos from k / v; bf16 and split kernels read keys up to first_pos +
+// commit_len from the cache (the rows committed now were written before the call) and later ones from
+// k_new / v_new (KvStage's copy of rows [commit_len, T) in the cache's layout), so every K/V row they
+// read is in that layout.
 struct AttentionParams {
   const float* q;
   int64_t q_stride;
@@ -165,27 +169,29 @@ struct AttentionParams {
   const float* v;
   int64_t kv_stride;
   int64_t T, num_heads, num_kv_heads, head_dim, first_pos;
-  const void* k_cache;  // [num_pages * page_size, num_kv_heads * head_dim] of f32 or bf16
+  const void* k_cache;  // [num_pages * page_size, num_kv_heads * head_dim] in the call's layout
   const void* v_cache;
-  const int32_t* pages;  // device; bf16 caches: covering [0, first_pos + commit_len)
+  const int32_t* pages;  // device; bf16 / split caches: covering [0, first_pos + commit_len)
   int64_t page_size, block_size;
   float scale;
   float* out;
   int64_t out_stride;
-  int64_t commit_len;  // rows [0, commit_len) are in the cache (bf16 calls read them there)
-  uint16_t* k_new;     // bf16 calls: rows [commit_len, T) as bf16, [T - commit_len, kv_dim]
-  uint16_t* v_new;
+  int64_t commit_len;  // rows [0, commit_len) are in the cache (bf16 / split calls read them there)
+  void* k_new;         // bf16 / split calls: rows [commit_len, T) in the cache's layout, [T - commit_len, kv_dim]
+  void* v_new;
 };
-// bf16 calls: rows [commit_len, T) of every sequence's k / v as bf16 into its k_new / v_new (one block
-// a row; rows[n] = (sequence, row) lists only those rows).
-void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t kv_dim, cudaStream_t s);
+// bf16 / split calls: rows [commit_len, T) of every sequence's k / v in the cache's layout into its k_new /
+// v_new (one block a row; rows[n] = (sequence, row) lists only those rows).
+void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t kv_dim, KvLayout layout,
+             cudaStream_t s);
 // Attention of the rows of several sequences in one launch: descs (device) has one entry per
 // sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
-// bf16: the cache holds bf16 (AttentionParams); any head_dim <= 256.
+// layout: the cache's (AttentionParams); any head_dim <= 256.
 // splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
 // (max, sum, unnormalised output) into partial[R, heads, splits, head_dim + 2], then a merge kernel
 // writes the rows' outputs.
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, bool bf16, int splits,
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, KvLayout layout,
+                    int splits,
                     int64_t key_chunk, float* partial, cudaStream_t s);
 // Combines the partials of split keys into the rows' outputs (AttentionBatch does it itself).
 // head_dim: every descriptor's (128 and 256 take a kernel with one round of loads; others, or 0,
@@ -211,14 +217,14 @@ void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count
 // (AttentionFlashTileRows(G, true) rows a tile), else the prompt / diffusion-block one. Same partial
 // layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
 // K/V rows (kv_stride % 4 == 0) and a shape AttentionFlashSupported accepts; q / out any alignment.
-// bf16: the cache (and k_new / v_new) hold bf16 (AttentionParams).
+// layout: the cache's (and k_new / v_new's; AttentionParams).
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
 // Key splits for AttentionFlash (same contract as GqaSplitPlan, over num_tiles x kv_heads blocks).
 void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
                              int* splits, int64_t* key_chunk);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
-                    int64_t kv_heads, int64_t head_dim, bool few_rows, bool bf16, int splits, int64_t key_chunk,
+                    int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,
                     float* partial, cudaStream_t s);
 // Decode attention on tensor cores (cuda_attention_decode.cu): the flash kernel's tiles, block grid,
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
@@ -227,7 +233,7 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
 // AttentionFlashSplitPlan(..., few_rows = true, ...).
 int64_t AttentionDecodeTileRows(int64_t group);
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
-                     int64_t kv_heads, int64_t head_dim, bool bf16, int splits, int64_t key_chunk, float* partial,
+                     int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk, float* partial,
                      cudaStream_t s);
 // Per-head RmsNorm of q and k in place, then RoPE of both (the attention layer's q / k preparation)
 // in one launch: head_dim 128 or 256, 16-byte aligned rows. False (nothing queued) otherwise; the
@@ -238,16 +244,16 @@ inline bool QkNormRopeFits(const float* q, int64_t q_stride, const float* k, int
          k_stride % 4 == 0 && Aligned16(q) && Aligned16(k) && Aligned16(q_norm) && Aligned16(k_norm);
 }
 // With k_cache: the k heads (after norm and RoPE) and v's heads (row stride k_stride) of row r also go
-// to cache row row_dst[r] of k_cache / v_cache (bf16: rounded to nearest even), rows with
+// to cache row row_dst[r] of k_cache / v_cache in the cache's layout (rounded to nearest even), rows with
 // row_dst[r] < 0 to none: KvWriteRows in the same launch.
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
                 int64_t rotary_dim, const int64_t* positions, const float* inv_freq, const float* v,
-                const int64_t* row_dst, bool bf16, void* k_cache, void* v_cache, cudaStream_t s);
-// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows); bf16:
-// rounded to nearest even.
+                const int64_t* row_dst, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s);
+// k_cache[dst] = k[src], v_cache[dst] = v[src] for n pairs src_dst[2i], src_dst[2i + 1] (rows), in the
+// cache's layout (rounded to nearest even).
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
-                 int64_t n, bool bf16, void* k_cache, void* v_cache, cudaStream_t s);
+                 int64_t n, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s);
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
                       const float* state, float* y, cudaStream_t s);
 void CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels, int64_t K,

@@ -50,14 +50,17 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
+  // Rows from their start (KvRow of KV head 0) and values at kvh * D + d: a split cache's chunks are
+  // the row's, and a head narrower than a chunk starts inside one.
+  const int64_t x0 = kvh * D;
   for (int64_t j = j_begin + warp; j < j_end; j += kAttnWarps) {
-    const T* kr = KvRow<T>(p, j, kvh, false);
-    const T* vr = KvRow<T>(p, j, kvh, true);
+    const T* kr = KvRow<T>(p, j, 0, false);
+    const T* vr = KvRow<T>(p, j, 0, true);
     float s = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) s += q[i] * KvValue(kr[d]);
+      if (i < per && d < D) s += q[i] * KvValueAt(kr, x0 + d);
     }
     s = WarpSum(s);
     const float m_new = fmaxf(m, s);
@@ -67,7 +70,7 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per && d < D) acc[i] = acc[i] * corr + e * KvValue(vr[d]);
+      if (i < per && d < D) acc[i] = acc[i] * corr + e * KvValueAt(vr, x0 + d);
     }
     m = m_new;
   }
@@ -588,7 +591,7 @@ __global__ void __launch_bounds__(kQkWarps * 32)
   const int half = rotary_dim / 2;
   const float pos = static_cast<float>(positions[r]);
   const int64_t dst = !is_q && kc != nullptr ? row_dst[r] : -1;
-  const int64_t cache_off = dst * kh * D + static_cast<int64_t>(h - qh) * D;
+  const int64_t cache_row = dst * kh * D, x0 = static_cast<int64_t>(h - qh) * D;  // the head's values in its row
   for (int j = lane; j < D; j += 32) {
     float out = s[j];
     if (j < rotary_dim) {
@@ -599,23 +602,22 @@ __global__ void __launch_bounds__(kQkWarps * 32)
     }
     x[j] = out;
     if (dst >= 0) {
-      KvStore(kc + cache_off + j, out);
-      KvStore(vc + cache_off + j, v[r * k_stride + static_cast<int64_t>(h - qh) * D + j]);
+      KvStoreAt(kc + cache_row, x0 + j, out);
+      KvStoreAt(vc + cache_row, x0 + j, v[r * k_stride + x0 + j]);
     }
   }
 }
 
 }  // namespace
 
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, bool bf16, int splits,
-                    int64_t key_chunk, float* partial, cudaStream_t s) {
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, KvLayout layout,
+                    int splits, int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
   const int64_t chunk = splits == 1 ? INT64_MAX : key_chunk;
-  if (bf16)
-    LaunchKernel(AttentionKernel<Bf16Bits>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
-  else
-    LaunchKernel(AttentionKernel<float>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
+  WithKvType(layout, [&](auto tag) {
+    LaunchKernel(AttentionKernel<decltype(tag)>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
+  });
   if (splits > 1) AttentionMerge(descs, rows, R, heads, 0, splits, partial, s);  // head_dim 0: the general merge
 }
 
@@ -648,24 +650,24 @@ __global__ void KvWriteRowsKernel(const float* k, const float* v, int64_t kv_str
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * kv_dim) return;
   const int64_t r = i / kv_dim, d = i % kv_dim, src = src_dst[2 * r], dst = src_dst[2 * r + 1];
-  KvStore(kc + dst * kv_dim + d, k[src * kv_stride + d]);
-  KvStore(vc + dst * kv_dim + d, v[src * kv_stride + d]);
+  KvStoreAt(kc + dst * kv_dim, d, k[src * kv_stride + d]);
+  KvStoreAt(vc + dst * kv_dim, d, v[src * kv_stride + d]);
 }
 
 void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_dst,
-                 int64_t n, bool bf16, void* k_cache, void* v_cache, cudaStream_t s) {
+                 int64_t n, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s) {
   if (n * kv_dim <= 0) return;
   const auto blocks = static_cast<unsigned>((n * kv_dim + 255) / 256);
-  if (bf16)
-    LaunchKernel(KvWriteRowsKernel<Bf16Bits>, blocks, 256, 0, s)(k, v, kv_stride, kv_dim, src_dst, n,
-                                                                 static_cast<Bf16Bits*>(k_cache),
-                                                                 static_cast<Bf16Bits*>(v_cache));
-  else
-    LaunchKernel(KvWriteRowsKernel<float>, blocks, 256, 0, s)(k, v, kv_stride, kv_dim, src_dst, n,
-                                                              static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  WithKvType(layout, [&](auto tag) {
+    using E = decltype(tag);
+    LaunchKernel(KvWriteRowsKernel<E>, blocks, 256, 0, s)(k, v, kv_stride, kv_dim, src_dst, n, static_cast<E*>(k_cache),
+                                                          static_cast<E*>(v_cache));
+  });
 }
 
-// Block per staged row: its k / v as bf16 into k_new / v_new (rows [commit_len, T) of a bf16 call).
+// Block per staged row: its k / v in the cache's layout into k_new / v_new (rows [commit_len, T) of a
+// bf16 or split call).
+template <typename T>
 __global__ void KvStageKernel(const AttentionParams* descs, const int2* rows) {
   GridDependencyWait();
   const int2 rr = rows[blockIdx.x];
@@ -673,14 +675,18 @@ __global__ void KvStageKernel(const AttentionParams* descs, const int2* rows) {
   const int64_t t = rr.y, kv_dim = p.num_kv_heads * p.head_dim;
   const float* k = p.k + t * p.kv_stride;
   const float* v = p.v + t * p.kv_stride;
-  Bf16Bits* kn = p.k_new + (t - p.commit_len) * kv_dim;
-  Bf16Bits* vn = p.v_new + (t - p.commit_len) * kv_dim;
-  for (int64_t d = threadIdx.x; d < kv_dim; d += blockDim.x) KvStore(kn + d, k[d]), KvStore(vn + d, v[d]);
+  T* kn = static_cast<T*>(p.k_new) + (t - p.commit_len) * kv_dim;
+  T* vn = static_cast<T*>(p.v_new) + (t - p.commit_len) * kv_dim;
+  for (int64_t d = threadIdx.x; d < kv_dim; d += blockDim.x) KvStoreAt(kn, d, k[d]), KvStoreAt(vn, d, v[d]);
 }
 
-void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t kv_dim, cudaStream_t s) {
+void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t kv_dim, KvLayout layout,
+             cudaStream_t s) {
   const auto threads = static_cast<unsigned>(kv_dim < 512 ? (kv_dim + 31) / 32 * 32 : 512);
-  if (n > 0 && kv_dim > 0) LaunchKernel(KvStageKernel, static_cast<unsigned>(n), threads, 0, s)(descs, rows);
+  if (n <= 0 || kv_dim <= 0) return;
+  WithKvType(layout, [&](auto tag) {
+    LaunchKernel(KvStageKernel<decltype(tag)>, static_cast<unsigned>(n), threads, 0, s)(descs, rows);
+  });
 }
 
 void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w, int64_t K,
@@ -765,25 +771,21 @@ void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, 
 bool QkNormRope(float* q, int64_t q_stride, int64_t q_heads, float* k, int64_t k_stride, int64_t k_heads,
                 int64_t rows, int64_t head_dim, const float* q_norm, const float* k_norm, float eps, bool one_plus,
                 int64_t rotary_dim, const int64_t* positions, const float* inv_freq, const float* v,
-                const int64_t* row_dst, bool bf16, void* k_cache, void* v_cache, cudaStream_t s) {
+                const int64_t* row_dst, KvLayout layout, void* k_cache, void* v_cache, cudaStream_t s) {
   if (!QkNormRopeFits(q, q_stride, k, k_stride, head_dim, q_norm, k_norm, rotary_dim)) return false;
   const int64_t items = rows * (q_heads + k_heads);
   if (items == 0) return true;
   const unsigned blocks = static_cast<unsigned>((items + kQkWarps - 1) / kQkWarps);
   const bool wide = head_dim == 256;
-  if (k_cache != nullptr && bf16) {
-    const auto kernel = wide ? QkNormRopeKernel<2, Bf16Bits> : QkNormRopeKernel<1, Bf16Bits>;
-    LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(
-        q, q_stride, static_cast<int>(q_heads), k, k_stride, static_cast<int>(k_heads), rows, q_norm, k_norm, eps,
-        one_plus, static_cast<int>(rotary_dim), positions, inv_freq, v, row_dst, static_cast<Bf16Bits*>(k_cache),
-        static_cast<Bf16Bits*>(v_cache));
-    return true;
-  }
-  const auto kernel = wide ? QkNormRopeKernel<2, float> : QkNormRopeKernel<1, float>;
-  LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(q, q_stride, static_cast<int>(q_heads), k, k_stride,
-                                                    static_cast<int>(k_heads), rows, q_norm, k_norm, eps, one_plus,
-                                                    static_cast<int>(rotary_dim), positions, inv_freq, v, row_dst,
-                                                    static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  // Without a cache the element type does not matter (nothing is stored): f32's instantiation.
+  WithKvType(k_cache != nullptr ? layout : KvLayout::kF32, [&](auto tag) {
+    using E = decltype(tag);
+    const auto kernel = wide ? QkNormRopeKernel<2, E> : QkNormRopeKernel<1, E>;
+    LaunchKernel(kernel, blocks, kQkWarps * 32, 0, s)(q, q_stride, static_cast<int>(q_heads), k, k_stride,
+                                                      static_cast<int>(k_heads), rows, q_norm, k_norm, eps, one_plus,
+                                                      static_cast<int>(rotary_dim), positions, inv_freq, v, row_dst,
+                                                      static_cast<E*>(k_cache), static_cast<E*>(v_cache));
+  });
   return true;
 }
 

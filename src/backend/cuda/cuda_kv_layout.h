@@ -1,0 +1,47 @@
+// tessera cuda backend: how the paged KV cache lays out its elements (host and device; no CUDA headers,
+// so the tests can pack and read caches too).
+//
+// Three layouts. kBf16 (--kv-cache-dtype bf16): one bf16 an element. kF32: one f32 an element. kSplit:
+// the default f32 cache when a cache row is a whole number of 128-element chunks (every target model):
+// each chunk of 128 values x is stored as 128 bf16 hi = bf16(x) then 128 bf16 lo = bf16(x - hi), both
+// rounded to nearest even. Same bytes as f32, and exactly the bf16 pair every tensor-core attention
+// kernel multiplies (hi*hi + hi*lo + lo*hi), so those kernels read their MMA operands as stored instead
+// of splitting every K and V element in their inner loops (half the decode kernel's instructions). A
+// value reads back as hi + lo (~16 significant bits; the f32 products see no difference).
+// TESSERA_CUDA_KV_SPLIT=0 keeps plain f32 (comparisons, and the grouped kernels, which read f32 only).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define TESSERA_KV_HD __host__ __device__
+#else
+#define TESSERA_KV_HD
+#endif
+
+namespace tessera::cuda {
+
+enum class KvLayout { kF32, kBf16, kSplit };
+
+constexpr int64_t kKvSplitChunk = 128;  // values a hi + lo chunk holds
+
+// The layout of an f32 cache whose rows hold kv_dim values (split unless switched off or kv_dim is not
+// whole chunks).
+inline KvLayout F32KvLayout(int64_t kv_dim, bool split_enabled) {
+  return split_enabled && kv_dim % kKvSplitChunk == 0 ? KvLayout::kSplit : KvLayout::kF32;
+}
+
+// TESSERA_CUDA_KV_SPLIT (read when a backend is made): anything but "0" leaves the split layout on.
+inline bool KvSplitEnabledByEnv() {
+  const char* v = std::getenv("TESSERA_CUDA_KV_SPLIT");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// Index (in bf16 units from the row's start) of value x's hi part; its lo part is 128 further.
+TESSERA_KV_HD inline int64_t KvSplitHiIndex(int64_t x) {
+  return (x / kKvSplitChunk) * (2 * kKvSplitChunk) + x % kKvSplitChunk;
+}
+
+}  // namespace tessera::cuda
