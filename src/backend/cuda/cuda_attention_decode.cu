@@ -44,6 +44,7 @@
 // cache; 16 / 2 x 256: 71 against 132 us.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_device_util.cuh"
@@ -101,17 +102,13 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
   const AttentionParams& p = descs[tile.x];
   const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
   const int nr = tile.w;
-  // The plan's chunk (key_chunk) is sized for the largest key count of its range (it changes only 4 times a
-  // doubling of the context, to keep the step's graph). On f32 and split caches (3 blocks an SM) a tile's
-  // splits take even shares of its own keys instead (whole 16-key tiles of every key warp), within that
-  // chunk: 64 sequences at 1K context are 768 blocks, two waves either way, and even shares shorten both
-  // (Qwen3-30B-A3B batch-64 step -0.13 ms, docs/PERFORMANCE.md). A bf16 cache keeps the plan's chunks: at 5
-  // blocks an SM its heavy first two splits fit in one wave and the light third fills it (even shares
-  // made that call 67 -> 80 us at 16 / 2 heads of 256).
+  // The plan's chunk (key_chunk, AttentionDecodeSplitPlan) is sized for the largest key count of its range
+  // (it changes only 4 times a doubling of the context, to keep the step's graph); a tile's splits take even
+  // shares of its own keys instead (whole 16-key tiles of every key warp), within that chunk, so that the
+  // blocks of a wave end together (the plan counts waves of equal blocks).
   const int64_t keys = AttentionLastKey(p, t0 + nr - 1) + 1;
   int64_t chunk = key_chunk;
-  if (!S::kBf16 && splits > 1)
-    chunk = min(key_chunk, ((keys + splits - 1) / splits + 16 * KW - 1) / (16 * KW) * (16 * KW));
+  if (splits > 1) chunk = min(key_chunk, ((keys + splits - 1) / splits + 16 * KW - 1) / (16 * KW) * (16 * KW));
   const int64_t j_begin = splits == 1 ? 0 : z * chunk;
   const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + chunk;
   const int64_t j_end = min(keys, split_end);
@@ -521,9 +518,60 @@ Launcher PickLauncher(int64_t group, int64_t head_dim) {
                       : PickLauncher<T, 16>(head_dim);
 }
 
+// Blocks of the kernel PickLauncher picks that are resident at once on the device.
+template <typename T, int G, int D, int KW>
+int64_t ResidentBlocks() {
+  using S = DecodeShape<T, G, D, KW>;
+  return KernelResidency(DecodeKernel<T, G, D, KW>, S::kSmem, S::kThreads).blocks;
+}
+
+template <typename T, int G>
+int64_t ResidentBlocks(int64_t head_dim) {
+  return head_dim == 128 ? ResidentBlocks<T, G, 128, 2>() : ResidentBlocks<T, G, 256, 1>();
+}
+
 }  // namespace
 
 int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
+
+int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout) {
+  const int64_t G = heads / kv_heads;
+  int64_t blocks = 1;
+  WithKvType(layout, [&](auto tag) {
+    using T = decltype(tag);
+    blocks = G == 4 ? ResidentBlocks<T, 4>(head_dim) : G == 8 ? ResidentBlocks<T, 8>(head_dim) : ResidentBlocks<T, 16>(head_dim);
+  });
+  return blocks;
+}
+
+void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, int64_t resident_blocks,
+                              int* splits, int64_t* key_chunk) {
+  // Splits of >= 32 keys (two 16-key tiles, one a key warp), at most 64 (the merge reads them all). The key
+  // count is rounded up to 2^k {1, 1.25, 1.5, 1.75} (GqaSplitPlan's stepping: the plan, an argument of the
+  // step's graph, changes 4 times a doubling of the context). Of the split counts, the one whose blocks
+  // take the least time if all of a wave end together (the kernel gives a tile's splits even shares): waves
+  // x (chunk + a block's fixed cost, ~32 keys of latency), ties to fewer splits. E.g. 8 sequences of 4 KV
+  // heads at 1K keys and 396 resident blocks: 12 splits (384 blocks, one wave) where ~4 blocks an SM
+  // (GqaSplitPlan) made 14 (448 blocks: a second wave of 52).
+  constexpr int64_t kMinChunk = 32, kMaxSplits = 64, kBlockCost = 32;
+  *splits = 1;
+  *key_chunk = INT64_MAX;
+  const int64_t blocks = std::max<int64_t>(1, num_tiles * kv_heads), resident = std::max<int64_t>(1, resident_blocks);
+  if (blocks >= resident || max_keys <= kMinChunk) return;
+  int64_t top = 16;
+  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
+  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
+  int64_t best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= kMaxSplits; ++s) {
+    const int64_t chunk = ((keys + s - 1) / s + kMinChunk - 1) / kMinChunk * kMinChunk;
+    const int64_t n = (keys + chunk - 1) / chunk;
+    if (n != s) continue;  // the same split as a smaller s
+    const int64_t waves = (blocks * n + resident - 1) / resident;
+    const int64_t cost = waves * (chunk + kBlockCost);
+    if (cost < best_cost) best_cost = cost, *splits = static_cast<int>(n), *key_chunk = chunk;
+  }
+  if (*splits == 1) *key_chunk = INT64_MAX;
+}
 
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk,

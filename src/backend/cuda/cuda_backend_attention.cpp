@@ -203,12 +203,17 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     std::vector<int4> sorted(tiles.size());
     for (size_t i = 0; i < order.size(); ++i) sorted[i] = tiles[order[i].second];
     const int64_t num_tiles = static_cast<int64_t>(sorted.size());
-    // Splits as for the grouped kernel, over tiles instead of rows (and at least 128 keys a split for
-    // many-row tiles): the plan moves in steps of the context (graph-friendly), and prompts (many
-    // tiles) take every key in one block.
+    // Key splits for few tiles; both plans move in steps of the context (graph-friendly), and prompts
+    // (many tiles) take every key in one block. Decode calls: whole waves of the decode kernel's
+    // resident blocks (a tile's splits take even shares of its keys); others as for the grouped kernel,
+    // over tiles instead of rows (~4 blocks an SM, at least 128 keys a split for many-row tiles).
     int splits = 1;
     int64_t chunk = std::numeric_limits<int64_t>::max();
-    cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
+    if (decode)
+      cuda::AttentionDecodeSplitPlan(num_tiles, kv_heads, max_keys,
+                                     cuda::AttentionDecodeResidentBlocks(heads, kv_heads, D, layout), &splits, &chunk);
+    else
+      cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
     const ScratchArray dtiles = UploadScratch(sorted.data(), sorted.size() * sizeof(int4));
     const auto* dt = static_cast<const int4*>(dtiles.data);
     DeviceBuffer partial;

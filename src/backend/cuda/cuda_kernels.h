@@ -230,8 +230,14 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
 // 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Same shapes
 // (AttentionFlashSupported) and alignment as AttentionFlash; splits from
-// AttentionFlashSplitPlan(..., few_rows = true, ...).
+// AttentionDecodeSplitPlan.
 int64_t AttentionDecodeTileRows(int64_t group);
+// Blocks of the decode kernel for this shape and cache layout resident at once on the current device.
+int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
+// Key splits of a decode call (the contract of GqaSplitPlan: 4 changes a doubling of the context,
+// splits == 1 with key_chunk = INT64_MAX), chosen for whole waves of resident_blocks.
+void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, int64_t resident_blocks,
+                              int* splits, int64_t* key_chunk);
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk, float* partial,
                      cudaStream_t s);
