@@ -150,7 +150,7 @@ class Call {
                     dvc.data());
     // bf16 and split calls read committed rows from the cache only: NaN in k / v would show if they did not.
     std::vector<float> k = k_, v = v_;
-    if (bf16 || (split && kv_dim_ % cuda::kKvSplitChunk == 0)) {
+    if (bf16 || cuda::F32KvLayout(kv_dim_, split) == cuda::KvLayout::kSplit) {
       int64_t row0 = 0;
       for (const Seq& s : seqs_) {
         for (int64_t t = 0; t < CommitLen(s); ++t) {

@@ -71,6 +71,7 @@ struct DecodeShape {
   // (16 banks apart again), V 132 (528 bytes: distinct 16-byte groups).
   static constexpr int SKK = kBf16 ? 160 : kSplit ? 144 : 132;
   static constexpr int SKV = kBf16 ? 136 : 132;
+  static constexpr int RK = SKK * int{sizeof(T)} / 2, RV = SKV * int{sizeof(T)} / 2;  // the strides in bf16 units
   static constexpr size_t kStageElems = 16 * size_t{SKK + SKV};      // 16 K rows, then 16 V rows
   static constexpr size_t kWarpBytes = 2 * kStageElems * sizeof(T);  // a warp's two stages
   static constexpr int PK = 20;                                      // P row stride (16 keys + 4)
@@ -229,23 +230,18 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t ah[2][4], al[2][4];
-      if constexpr (S::kBf16) {
-        // K rows g and g + 8 as they are (exact): the register order of LoadA's hi part.
-        const uint4 x = *reinterpret_cast<const uint4*>(Ks + g * SKK + 32 * c + 8 * q);
-        const uint4 y = *reinterpret_cast<const uint4*>(Ks + (g + 8) * SKK + 32 * c + 8 * q);
-        ah[0][0] = x.x, ah[0][1] = y.x, ah[0][2] = x.y, ah[0][3] = y.y;
-        ah[1][0] = x.z, ah[1][1] = y.z, ah[1][2] = x.w, ah[1][3] = y.w;
-      } else if constexpr (S::kSplit) {
-        // The same from the hi half of the slice, and again from the lo half (128 bf16 further).
-        const auto* kh = reinterpret_cast<const uint16_t*>(Ks) + g * 2 * SKK + 32 * c + 8 * q;
+      if constexpr (S::kPacked) {
+        // K rows g and g + 8 as they are (exact): the register order of LoadA's hi part; a split slice's lo
+        // half (128 bf16 further) the same way.
+        const auto* kr = reinterpret_cast<const uint16_t*>(Ks) + g * S::RK + 32 * c + 8 * q;
         auto load = [&](const uint16_t* r0, uint32_t(&r)[2][4]) {
           const uint4 x = *reinterpret_cast<const uint4*>(r0);
-          const uint4 y = *reinterpret_cast<const uint4*>(r0 + 16 * SKK);  // row g + 8
+          const uint4 y = *reinterpret_cast<const uint4*>(r0 + 8 * S::RK);  // row g + 8
           r[0][0] = x.x, r[0][1] = y.x, r[0][2] = x.y, r[0][3] = y.y;
           r[1][0] = x.z, r[1][1] = y.z, r[1][2] = x.w, r[1][3] = y.w;
         };
-        load(kh, ah);
-        load(kh + 128, al);
+        load(kr, ah);
+        if constexpr (S::kSplit) load(kr + 128, al);
       } else {
         LoadA(Ks + g * SKK + 32 * c + 8 * q, Ks + (g + 8) * SKK + 32 * c + 8 * q, true, true, ah, al);
       }
@@ -327,34 +323,22 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
       }
     }
     // O^T += V^T P^T.
-    if constexpr (S::kBf16) {
+    if constexpr (S::kPacked) {
       // V^T's A fragment of m-tile m (dims 16 m..) from ldmatrix.trans: lanes 0-7 address keys 0-7 at dim 16 m,
-      // lanes 8-15 keys 0-7 at 16 m + 8, lanes 16-23 keys 8-15 at 16 m, lanes 24-31 keys 8-15 at 16 m + 8.
-      const T* vrow = Vs + ((lane & 7) + 8 * (lane >> 4)) * SKV + 8 * ((lane >> 3) & 1);
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        uint32_t va[4];
-        LdMatrixX4Trans(va, vrow + 16 * m);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          Mma(acc[nt][m], va, ph[nt][0], ph[nt][1]);
-          Mma(acc[nt][m], va, pl[nt][0], pl[nt][1]);
-        }
-      }
-    } else if constexpr (S::kSplit) {
-      // bf16's ldmatrix.trans addressing in bf16 units (row stride 2 SKV), from the hi and the lo half.
-      const auto* vrow = reinterpret_cast<const uint16_t*>(Vs) + ((lane & 7) + 8 * (lane >> 4)) * 2 * SKV +
+      // lanes 8-15 keys 0-7 at 16 m + 8, lanes 16-23 keys 8-15 at 16 m, lanes 24-31 keys 8-15 at 16 m + 8; a
+      // split slice's lo half (128 bf16 further) adds the third product.
+      const auto* vrow = reinterpret_cast<const uint16_t*>(Vs) + ((lane & 7) + 8 * (lane >> 4)) * S::RV +
                          8 * ((lane >> 3) & 1);
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
         uint32_t vh[4], vl[4];
         LdMatrixX4Trans(vh, vrow + 16 * m);
-        LdMatrixX4Trans(vl, vrow + 128 + 16 * m);
+        if constexpr (S::kSplit) LdMatrixX4Trans(vl, vrow + 128 + 16 * m);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           Mma(acc[nt][m], vh, ph[nt][0], ph[nt][1]);
           Mma(acc[nt][m], vh, pl[nt][0], pl[nt][1]);
-          Mma(acc[nt][m], vl, ph[nt][0], ph[nt][1]);
+          if constexpr (S::kSplit) Mma(acc[nt][m], vl, ph[nt][0], ph[nt][1]);
         }
       }
     } else {
@@ -547,8 +531,8 @@ int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t h
 void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, int64_t resident_blocks,
                               int* splits, int64_t* key_chunk) {
   // Splits of >= 32 keys (two 16-key tiles, one a key warp), at most 64 (the merge reads them all). The key
-  // count is rounded up to 2^k {1, 1.25, 1.5, 1.75} (GqaSplitPlan's stepping: the plan, an argument of the
-  // step's graph, changes 4 times a doubling of the context). Of the split counts, the one whose blocks
+  // count is SplitPlanKeys' (the plan, an argument of the step's graph, changes 4 times a doubling of the
+  // context). Of the split counts, the one whose blocks
   // take the least time if all of a wave end together (the kernel gives a tile's splits even shares): waves
   // x (chunk + a block's fixed cost, ~32 keys of latency), ties to fewer splits. E.g. 8 sequences of 4 KV
   // heads at 1K keys and 396 resident blocks: 12 splits (384 blocks, one wave) where ~4 blocks an SM
@@ -558,9 +542,7 @@ void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_k
   *key_chunk = INT64_MAX;
   const int64_t blocks = std::max<int64_t>(1, num_tiles * kv_heads), resident = std::max<int64_t>(1, resident_blocks);
   if (blocks >= resident || max_keys <= kMinChunk) return;
-  int64_t top = 16;
-  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
-  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
+  const int64_t keys = SplitPlanKeys(max_keys);
   int64_t best_cost = INT64_MAX;
   for (int64_t s = 1; s <= kMaxSplits; ++s) {
     const int64_t chunk = ((keys + s - 1) / s + kMinChunk - 1) / kMinChunk * kMinChunk;

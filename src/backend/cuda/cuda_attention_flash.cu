@@ -220,23 +220,19 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
           // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's.
           const T* kr = Ks + (kb + 8 * j + g) * SKK + 32 * c + 8 * q;
           float* sj = sa[c & 1][j];
-          if constexpr (S::kBf16) {
-            // Words 0, 1: k-step 0's b0, b1; words 2, 3: k-step 1's. K is exact: hi*K + lo*K.
-            const uint4 kw4 = *reinterpret_cast<const uint4*>(kr);
-            Mma(sj, qh0, kw4.x, kw4.y);
-            Mma(sj, ql0, kw4.x, kw4.y);
-            Mma(sj, qh1, kw4.z, kw4.w);
-            Mma(sj, ql1, kw4.z, kw4.w);
-          } else if constexpr (S::kSplit) {
-            // The same words from the chunk's hi half and its lo half: hi*hi + hi*lo + lo*hi as below.
-            const auto* kh = reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) + (c >> 2) * 256 +
-                             (c & 3) * 32 + 8 * q;
-            const uint4 h = *reinterpret_cast<const uint4*>(kh), l = *reinterpret_cast<const uint4*>(kh + 128);
+          if constexpr (S::kPacked) {
+            // Words 0, 1: k-step 0's b0, b1; words 2, 3: k-step 1's. bf16 K is exact: hi*K + lo*K; a split
+            // row adds its lo half's words (128 bf16 past the hi of the chunk): hi*hi + hi*lo + lo*hi.
+            const auto* kh = reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) +
+                             KvBf16Index<T>(32 * c) + 8 * q;
+            const uint4 h = *reinterpret_cast<const uint4*>(kh);
+            uint4 l{};
+            if constexpr (S::kSplit) l = *reinterpret_cast<const uint4*>(kh + kKvSplitChunk);
             Mma(sj, qh0, h.x, h.y);
-            Mma(sj, qh0, l.x, l.y);
+            if constexpr (S::kSplit) Mma(sj, qh0, l.x, l.y);
             Mma(sj, ql0, h.x, h.y);
             Mma(sj, qh1, h.z, h.w);
-            Mma(sj, qh1, l.z, l.w);
+            if constexpr (S::kSplit) Mma(sj, qh1, l.z, l.w);
             Mma(sj, ql1, h.z, h.w);
           } else {
             const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
@@ -302,33 +298,22 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
         SplitPair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
         SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
         SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-        if constexpr (S::kBf16) {
+        if constexpr (S::kPacked) {
           // B from ldmatrix.trans, the plain n-tile order (accumulator t: d = 8 t + 2 q, + 1): lanes
           // 0-7 address keys 0-7, lanes 8-15 keys 8-15 of d block 2 tp, lanes 16-31 the same of 2 tp + 1.
-          const T* vrow = Vs + (kb + 16 * kk + (lane & 15)) * SKV + 8 * (lane >> 4);
-#pragma unroll
-          for (int tp = 0; tp < D / 16; ++tp) {
-            uint32_t b[4];
-            LdMatrixX4Trans(b, vrow + 16 * tp);
-            Mma(acc[2 * tp], ph, b[0], b[1]);
-            Mma(acc[2 * tp], pl, b[0], b[1]);
-            Mma(acc[2 * tp + 1], ph, b[2], b[3]);
-            Mma(acc[2 * tp + 1], pl, b[2], b[3]);
-          }
-        } else if constexpr (S::kSplit) {
-          // bf16's addressing in bf16 units, d block 2 tp + 0 / 1 of chunk tp / 8, hi and lo halves.
+          // A split row: the same from its lo half too (128 bf16 past the hi of the chunk).
           const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
 #pragma unroll
           for (int tp = 0; tp < D / 16; ++tp) {
             uint32_t h[4], l[4];
-            const uint16_t* at = vrow + (tp >> 3) * 256 + (tp & 7) * 16;
+            const uint16_t* at = vrow + KvBf16Index<T>(16 * tp);
             LdMatrixX4Trans(h, at);
-            LdMatrixX4Trans(l, at + 128);
+            if constexpr (S::kSplit) LdMatrixX4Trans(l, at + kKvSplitChunk);
             Mma(acc[2 * tp], ph, h[0], h[1]);
-            Mma(acc[2 * tp], ph, l[0], l[1]);
+            if constexpr (S::kSplit) Mma(acc[2 * tp], ph, l[0], l[1]);
             Mma(acc[2 * tp], pl, h[0], h[1]);
             Mma(acc[2 * tp + 1], ph, h[2], h[3]);
-            Mma(acc[2 * tp + 1], ph, l[2], l[3]);
+            if constexpr (S::kSplit) Mma(acc[2 * tp + 1], ph, l[2], l[3]);
             Mma(acc[2 * tp + 1], pl, h[2], h[3]);
           }
         } else {

@@ -399,6 +399,12 @@ bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
   return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8);
 }
 
+int64_t SplitPlanKeys(int64_t max_keys) {
+  int64_t top = 16;
+  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
+  return top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
+}
+
 void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
                   int64_t min_chunk) {
   // Blocks of min_chunk keys at least (32: a block's partials are G (head_dim + 2) floats, small next
@@ -410,11 +416,7 @@ void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count
   const int64_t blocks = rows * kv_heads > 0 ? rows * kv_heads : 1;
   const int64_t want = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
   if (blocks >= want || max_keys <= min_chunk) return;
-  // The key count rounded up to 2^k {1, 1.25, 1.5, 1.75}: splits and chunk (arguments of the step's
-  // graph, cuda_step_graph.h) then change 4 times per doubling of the context, not every chunk.
-  int64_t top = 16;
-  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
-  const int64_t keys = top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
+  const int64_t keys = SplitPlanKeys(max_keys);
   const int64_t target = (want + blocks - 1) / blocks < kMaxSplits ? (want + blocks - 1) / blocks : kMaxSplits;
   const int64_t chunk = ((keys + target - 1) / target + min_chunk - 1) / min_chunk * min_chunk;
   const int64_t n = (keys + chunk - 1) / chunk;

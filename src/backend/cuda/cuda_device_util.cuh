@@ -127,6 +127,17 @@ void WithKvType(KvLayout layout, F&& f) {
     f(float{});
 }
 
+// Index (bf16 units from a row's start) of value x's bf16 in a bf16 row, or of its hi part in a split row
+// (the lo part is kKvSplitChunk further). The packed kernels pass a chunk-aligned x (the lane's offset inside
+// the chunk added after), so it folds to a constant when unrolled.
+template <typename T>
+__device__ __forceinline__ int KvBf16Index(int x) {
+  if constexpr (kKvSplit<T>)
+    return static_cast<int>(KvSplitHiIndex(x));
+  else
+    return x;
+}
+
 // Value x (0-based within the row) of a cache row (or of a row of k_new / v_new), any element type.
 template <typename T>
 __device__ __forceinline__ void KvStoreAt(T* row, int64_t x, float value) {

@@ -208,6 +208,10 @@ void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int
 // max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
 // 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
 // A split takes min_chunk keys at least.
+// The key count a split plan sizes its chunks for: max_keys rounded up to 2^k {1, 1.25, 1.5, 1.75}, so
+// that splits and chunk (arguments of the step's graph, cuda_step_graph.h) change 4 times per doubling
+// of the context, not every chunk.
+int64_t SplitPlanKeys(int64_t max_keys);
 void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
                   int64_t min_chunk = 32);
 // Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
