@@ -10,7 +10,8 @@
 // GEMV its first step's weight loads).
 // Kernels of other libraries (cuBLASLt) are launched their own way and wait for everything before
 // them.
-// TESSERA_CUDA_PDL=0 launches plainly (A/B and a fallback).
+// TESSERA_CUDA_PDL=0 launches plainly (A/B and a fallback); TESSERA_CUDA_SKIP_KERNELS leaves kernels
+// out (a study tool, below).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +33,12 @@ __device__ __forceinline__ void GridDependencyWait() {
 
 // Whether launches use PDL (TESSERA_CUDA_PDL, read once; on unless "0").
 bool ProgrammaticLaunch();
+// TESSERA_CUDA_SKIP_KERNELS=name,name,...: kernels whose (mangled) name contains one of the parts are
+// not launched at all. A what-if study tool only (docs/CUDA.md): the results are wrong, but a step's
+// time without a kernel family shows what that family costs inside the step's graph, overlap and
+// launch gaps included, which ncu's one-kernel-at-a-time timings do not. Unset: false, at the cost of
+// one static check.
+bool SkipKernelForStudy(const void* kernel);
 
 // LaunchKernel(kernel, grid, block, smem, stream)(args...): the <<<grid, block, smem, stream>>>
 // launch with PDL. A failed launch is left for cudaGetLastError, as with <<<>>>.
@@ -42,6 +49,7 @@ class KernelLaunch {
       : kernel_(kernel), grid_(grid), block_(block), smem_(smem), stream_(stream) {}
   template <class... A>
   void operator()(A&&... args) const {
+    if (SkipKernelForStudy(reinterpret_cast<const void*>(kernel_))) return;
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
