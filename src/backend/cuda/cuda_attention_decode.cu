@@ -528,33 +528,6 @@ int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t h
   return blocks;
 }
 
-void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, int64_t resident_blocks,
-                              int* splits, int64_t* key_chunk) {
-  // Splits of >= 32 keys (two 16-key tiles, one a key warp), at most 64 (the merge reads them all). The key
-  // count is SplitPlanKeys' (the plan, an argument of the step's graph, changes 4 times a doubling of the
-  // context). Of the split counts, the one whose blocks
-  // take the least time if all of a wave end together (the kernel gives a tile's splits even shares): waves
-  // x (chunk + a block's fixed cost, ~32 keys of latency), ties to fewer splits. E.g. 8 sequences of 4 KV
-  // heads at 1K keys and 396 resident blocks: 12 splits (384 blocks, one wave) where ~4 blocks an SM
-  // (GqaSplitPlan) made 14 (448 blocks: a second wave of 52).
-  constexpr int64_t kMinChunk = 32, kMaxSplits = 64, kBlockCost = 32;
-  *splits = 1;
-  *key_chunk = INT64_MAX;
-  const int64_t blocks = std::max<int64_t>(1, num_tiles * kv_heads), resident = std::max<int64_t>(1, resident_blocks);
-  if (blocks >= resident || max_keys <= kMinChunk) return;
-  const int64_t keys = SplitPlanKeys(max_keys);
-  int64_t best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= kMaxSplits; ++s) {
-    const int64_t chunk = ((keys + s - 1) / s + kMinChunk - 1) / kMinChunk * kMinChunk;
-    const int64_t n = (keys + chunk - 1) / chunk;
-    if (n != s) continue;  // the same split as a smaller s
-    const int64_t waves = (blocks * n + resident - 1) / resident;
-    const int64_t cost = waves * (chunk + kBlockCost);
-    if (cost < best_cost) best_cost = cost, *splits = static_cast<int>(n), *key_chunk = chunk;
-  }
-  if (*splits == 1) *key_chunk = INT64_MAX;
-}
-
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk,
                      float* partial, cudaStream_t s) {

@@ -473,15 +473,6 @@ bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) 
 
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows) { return (few_rows ? 16 : 64) / group; }
 
-void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
-                             int* splits, int64_t* key_chunk) {
-  // GqaSplitPlan's stepping (~4 blocks an SM, <= 64 splits, the key count rounded up to 2^k {1, 1.25,
-  // 1.5, 1.75} so that decode steps keep their graph), with a larger least chunk for tiles of many
-  // rows: their partials are 64 query vectors x (head_dim + 2) floats a split, and every block
-  // stages 64 query vectors, so a split should bring a few K/V tiles (decode tiles: 16 vectors).
-  GqaSplitPlan(num_tiles, kv_heads, max_keys, sm_count, splits, key_chunk, few_rows ? 32 : 128);
-}
-
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads, int64_t kv_heads,
                     int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk, float* partial,
                     cudaStream_t s) {

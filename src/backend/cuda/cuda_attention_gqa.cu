@@ -399,32 +399,6 @@ bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
   return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8);
 }
 
-int64_t SplitPlanKeys(int64_t max_keys) {
-  int64_t top = 16;
-  while (top * 2 < max_keys) top *= 2;  // top < max_keys <= 2 top
-  return top + top / 4 * ((max_keys - top + top / 4 - 1) / (top / 4));
-}
-
-void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
-                  int64_t min_chunk) {
-  // Blocks of min_chunk keys at least (32: a block's partials are G (head_dim + 2) floats, small next
-  // to 32 K/V rows), at most 64 splits (the merge reads them all), ~4 blocks per SM (2 resident, 2
-  // waves).
-  constexpr int64_t kMaxSplits = 64;
-  *splits = 1;
-  *key_chunk = INT64_MAX;
-  const int64_t blocks = rows * kv_heads > 0 ? rows * kv_heads : 1;
-  const int64_t want = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
-  if (blocks >= want || max_keys <= min_chunk) return;
-  const int64_t keys = SplitPlanKeys(max_keys);
-  const int64_t target = (want + blocks - 1) / blocks < kMaxSplits ? (want + blocks - 1) / blocks : kMaxSplits;
-  const int64_t chunk = ((keys + target - 1) / target + min_chunk - 1) / min_chunk * min_chunk;
-  const int64_t n = (keys + chunk - 1) / chunk;
-  if (n <= 1) return;
-  *splits = static_cast<int>(n);
-  *key_chunk = chunk;
-}
-
 void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
                   int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0) return;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_kv_layout.h"
+#include "backend/cuda/cuda_split_plan.h"
 
 namespace tessera::cuda {
 
@@ -200,20 +201,12 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
                     int splits, const float* partial, cudaStream_t s);
 // Grouped-query attention (cuda_attention_gqa.cu): one block per (row, KV head, split) serving the
 // G query heads of the KV head, same partial layout; needs 16-byte aligned K/V rows, an f32 cache and
-// a shape AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge.
+// a shape AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge. The kernels'
+// key-split plans (GqaSplitPlan, AttentionFlashSplitPlan, AttentionDecodeSplitPlan) are host code:
+// cuda_split_plan.h.
 bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
                   int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
-// Key splits for AttentionGqa over R = rows query rows of kv_heads KV heads, the longest row seeing
-// max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
-// 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
-// A split takes min_chunk keys at least.
-// The key count a split plan sizes its chunks for: max_keys rounded up to 2^k {1, 1.25, 1.5, 1.75}, so
-// that splits and chunk (arguments of the step's graph, cuda_step_graph.h) change 4 times per doubling
-// of the context, not every chunk.
-int64_t SplitPlanKeys(int64_t max_keys);
-void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
-                  int64_t min_chunk = 32);
 // Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
 // of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
 // K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
@@ -224,9 +217,6 @@ void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count
 // layout: the cache's (and k_new / v_new's; AttentionParams).
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
-// Key splits for AttentionFlash (same contract as GqaSplitPlan, over num_tiles x kv_heads blocks).
-void AttentionFlashSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, bool few_rows, int sm_count,
-                             int* splits, int64_t* key_chunk);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,
                     float* partial, cudaStream_t s);
@@ -238,10 +228,6 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
 int64_t AttentionDecodeTileRows(int64_t group);
 // Blocks of the decode kernel for this shape and cache layout resident at once on the current device.
 int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
-// Key splits of a decode call (the contract of GqaSplitPlan: 4 changes a doubling of the context,
-// splits == 1 with key_chunk = INT64_MAX), chosen for whole waves of resident_blocks.
-void AttentionDecodeSplitPlan(int64_t num_tiles, int64_t kv_heads, int64_t max_keys, int64_t resident_blocks,
-                              int* splits, int64_t* key_chunk);
 void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                      int64_t kv_heads, int64_t head_dim, KvLayout layout, int splits, int64_t key_chunk, float* partial,
                      cudaStream_t s);
