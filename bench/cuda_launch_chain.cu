@@ -6,7 +6,8 @@
 //   one   - a single kernel over all the bytes (what streaming alone takes: the reference);
 //   chain - one kernel a product (240), optionally with the layer's small latency-bound kernels between
 //           (--small: 1 before q/k/v, 3 between q/k/v and o, 1 before the router; 1 block each);
-//   grid  - one persistent kernel, a grid-wide barrier between products (--persistent).
+//   grid  - one persistent kernel, a grid-wide barrier between products (--persistent; 256 x 4 or 1024 x 1
+//           threads an SM, arrivals by fence + atomicAdd or by red.release).
 // Prints ms a step, TB/s and microseconds a boundary ((chain - one) / kernels). TESSERA_CUDA_PDL=0 launches
 // plainly. Needs a CUDA device (built with TESSERA_CUDA and TESSERA_BENCH).
 //   cuda_launch_chain [--layers 48] [--blocks-per-sm 4] [--small] [--persistent]
@@ -93,8 +94,11 @@ __global__ void SmallKernel(const float* x, float* y) {
 }
 
 // The persistent form: phase j streams w[j] (n16[j] > 0) or is a small one done by block 0; a grid barrier
-// (one counter, target = blocks x phases done) after each.
-__global__ void __launch_bounds__(256, 4)
+// (one counter, target = blocks x phases done) after each. kThreads x kBlocks an SM: 256 x 4 (as the chain)
+// or 1024 x 1 (a quarter of the arrivals at the counter). kRed: a block arrives with one fire-and-forget
+// red.release (no fence, no returned value) instead of __threadfence + atomicAdd.
+template <int kThreads, int kBlocks, bool kRed>
+__global__ void __launch_bounds__(kThreads, kBlocks)
     PersistentKernel(const uint16_t* const* w, const int64_t* n16, int phases, float* xa, float* xb, unsigned* counter) {
   GridDependencyWait();
   float* x = xa;
@@ -106,8 +110,12 @@ __global__ void __launch_bounds__(256, 4)
       SmallWork(x, y);
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter, 1u);
+      if constexpr (kRed) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      } else {
+        __threadfence();
+        atomicAdd(counter, 1u);
+      }
       const unsigned target = gridDim.x * (j + 1u);
       unsigned seen;
       do {
@@ -234,17 +242,28 @@ int main(int argc, char** argv) {
   });
   std::printf("launch-chain | chain of %d kernels%s | %.3f ms, %.2f TB/s, %.2f us a boundary over one kernel\n", kernels,
               small ? " (5 small a layer)" : "", chain, bytes / chain / 1e9, (chain - one) * 1e3 / kernels);
-  int resident = 0;  // the persistent kernel needs every block resident at once (its barriers spin)
-  Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, PersistentKernel, 256, 0), "occupancy");
-  if (persistent && resident < per_sm) {
-    std::printf("launch-chain | persistent kernel skipped: %d blocks an SM resident, %d asked\n", resident, per_sm);
-  } else if (persistent) {
+  // The persistent kernel needs every block resident at once (its barriers spin).
+  auto run_persistent = [&](auto kernel, int threads, int grid_blocks, const char* what) {
+    int resident = 0;
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0), "occupancy");
+    if (resident * sms < grid_blocks) {
+      std::printf("launch-chain | persistent kernel of %d x %d (%s) skipped: %d blocks an SM resident\n", grid_blocks,
+                  threads, what, resident);
+      return;
+    }
     const double grid = time_graph([&] {
       Check(cudaMemsetAsync(counter, 0, sizeof(unsigned), s), "counter");
-      LaunchKernel(PersistentKernel, blocks, 256, 0, s)(dptrs, dphase, kernels, xa, xb, counter);
+      LaunchKernel(kernel, grid_blocks, threads, 0, s)(dptrs, dphase, kernels, xa, xb, counter);
     });
-    std::printf("launch-chain | one persistent kernel, %d grid barriers | %.3f ms, %.2f TB/s, %.2f us a barrier\n",
-                kernels, grid, bytes / grid / 1e9, (grid - one) * 1e3 / kernels);
+    std::printf("launch-chain | one persistent kernel of %d blocks x %d, %d grid barriers (%s) | %.3f ms, %.2f TB/s, "
+                "%.2f us a barrier\n",
+                grid_blocks, threads, kernels, what, grid, bytes / grid / 1e9, (grid - one) * 1e3 / kernels);
+  };
+  if (persistent) {
+    run_persistent(PersistentKernel<256, 4, false>, 256, blocks, "fence + atomicAdd");
+    run_persistent(PersistentKernel<1024, 1, false>, 1024, sms, "fence + atomicAdd");
+    run_persistent(PersistentKernel<256, 4, true>, 256, blocks, "red.release");
+    run_persistent(PersistentKernel<1024, 1, true>, 1024, sms, "red.release");
   }
   Check(cudaGetLastError(), "launches");
   return 0;
