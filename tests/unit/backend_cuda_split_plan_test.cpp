@@ -95,9 +95,9 @@ TEST(CudaSplitPlan, DecodePlanContract) {
       }
 }
 
-// Whole waves: a split count whose blocks leave the last wave of resident blocks partly empty is only
-// chosen when its shorter chunk pays for that wave, so at most one wave is partial, and a plan that fits
-// one wave never takes a second.
+// Whole waves: under the plan's cost (waves of resident blocks x (chunk + 32)) the chosen split never costs
+// more than leaving each row whole, and while twice the blocks would still fit one wave the chunk is the
+// least that 64 splits allow (no half-idle device).
 TEST(CudaSplitPlan, DecodePlanFillsWaves) {
   for (int64_t resident : {132 * 3, 132 * 5})
     for (int64_t kv_heads : {2, 4})
