@@ -7,7 +7,8 @@
 //   chain - one kernel a product (240), optionally with the layer's small latency-bound kernels between
 //           (--small: 1 before q/k/v, 3 between q/k/v and o, 1 before the router; 1 block each);
 //   grid  - one persistent kernel, a grid-wide barrier between products (--persistent; 256 x 4 or 1024 x 1
-//           threads an SM, arrivals by fence + atomicAdd or by red.release).
+//           threads an SM, arrivals by fence + atomicAdd or by red.release, the next product's first
+//           loads issued before the barrier or not).
 // Prints ms a step, TB/s and microseconds a boundary ((chain - one) / kernels). TESSERA_CUDA_PDL=0 launches
 // plainly. Needs a CUDA device (built with TESSERA_CUDA and TESSERA_BENCH).
 //   cuda_launch_chain [--layers 48] [--blocks-per-sm 4] [--small] [--persistent]
@@ -38,15 +39,22 @@ constexpr int kXDim = 2048;   // x of every product (hidden)
 constexpr double kLayerMb[] = {21.0, 16.8, 0.5, 50.3, 25.2};
 constexpr int kProducts = 5;
 
-// y[warp] = the warp's share of w . x (x repeats every kXDim values), w of n16 16-byte units.
-__device__ __forceinline__ void StreamProduct(const uint16_t* w, int64_t n16, const float* x, float* y, bool wait) {
+// The first step's weight loads of a product (weights: no kernel writes them, so before any wait).
+__device__ __forceinline__ void FirstLoads(const uint16_t* w, int64_t n16, uint4 (&v)[kLoads]) {
   const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, threads = gridDim.x * int64_t{blockDim.x};
-  uint4 v[kLoads];
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i) {  // the first step, before the wait (weights: no kernel writes them)
+  for (int i = 0; i < kLoads; ++i) {
     const int64_t u = tid + i * threads;
     v[i] = u < n16 ? LoadStream16Early(w + u * 8) : make_uint4(0, 0, 0, 0);
   }
+}
+
+// y[warp] = the warp's share of w . x (x repeats every kXDim values), w of n16 16-byte units; v holds the
+// first step's loads when `loaded`, else they are issued here (before the wait when `wait`).
+__device__ __forceinline__ void StreamProduct(const uint16_t* w, int64_t n16, const float* x, float* y, bool wait,
+                                              uint4 (&v)[kLoads], bool loaded) {
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, threads = gridDim.x * int64_t{blockDim.x};
+  if (!loaded) FirstLoads(w, n16, v);
   if (wait) GridDependencyWait();
   float acc = 0;
   for (int64_t base = 0; base < n16; base += kLoads * threads) {
@@ -71,7 +79,8 @@ __device__ __forceinline__ void StreamProduct(const uint16_t* w, int64_t n16, co
 }
 
 __global__ void __launch_bounds__(256, 4) ProductKernel(const uint16_t* w, int64_t n16, const float* x, float* y) {
-  StreamProduct(w, n16, x, y, true);
+  uint4 v[kLoads];
+  StreamProduct(w, n16, x, y, true, v, false);
 }
 
 // A norm-like latency kernel: reads x, writes y (kXDim values).
@@ -96,18 +105,27 @@ __global__ void SmallKernel(const float* x, float* y) {
 // The persistent form: phase j streams w[j] (n16[j] > 0) or is a small one done by block 0; a grid barrier
 // (one counter, target = blocks x phases done) after each. kThreads x kBlocks an SM: 256 x 4 (as the chain)
 // or 1024 x 1 (a quarter of the arrivals at the counter). kRed: a block arrives with one fire-and-forget
-// red.release (no fence, no returned value) instead of __threadfence + atomicAdd.
-template <int kThreads, int kBlocks, bool kRed>
+// red.release (no fence, no returned value) instead of __threadfence + atomicAdd. kPrefetch: every warp but
+// the first (whose thread 0 fences and arrives: a fence waits for its own warp's loads) issues the next
+// product's first loads before the barrier, so they stream while the block waits.
+template <int kThreads, int kBlocks, bool kRed, bool kPrefetch = false>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     PersistentKernel(const uint16_t* const* w, const int64_t* n16, int phases, float* xa, float* xb, unsigned* counter) {
   GridDependencyWait();
   float* x = xa;
   float* y = xb;
+  uint4 v[kLoads];
+  bool loaded = false;
   for (int j = 0; j < phases; ++j) {
     if (n16[j] > 0)
-      StreamProduct(w[j], n16[j], x, y, false);
+      StreamProduct(w[j], n16[j], x, y, false, v, loaded);
     else if (blockIdx.x == 0)
       SmallWork(x, y);
+    loaded = false;
+    if (kPrefetch && threadIdx.x >= 32 && j + 1 < phases && n16[j + 1] > 0) {
+      FirstLoads(w[j + 1], n16[j + 1], v);
+      loaded = true;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
       if constexpr (kRed) {
@@ -264,6 +282,8 @@ int main(int argc, char** argv) {
     run_persistent(PersistentKernel<1024, 1, false>, 1024, sms, "fence + atomicAdd");
     run_persistent(PersistentKernel<256, 4, true>, 256, blocks, "red.release");
     run_persistent(PersistentKernel<1024, 1, true>, 1024, sms, "red.release");
+    run_persistent(PersistentKernel<256, 4, true, true>, 256, blocks, "red.release, next loads in flight");
+    run_persistent(PersistentKernel<1024, 1, true, true>, 1024, sms, "red.release, next loads in flight");
   }
   Check(cudaGetLastError(), "launches");
   return 0;
