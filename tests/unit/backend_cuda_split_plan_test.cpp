@@ -59,7 +59,9 @@ TEST(CudaSplitPlan, PlanKeysStepFourTimesADoubling) {
     const int64_t k = SplitPlanKeys(keys);
     ASSERT_GE(k, keys) << keys;
     ASSERT_GE(k, prev) << keys;
-    if (keys > 16) ASSERT_EQ(SplitPlanKeys(k), k) << "not a fixed point: " << keys;  // (below: the least chunk)
+    if (keys > 16) {  // (16 keys or fewer: not idempotent; no plan splits so few keys)
+      ASSERT_EQ(SplitPlanKeys(k), k) << "not a fixed point: " << keys;
+    }
     prev = k;
     if (keys > 64) {
       EXPECT_LE(k, keys + keys / 4) << keys;  // at most a quarter of a doubling above
@@ -87,8 +89,12 @@ TEST(CudaSplitPlan, DecodePlanContract) {
                                    " tiles " + std::to_string(tiles) + " keys " + std::to_string(keys);
           const Plan p = Decode(tiles, kv_heads, keys, resident);
           ExpectContract(p, keys, 32, what);
-          if (tiles * kv_heads >= resident || keys <= 32) EXPECT_EQ(p.splits, 1) << "split without need: " << what;
-          if (keys > 32) EXPECT_TRUE(p == Decode(tiles, kv_heads, SplitPlanKeys(keys), resident)) << what;
+          if (tiles * kv_heads >= resident || keys <= 32) {
+            EXPECT_EQ(p.splits, 1) << "split without need: " << what;
+          }
+          if (keys > 32) {
+            EXPECT_TRUE(p == Decode(tiles, kv_heads, SplitPlanKeys(keys), resident)) << what;
+          }
           plans.insert(p);
         }
         EXPECT_LE(plans.size(), 4u * 12) << "plans of a decode row over 1..40000 keys";
@@ -117,7 +123,9 @@ TEST(CudaSplitPlan, DecodePlanFillsWaves) {
           // With room for twice the blocks in the wave, the chunk is the least one 64 splits allow (more
           // splits of a shorter chunk would cost less): no half-idle device.
           const int64_t least = std::max<int64_t>(32, ((planned + 63) / 64 + 31) / 32 * 32);
-          if (blocks * 2 <= resident) EXPECT_EQ(chunk, least) << "idle device: " << what;
+          if (blocks * 2 <= resident) {
+            EXPECT_EQ(chunk, least) << "idle device: " << what;
+          }
         }
 }
 
@@ -147,8 +155,12 @@ TEST(CudaSplitPlan, GqaAndFlashPlanContract) {
                                    " blocks " + std::to_string(blocks) + " keys " + std::to_string(keys);
           const Plan p = Gqa(blocks, 1, keys, sms, min_chunk);
           ExpectContract(p, keys, min_chunk, what);
-          if (blocks >= 4 * sms || keys <= min_chunk) EXPECT_EQ(p.splits, 1) << what;
-          if (keys > min_chunk) EXPECT_TRUE(p == Gqa(blocks, 1, SplitPlanKeys(keys), sms, min_chunk)) << what;
+          if (blocks >= 4 * sms || keys <= min_chunk) {
+            EXPECT_EQ(p.splits, 1) << what;
+          }
+          if (keys > min_chunk) {
+            EXPECT_TRUE(p == Gqa(blocks, 1, SplitPlanKeys(keys), sms, min_chunk)) << what;
+          }
           Plan f;
           AttentionFlashSplitPlan(blocks, 1, keys, min_chunk == 32, sms, &f.splits, &f.chunk);
           EXPECT_TRUE(f == p) << "flash plan: " << what;
