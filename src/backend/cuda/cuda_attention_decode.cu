@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
           r[1][0] = x.z, r[1][1] = y.z, r[1][2] = x.w, r[1][3] = y.w;
         };
         load(kr, ah);
-        if constexpr (S::kSplit) load(kr + 128, al);
+        if constexpr (S::kSplit) load(kr + kKvSplitChunk, al);
       } else {
         LoadA(Ks + g * SKK + 32 * c + 8 * q, Ks + (g + 8) * SKK + 32 * c + 8 * q, true, true, ah, al);
       }
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
       for (int m = 0; m < 8; ++m) {
         uint32_t vh[4], vl[4];
         LdMatrixX4Trans(vh, vrow + 16 * m);
-        if constexpr (S::kSplit) LdMatrixX4Trans(vl, vrow + 128 + 16 * m);
+        if constexpr (S::kSplit) LdMatrixX4Trans(vl, vrow + kKvSplitChunk + 16 * m);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           Mma(acc[nt][m], vh, ph[nt][0], ph[nt][1]);
