@@ -11,7 +11,10 @@
 //           loads issued before the barrier or not).
 // Prints ms a step, TB/s and microseconds a boundary ((chain - one) / kernels). TESSERA_CUDA_PDL=0 launches
 // plainly. Needs a CUDA device (built with TESSERA_CUDA and TESSERA_BENCH).
-//   cuda_launch_chain [--layers 48] [--blocks-per-sm 4] [--small] [--persistent]
+//   sms   - (--sm-sweep) the one kernel and a chain of q/k/v-sized products (21.0 MB) on a grid of N blocks
+//           of 1,024 threads (one an SM) for N from 16 to every SM: how many SMs one product needs to
+//           stream at the full rate (a product that owns whole attention heads has only 40 blocks).
+//   cuda_launch_chain [--layers 48] [--blocks-per-sm 4] [--small] [--persistent] [--sm-sweep]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,7 +81,8 @@ __device__ __forceinline__ void StreamProduct(const uint16_t* w, int64_t n16, co
   if ((threadIdx.x & 31) == 0) y[tid >> 5] = acc;
 }
 
-__global__ void __launch_bounds__(256, 4) ProductKernel(const uint16_t* w, int64_t n16, const float* x, float* y) {
+template <int kThreads = 256, int kBlocks = 4>
+__global__ void __launch_bounds__(kThreads, kBlocks) ProductKernel(const uint16_t* w, int64_t n16, const float* x, float* y) {
   uint4 v[kLoads];
   StreamProduct(w, n16, x, y, true, v, false);
 }
@@ -158,7 +162,7 @@ void Check(cudaError_t e, const char* what) {
 
 int main(int argc, char** argv) {
   int layers = 48, per_sm = 4;
-  bool small = false, persistent = false;
+  bool small = false, persistent = false, sm_sweep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--layers" && i + 1 < argc) {
@@ -169,8 +173,11 @@ int main(int argc, char** argv) {
       small = true;
     } else if (a == "--persistent") {
       persistent = true;
+    } else if (a == "--sm-sweep") {
+      sm_sweep = true;
     } else {
-      std::fprintf(stderr, "usage: cuda_launch_chain [--layers N] [--blocks-per-sm N] [--small] [--persistent]\n");
+      std::fprintf(stderr, "usage: cuda_launch_chain [--layers N] [--blocks-per-sm N] [--small] [--persistent] "
+                           "[--sm-sweep]\n");
       return 2;
     }
   }
@@ -242,7 +249,7 @@ int main(int argc, char** argv) {
     return static_cast<double>(best);
   };
   const double bytes = static_cast<double>(total16) * 16;
-  const double one = time_graph([&] { LaunchKernel(ProductKernel, blocks, 256, 0, s)(w, total16, xa, xb); });
+  const double one = time_graph([&] { LaunchKernel(ProductKernel<>, blocks, 256, 0, s)(w, total16, xa, xb); });
   std::printf("launch-chain | %d layers, %.2f GB, %d blocks (%d an SM), PDL %s | one kernel %.3f ms, %.2f TB/s\n",
               layers, bytes / 1e9, blocks, per_sm, tessera::cuda::ProgrammaticLaunch() ? "on" : "off", one,
               bytes / one / 1e9);
@@ -254,7 +261,7 @@ int main(int argc, char** argv) {
       if (ptrs[i] == nullptr)
         LaunchKernel(SmallKernel, 1, 256, 0, s)(x, y);
       else
-        LaunchKernel(ProductKernel, blocks, 256, 0, s)(ptrs[i], phase16[i], x, y);
+        LaunchKernel(ProductKernel<>, blocks, 256, 0, s)(ptrs[i], phase16[i], x, y);
       std::swap(x, y);
     }
   });
@@ -284,6 +291,27 @@ int main(int argc, char** argv) {
     run_persistent(PersistentKernel<1024, 1, true>, 1024, sms, "red.release");
     run_persistent(PersistentKernel<256, 4, true, true>, 256, blocks, "red.release, next loads in flight");
     run_persistent(PersistentKernel<1024, 1, true, true>, 1024, sms, "red.release, next loads in flight");
+  }
+  if (sm_sweep) {
+    // q/k/v-sized products back to back, each on its own 21 MB of the allocation (L2 holds none of it).
+    const int64_t qkv16 = static_cast<int64_t>(kLayerMb[0] * 1e6) / 16;
+    const int count = static_cast<int>(std::min<int64_t>(total16 / qkv16, 240));
+    for (int grid_sms : {16, 24, 32, 40, 48, 64, 80, 96, 112, sms}) {
+      if (grid_sms > sms) continue;
+      const auto kernel = ProductKernel<1024, 1>;
+      const double all = time_graph([&] { LaunchKernel(kernel, grid_sms, 1024, 0, s)(w, total16, xa, xb); });
+      const double qkv = time_graph([&] {
+        float* x = xa;
+        float* y = xb;
+        for (int i = 0; i < count; ++i) {
+          LaunchKernel(kernel, grid_sms, 1024, 0, s)(w + i * qkv16 * 8, qkv16, x, y);
+          std::swap(x, y);
+        }
+      });
+      std::printf("launch-chain | %3d blocks x 1024 | one kernel %.3f ms, %.2f TB/s | %d products of 21.0 MB: "
+                  "%.2f us each, %.2f TB/s\n",
+                  grid_sms, all, bytes / all / 1e9, count, qkv * 1e3 / count, qkv16 * 16.0 * count / qkv / 1e9);
+    }
   }
   Check(cudaGetLastError(), "launches");
   return 0;
