@@ -1,4 +1,4 @@
-// cuda_launch_chain: what a kernel boundary costs in a batch-1 decode step (docs/PERFORMANCE.md, eighteenth
+// cuda_launch_chain: what a kernel boundary costs in a batch-1 decode step (docs/PERFORMANCE.md, seventeenth
 // session). Streams the weights of a Qwen3-30B-A3B batch-1 layer (q/k/v 21.0 MB, o 16.8 MB, router 0.5 MB,
 // experts gate/up 50.3 MB, down 25.2 MB; 48 layers) through GEMV-like kernels (16-byte bf16 loads, 8 in
 // flight a lane, each kernel's x the previous kernel's output) launched as the engine launches them
