@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,24 @@ std::vector<float> NonZeroUniform(size_t n, float lo, float hi, uint64_t seed) {
   }
   return v;
 }
+
+namespace {
+template <typename W>
+double MaxAbsDiffOf(const float* got, const W* want, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = got[i], w = static_cast<double>(want[i]);
+    if (g == w) continue;  // equal, the same infinity included
+    const double d = std::fabs(g - w);
+    if (std::isnan(d) || std::isinf(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+}  // namespace
+
+double MaxAbsDiff(const float* got, const float* want, size_t n) { return MaxAbsDiffOf(got, want, n); }
+double MaxAbsDiff(const float* got, const double* want, size_t n) { return MaxAbsDiffOf(got, want, n); }
 
 std::string DataPath(const std::string& rel) { return std::string(TESSERA_SOURCE_DIR) + "/tests/data/" + rel; }
 

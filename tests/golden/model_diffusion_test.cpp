@@ -17,9 +17,7 @@ namespace {
 using testing::DataPath;
 
 double MaxDiff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  return m;
+  return testing::MaxAbsDiff(a, b, n);
 }
 
 bool SameArgmax(const float* a, const float* b, int64_t rows, int64_t V) {

@@ -30,8 +30,7 @@ int32_t ArgmaxRow(const float* v, int64_t n) { return static_cast<int32_t>(std::
 std::string CompareRows(const float* got, const float* want, int64_t rows, int64_t n, double tol,
                         bool check_argmax) {
   for (int64_t r = 0; r < rows; ++r) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(got[r * n + i]) - want[r * n + i]));
+    const double worst = testing::MaxAbsDiff(got + r * n, want + r * n, static_cast<size_t>(n));
     if (worst > tol) return "row " + std::to_string(r) + ": max abs diff " + std::to_string(worst);
     if (check_argmax && ArgmaxRow(got + r * n, n) != ArgmaxRow(want + r * n, n))
       return "row " + std::to_string(r) + ": argmax differs";

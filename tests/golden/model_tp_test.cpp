@@ -29,9 +29,7 @@ using testing::DataPath;
 std::string FixtureDir(const std::string& family) { return DataPath("fixtures/models/" + family); }
 
 double MaxDiff(const std::vector<float>& a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
-  return m;
+  return testing::MaxAbsDiff(a.data(), b, n);
 }
 
 int64_t Argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }

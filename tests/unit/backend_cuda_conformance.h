@@ -36,11 +36,17 @@ inline std::vector<uint16_t> Bf16s(const std::vector<float>& v) {
   return out;
 }
 
+// max |got - want| / max |want| over the finite reference values. A NaN anywhere (in got, or an
+// infinity in one and not the same one in the other) makes it infinite: std::max drops NaN operands,
+// so a kernel that wrote NaN would otherwise pass. Equal values count zero, infinities included.
 inline double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, ref = 1e-30;
   for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    ref = std::max(ref, std::fabs(static_cast<double>(want[i])));
+    const double g = got[i], w = want[i];
+    if (std::isfinite(w)) ref = std::max(ref, std::fabs(w));
+    if (g == w) continue;
+    const double d = std::fabs(g - w);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
   }
   return diff / ref;
 }

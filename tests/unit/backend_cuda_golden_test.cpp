@@ -39,8 +39,7 @@ Diff Compare(const float* got, const float* want, int64_t rows, int64_t n) {
   Diff d;
   int64_t same = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i)
-      d.max_abs = std::max(d.max_abs, std::fabs(static_cast<double>(got[r * n + i]) - want[r * n + i]));
+    d.max_abs = std::max(d.max_abs, testing::MaxAbsDiff(got + r * n, want + r * n, static_cast<size_t>(n)));
     same += ArgmaxRow(got + r * n, n) == ArgmaxRow(want + r * n, n);
   }
   d.argmax_agree = rows ? static_cast<double>(same) / rows : 1.0;

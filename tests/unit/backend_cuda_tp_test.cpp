@@ -44,7 +44,7 @@ std::string Bf16Close(const std::vector<float>& got, const float* want, int64_t 
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = got.data() + r * V;
     const float* w = want + r * V;
-    for (int64_t i = 0; i < V; ++i) worst = std::max(worst, std::fabs(double(g[i]) - w[i]));
+    worst = std::max(worst, testing::MaxAbsDiff(g, w, static_cast<size_t>(V)));
     same += (std::max_element(g, g + V) - g) == (std::max_element(w, w + V) - w);
   }
   std::printf("  rows %ld: max abs diff %.3g, argmax equal %ld/%ld\n", static_cast<long>(rows), worst,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -22,9 +23,7 @@ std::vector<float> Rand(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.
 }
 
 double MaxDiff(const std::vector<float>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
+  return testing::MaxAbsDiff(a.data(), b.data(), a.size());
 }
 
 Tensor F32Weight(const std::vector<float>& w, int64_t n, int64_t k) {
@@ -33,6 +32,20 @@ Tensor F32Weight(const std::vector<float>& w, int64_t n, int64_t k) {
   t.dtype = DType::kF32;
   t.shape = {n, k};
   return t;
+}
+
+// The difference every comparison here (and the golden tests') rests on: NaN must not vanish from
+// the maximum, as it does from std::max.
+TEST(BackendOps, MaxAbsDiffCountsNanAndUnmatchedInfinity) {
+  const std::vector<float> want = {1.0f, -2.0f, 3.0f};
+  EXPECT_DOUBLE_EQ(testing::MaxAbsDiff(std::vector<float>{1.0f, -2.5f, 3.25f}.data(), want.data(), 3), 0.5);
+  EXPECT_EQ(testing::MaxAbsDiff(std::vector<float>{NAN, NAN, NAN}.data(), want.data(), 3), INFINITY);
+  EXPECT_EQ(testing::MaxAbsDiff(std::vector<float>{1.0f, -2.0f, NAN}.data(), want.data(), 3), INFINITY);
+  EXPECT_EQ(testing::MaxAbsDiff(std::vector<float>{1.0f, INFINITY, 3.0f}.data(), want.data(), 3), INFINITY);
+  const std::vector<float> masked = {-INFINITY, 0.5f};  // the same infinity on both sides is no difference
+  EXPECT_DOUBLE_EQ(testing::MaxAbsDiff(std::vector<float>{-INFINITY, 0.75f}.data(), masked.data(), 2), 0.25);
+  const std::vector<double> wd = {1.0, NAN};
+  EXPECT_EQ(testing::MaxAbsDiff(std::vector<float>{1.0f, 2.0f}.data(), wd.data(), 2), INFINITY);
 }
 
 TEST(BackendOps, RmsNormPlainAndOnePlus) {
