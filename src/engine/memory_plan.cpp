@@ -43,7 +43,11 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   const int64_t q = mc.num_heads * mc.head_dim * (mc.attn_output_gate ? 2 : 1);
   const int64_t kv = mc.num_kv_heads * mc.head_dim;
   const int64_t attention = 2 * q + 2 * kv;
-  const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * mc.linear_num_value_heads * mc.linear_value_head_dim);
+  // Gated DeltaNet: conv in / out and the value-sized buffers, plus the normalised q / k and the CUDA
+  // backend's chunked form's records (U, W, a chunk-wide A row and its decay: key + value dim + 65
+  // floats a token and value head, cuda_gdn_chunked.cuh).
+  const int64_t vh = mc.linear_num_value_heads, dk = mc.linear_key_head_dim, dv = mc.linear_value_head_dim;
+  const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * vh * dv) + 2 * mc.linear_num_key_heads * dk + vh * (dk + dv + 65);
   // Routed slots: slot outputs, activations, and the host-grouped path's gathered copies.
   const int64_t moe = mc.num_experts + k * (3 * H + 3 * inter);
   const int64_t per_row = 4 * H + std::max({attention, gdn, moe});
