@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite, the GPU golden
-# tests and the diffusion fixtures through the engine (test_engine), compute-sanitizer memcheck on the
-# golden tests, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
-# (GPU_CHECK_CONFIGS, default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16";
-# GPU_CHECK_PROFILE=1 adds
-# the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1 the
-# rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
+# tests and the diffusion fixtures through the engine (test_engine), the chunked gated delta rule
+# (TESSERA_CUDA_GDN=chunked, not yet the default) through its own test, the GDN tests, the goldens and
+# the diffusion fixtures, compute-sanitizer memcheck on the golden tests and the chunked form's test,
+# then the dummy-weight decode / prefill micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS,
+# default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16"; GPU_CHECK_PROFILE=1
+# adds the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1
+# the rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RES=${OUT:-$ROOT/gpu-results}
@@ -59,6 +60,18 @@ else
   log "no test_engine binary ($ENGINE_BIN): not run"; status=1
 fi
 
+# The chunked gated delta rule (not yet the default): its own test, the GDN conformance tests and the
+# goldens with every run of more than one token sent to it.
+log "chunked gated delta rule (TESSERA_CUDA_GDN=chunked)"
+TESSERA_CUDA_GDN=chunked timeout 200 "$BIN" --gtest_filter='CudaConformance.GatedDelta*:Fixtures/CudaGolden.*' 2>&1 |
+  tee "$RES/gdn_chunked.txt" | grep -E "conformance Gdn|conformance GatedDelta|golden|FAILED|PASSED|Failure"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+if [ -x "$ENGINE_BIN" ]; then
+  TESSERA_CUDA_GDN=chunked timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/gdn_chunked_engine.txt" |
+    grep -E "OK|FAILED|PASSED|SKIPPED|Failure"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
 log "compute-sanitizer memcheck on the golden tests"
 if command -v compute-sanitizer >/dev/null; then
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
@@ -66,6 +79,11 @@ if command -v compute-sanitizer >/dev/null; then
   rc=$?
   tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
   log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
+  [ $rc = 0 ] || status=1
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
+    --gtest_filter='CudaConformance.GatedDeltaRuleChunkedMatchesCpu' >"$RES/memcheck_gdn_chunked.txt" 2>&1
+  rc=$?
+  log "memcheck of the chunked gated delta rule: exit code $rc"
   [ $rc = 0 ] || status=1
 else
   log "compute-sanitizer not found"
