@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "test_util.h"
 #include "unit/backend_cuda_conformance.h"
+#include "unit/gdn_test_args.h"
 
 namespace tessera::cuda_conformance {
 namespace {
@@ -404,31 +405,14 @@ TEST_F(CudaConformance, GatedDeltaNetBatch) {
   Report("CausalConv1dSiluBatch", RelErr(Host(dy, y.size()), y), 1e-5);
   // The delta rule over the conv output (as the layer runs it), one run per sequence.
   std::vector<GatedDeltaArgs> cpu_runs, gpu_runs;
+  const testing::GdnShape shape{kh, vh, dk, dv};
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r0 = cpu_segs[i].row0;
-    GatedDeltaArgs a;
-    a.qk_stride = a.v_stride = conv_dim;
-    a.T = lengths[i];
-    a.key_heads = kh;
-    a.value_heads = vh;
-    a.key_dim = dk;
-    a.value_dim = dv;
-    a.q = y.data() + r0 * conv_dim;
-    a.k = a.q + kh * dk;
-    a.v = a.q + 2 * kh * dk;
-    a.g = g.data() + r0 * vh;
-    a.beta = beta.data() + r0 * vh;
-    a.state = rec_states.data() + i * rec;
-    a.out = out.data() + r0 * vh * dv;
-    cpu_runs.push_back(a);
-    a.q = dy + r0 * conv_dim;
-    a.k = a.q + kh * dk;
-    a.v = a.q + 2 * kh * dk;
-    a.g = dg + r0 * vh;
-    a.beta = dbeta + r0 * vh;
-    a.state = drec + i * rec;
-    a.out = dout + r0 * vh * dv;
-    gpu_runs.push_back(a);
+    cpu_runs.push_back(testing::GdnRunArgs(shape, y.data() + r0 * conv_dim, conv_dim, lengths[i], g.data() + r0 * vh,
+                                           beta.data() + r0 * vh, rec_states.data() + i * rec,
+                                           out.data() + r0 * vh * dv));
+    gpu_runs.push_back(testing::GdnRunArgs(shape, dy + r0 * conv_dim, conv_dim, lengths[i], dg + r0 * vh,
+                                           dbeta + r0 * vh, drec + i * rec, dout + r0 * vh * dv));
   }
   cpu_->GatedDeltaRuleBatch(cpu_runs, GdnMode::kRecurrent);
   gpu_->GatedDeltaRuleBatch(gpu_runs, GdnMode::kAuto);

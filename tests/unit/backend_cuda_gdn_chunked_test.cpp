@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "unit/backend_cuda_conformance.h"
+#include "unit/gdn_test_args.h"
 
 namespace tessera::cuda_conformance {
 namespace {
 
 TEST_F(CudaConformance, GatedDeltaRuleChunkedMatchesCpu) {
   const int64_t kh = 16, vh = 32, dk = 128, dv = 128, qkv = 2 * kh * dk + vh * dv;
+  const testing::GdnShape shape{kh, vh, dk, dv};
   const std::vector<int64_t> lengths = {1, 5, 64, 65, 150, 1, 300};
   int64_t R = 0;
   for (int64_t T : lengths) R += T;
@@ -32,29 +34,10 @@ TEST_F(CudaConformance, GatedDeltaRuleChunkedMatchesCpu) {
     std::vector<GatedDeltaArgs> cpu_runs, gpu_runs;
     int64_t r0 = 0;
     for (int64_t i = 0; i < n; ++i) {
-      GatedDeltaArgs a;
-      a.qk_stride = a.v_stride = qkv;
-      a.T = lengths[i];
-      a.key_heads = kh;
-      a.value_heads = vh;
-      a.key_dim = dk;
-      a.value_dim = dv;
-      a.q = x.data() + r0 * qkv;
-      a.k = a.q + kh * dk;
-      a.v = a.q + 2 * kh * dk;
-      a.g = g.data() + r0 * vh;
-      a.beta = beta.data() + r0 * vh;
-      a.state = states.data() + i * rec;
-      a.out = out.data() + r0 * vh * dv;
-      cpu_runs.push_back(a);
-      a.q = dx + r0 * qkv;
-      a.k = a.q + kh * dk;
-      a.v = a.q + 2 * kh * dk;
-      a.g = dg + r0 * vh;
-      a.beta = dbeta + r0 * vh;
-      a.state = dstates + i * rec;
-      a.out = dout + r0 * vh * dv;
-      gpu_runs.push_back(a);
+      cpu_runs.push_back(testing::GdnRunArgs(shape, x.data() + r0 * qkv, qkv, lengths[i], g.data() + r0 * vh,
+                                             beta.data() + r0 * vh, states.data() + i * rec, out.data() + r0 * vh * dv));
+      gpu_runs.push_back(testing::GdnRunArgs(shape, dx + r0 * qkv, qkv, lengths[i], dg + r0 * vh, dbeta + r0 * vh,
+                                             dstates + i * rec, dout + r0 * vh * dv));
       r0 += lengths[i];
     }
     cpu_->GatedDeltaRuleBatch(cpu_runs, cpu_mode);
@@ -65,19 +48,9 @@ TEST_F(CudaConformance, GatedDeltaRuleChunkedMatchesCpu) {
   }
   // The single-run op takes the same path.
   const int64_t T = 200;
-  std::vector<float> state = std::vector<float>(states0.begin(), states0.begin() + rec), out(T * vh * dv, 0.0f);
-  GatedDeltaArgs a;
-  a.qk_stride = a.v_stride = qkv;
-  a.T = T;
-  a.key_heads = kh;
-  a.value_heads = vh;
-  a.key_dim = dk;
-  a.value_dim = dv;
-  GatedDeltaArgs d = a;
-  a.q = x.data(), a.k = a.q + kh * dk, a.v = a.q + 2 * kh * dk, a.g = g.data(), a.beta = beta.data();
-  a.state = state.data(), a.out = out.data();
-  d.q = dx, d.k = d.q + kh * dk, d.v = d.q + 2 * kh * dk, d.g = dg, d.beta = dbeta;
-  d.state = Dev(state), d.out = Dev(out);
+  std::vector<float> state(states0.begin(), states0.begin() + rec), out(T * vh * dv, 0.0f);
+  const GatedDeltaArgs a = testing::GdnRunArgs(shape, x.data(), qkv, T, g.data(), beta.data(), state.data(), out.data());
+  const GatedDeltaArgs d = testing::GdnRunArgs(shape, dx, qkv, T, dg, dbeta, Dev(state), Dev(out));
   cpu_->GatedDeltaRule(a, GdnMode::kRecurrent);
   gpu_->GatedDeltaRule(d, GdnMode::kChunked);
   Report("GdnChunked single run out", RelErr(Host(d.out, out.size()), out));

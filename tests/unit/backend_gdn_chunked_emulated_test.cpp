@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "test_util.h"
+#include "unit/gdn_test_args.h"
 
 namespace tessera {
 namespace {
@@ -41,20 +42,8 @@ TEST(GdnChunkedEmulated, BlocksMatchCpuRecurrent) {
     const auto state0 = testing::NonZeroUniform(vh * dk * dv, -0.2f, 0.2f, 600 + T);
     // Reference: the CPU backend's recurrent form (it normalises q and k itself).
     std::vector<float> state_ref = state0, out_ref(T * vh * dv);
-    GatedDeltaArgs a;
-    a.q = x.data();
-    a.k = x.data() + kh * dk;
-    a.v = x.data() + 2 * kh * dk;
-    a.qk_stride = a.v_stride = width;
-    a.g = g.data();
-    a.beta = beta.data();
-    a.T = T;
-    a.key_heads = kh;
-    a.value_heads = vh;
-    a.key_dim = dk;
-    a.value_dim = dv;
-    a.state = state_ref.data();
-    a.out = out_ref.data();
+    const GatedDeltaArgs a = testing::GdnRunArgs({kh, vh, dk, dv}, x.data(), width, T, g.data(), beta.data(),
+                                                 state_ref.data(), out_ref.data());
     cpu->GatedDeltaRule(a, GdnMode::kRecurrent);
     // The kernels' input: q and k L2-normalised into compact rows (q scaled by 1/sqrt(dk)), as the
     // GPU's normalisation kernel writes them.
