@@ -20,6 +20,16 @@ constexpr auto kIdleTimeout = std::chrono::seconds(75);
 // The page uses only its own files and API: nothing inline, nothing from elsewhere.
 constexpr const char* kStaticCsp =
     "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// The path label of tessera_http_requests_total: served routes by name, anything else "other"
+// (a label value per path a client makes up would grow the registry and every scrape for good).
+std::string MetricsPath(const std::string& path) {
+  static const char* const kRoutes[] = {"/health", "/metrics", "/v1/models", "/v1/chat/completions",
+                                        "/v1/completions"};
+  for (const char* r : kRoutes)
+    if (path == r) return path;
+  return FindStaticAsset(path) != nullptr ? path : "other";
+}
 }  // namespace
 
 // Starts the bookkeeping of one answered request: in-flight count, timing, access-log entry.
@@ -38,8 +48,30 @@ void Session::DoRead() {
   parser_->body_limit(static_cast<uint64_t>(srv_->cfg.server.max_body_bytes));
   parser_->header_limit(64 * 1024);
   stream_.expires_after(kIdleTimeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+}
+
+void Session::OnHeader(beast::error_code ec, size_t) {
+  if (ec) return OnRead(ec, 0);
+  // A client that sent "Expect: 100-continue" (curl, for large bodies) holds the body back until
+  // it gets the interim 100 or its own timeout (1 s for curl) runs out (RFC 9110 10.1.1).
+  const auto& h = parser_->get();
+  auto expect = h.find(http::field::expect);
+  if (expect == h.end() || h.version() < 11 || parser_->is_done() ||
+      !beast::iequals(expect->value(), "100-continue"))
+    return ReadBody();
+  static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  ArmWriteDeadline();
+  net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->OnRead(ec, 0);
+    self->stream_.expires_after(kIdleTimeout);  // the body's read deadline, as for any request
+    self->ReadBody();
+  });
+}
+
+void Session::ReadBody() {
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnRead, shared_from_this()));
 }
 
 void Session::OnRead(beast::error_code ec, size_t) {
@@ -52,6 +84,12 @@ void Session::OnRead(beast::error_code ec, size_t) {
     SendError(ApiError(413, "invalid_request_error",
                        fmt::format("request body exceeds {} bytes", srv_->cfg.server.max_body_bytes)),
               true);
+    return;
+  }
+  if (ec == http::error::header_limit) {  // RFC 6585: 431, not a generic 400
+    stream_.expires_never();
+    BeginEntry();
+    SendError(ApiError(431, "invalid_request_error", "the request's header fields exceed 64 KiB"), true);
     return;
   }
   if (ec) {
@@ -75,9 +113,17 @@ void Session::Handle(http::request<http::string_body>& req) {
   BeginEntry();
   entry_.method = std::string(req.method_string());
   std::string target(req.target());
+  // RFC 9112 3.2.2: the absolute form ("http://host:port/v1/...", as proxies send) names the same
+  // resource as its path.
+  if (target.rfind("http://", 0) == 0 || target.rfind("https://", 0) == 0) {
+    size_t start = target.find_first_of("/?", target.find("//") + 2);
+    if (start == std::string::npos) start = target.size();
+    target = (start == target.size() || target[start] == '?' ? "/" : "") + target.substr(start);
+  }
   std::string path = target.substr(0, target.find('?'));
   entry_.path = path;
   keep_alive_ = req.keep_alive() && !srv_->draining;
+  http10_ = req.version() < 11;
   try {
     Route(req, path);
   } catch (const ApiError& e) {
@@ -106,8 +152,13 @@ void Session::Authenticate(const http::request<http::string_body>& req) {
 
 void Session::Route(http::request<http::string_body>& req, const std::string& path) {
   bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+  auto not_allowed = [&path](const char* allow) {  // 405 with Allow (RFC 9110 15.5.6)
+    ApiError e(405, "invalid_request_error", fmt::format("use {} {}", allow, path));
+    e.allow = allow;
+    return e;
+  };
   if (path == "/health") {
-    if (!get) throw ApiError(405, "invalid_request_error", "use GET /health");
+    if (!get) throw not_allowed("GET");
     if (srv_->draining) return SendResponse(503, R"({"status":"draining"})", "application/json");
     if (!srv_->engine.Snapshot().ready)
       return SendResponse(503, R"({"status":"loading"})", "application/json");
@@ -124,18 +175,18 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
                          {"Content-Security-Policy", kStaticCsp}});
   }
   if (path == "/metrics") {
-    if (!get) throw ApiError(405, "invalid_request_error", "use GET /metrics");
+    if (!get) throw not_allowed("GET");
     if (srv_->cfg.server.metrics_require_key) Authenticate(req);
     return SendResponse(200, srv_->registry.Render(), "text/plain; version=0.0.4; charset=utf-8");
   }
   if (path.rfind("/v1/", 0) == 0) Authenticate(req);
   if (path == "/v1/models") {
-    if (!get) throw ApiError(405, "invalid_request_error", "use GET /v1/models");
+    if (!get) throw not_allowed("GET");
     return SendResponse(200, DumpJson(ModelsJson(srv_->engine.ModelInfo(), srv_->created)),
                         "application/json");
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
-    if (!post) throw ApiError(405, "invalid_request_error", fmt::format("use POST {}", path));
+    if (!post) throw not_allowed("POST");
     return StartGeneration(req, path == "/v1/chat/completions");
   }
   throw ApiError(404, "invalid_request_error",
@@ -152,10 +203,12 @@ void Session::SendResponse(int status, std::string body, const char* content_typ
   for (auto& [k, v] : headers) res->set(k, v);
   if (close) keep_alive_ = false;
   res->keep_alive(keep_alive_);
+  if (http10_ && keep_alive_) res->set(http::field::connection, "keep-alive");  // 1.0 closes by default
   res->body() = std::move(body);
   res->prepare_payload();
   entry_.status = status;
   Record();
+  ArmWriteDeadline();
   http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
     self->FinishRequest();
     if (ec) return;
@@ -170,8 +223,19 @@ void Session::SendError(const ApiError& e, bool close) {
     headers.emplace_back("Retry-After",
                          std::to_string(std::max<int64_t>(1, std::llround(std::ceil(e.retry_after_s)))));
   if (e.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (!e.allow.empty()) headers.emplace_back("Allow", e.allow);
   entry_.error = e.message;
   SendResponse(e.status, ErrorJson(e), "application/json", close, std::move(headers));
+}
+
+// The deadline of the write about to start (server.write_timeout_s): on expiry the stream closes
+// the socket and the write fails with a timeout, which ends the request as a client that left.
+void Session::ArmWriteDeadline() {
+  double s = srv_->cfg.server.write_timeout_s;
+  if (s > 0)
+    stream_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+  else
+    stream_.expires_never();
 }
 
 void Session::WriteRaw(std::string data) {
@@ -182,8 +246,13 @@ void Session::WriteRaw(std::string data) {
 
 void Session::EndStream() {
   Record();
-  WriteRaw("0\r\n\r\n");
-  end_after_write_ = true;
+  if (!http10_) {
+    WriteRaw("0\r\n\r\n");
+    end_after_write_ = true;
+    return;
+  }
+  end_after_write_ = true;  // HTTP/1.0: closing the connection ends the body
+  if (!writing_ && !closed_) DoWrite();
 }
 
 void Session::DoWrite() {
@@ -201,6 +270,7 @@ void Session::DoWrite() {
     return;
   }
   writing_ = true;
+  ArmWriteDeadline();
   net::async_write(stream_, net::buffer(outq_.front()),
                    [self = shared_from_this()](beast::error_code ec, size_t) {
                      self->writing_ = false;
@@ -226,7 +296,7 @@ void Session::Record() {
   if (entry_.status == 0) entry_.status = 200;
   entry_.e2e_s = Seconds(Clock::now() - start_);
   std::string code = std::to_string(entry_.status);
-  srv_->m.http_requests.Inc({entry_.path.size() > 64 ? "other" : entry_.path, code});
+  srv_->m.http_requests.Inc({MetricsPath(entry_.path), code});
   if (entry_.status >= 400) srv_->m.errors.Inc({code});
   srv_->log.Write(entry_);
 }
@@ -260,11 +330,18 @@ void Session::Drain() {
 void HttpServer::Impl::DoAccept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!acceptor.is_open() || draining) return;
-    if (!ec) {
-      beast::error_code ig;
-      socket.set_option(tcp::no_delay(true), ig);
-      std::make_shared<Session>(std::move(socket), this)->Run();
+    if (ec) {
+      // Out of descriptors (EMFILE / ENFILE) or memory: the connection stays in the backlog and
+      // an immediate retry would fail again at once, spinning a core. Retry a little later.
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](beast::error_code tec) {
+        if (!tec && acceptor.is_open() && !draining) DoAccept();
+      });
+      return;
     }
+    beast::error_code ig;
+    socket.set_option(tcp::no_delay(true), ig);
+    std::make_shared<Session>(std::move(socket), this)->Run();
     DoAccept();
   });
 }
@@ -304,6 +381,7 @@ void HttpServer::StopAccepting() {
   net::post(s.acceptor.get_executor(), [&s, &done] {
     beast::error_code ec;
     s.acceptor.close(ec);
+    s.accept_retry.cancel();
     done.set_value();
   });
   if (!s.threads.empty()) fut.wait();

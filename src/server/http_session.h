@@ -57,6 +57,7 @@ struct HttpServer::Impl {
         conc(cfg.limits.max_concurrent_requests, cfg.limits.max_queue),
         log(cfg.server.access_log, cfg.server.log_requests),
         acceptor(net::make_strand(ioc)),
+        accept_retry(acceptor.get_executor()),
         work(net::make_work_guard(ioc)) {
     created = UnixNow();
     registry.AddCollector([this] {
@@ -115,6 +116,7 @@ struct HttpServer::Impl {
   int64_t created = 0;
   net::io_context ioc;
   tcp::acceptor acceptor;
+  net::steady_timer accept_retry;  // backs off after a failed accept (EMFILE...)
   net::executor_work_guard<net::io_context::executor_type> work;
   std::vector<std::thread> threads;
   std::atomic<bool> draining{false}, started{false}, stopped{false};
@@ -140,6 +142,7 @@ struct Gen {
   std::vector<TokenLogprob> logprobs;
   int64_t completion_tokens = 0, text_offset = 0;
   bool done = false, queued = false, admitted = false, first_token_seen = false;
+  bool stream_started = false;  // the 200 and the SSE head are out (StartStream)
   uint64_t ticket = 0;
   std::string rate_key;
   Clock::time_point arrival, admitted_at, last_token;
@@ -163,6 +166,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void DoRead();
+  void OnHeader(beast::error_code ec, size_t);
+  void ReadBody();
   void OnRead(beast::error_code ec, size_t);
   void BeginEntry();
   void Handle(http::request<http::string_body>& req);
@@ -170,6 +175,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Authenticate(const http::request<http::string_body>& req);
   void StartGeneration(http::request<http::string_body>& req, bool chat);
   void Submit(const std::shared_ptr<Gen>& g);
+  void StartStream(const std::shared_ptr<Gen>& g);
   void EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs);
   void EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs, const ojson& logprobs);
   void FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reason, const RequestStats& stats);
@@ -181,8 +187,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void SendResponse(int status, std::string body, const char* content_type, bool close = false,
                     std::vector<std::pair<std::string, std::string>> headers = {});
   void SendError(const ApiError& e, bool close = false);
+  void ArmWriteDeadline();
   void WriteRaw(std::string data);
-  void WriteChunk(const std::string& data) { WriteRaw(fmt::format("{:x}\r\n{}\r\n", data.size(), data)); }
+  // HTTP/1.0 has no chunked coding: there the stream is sent as is and the close ends it.
+  void WriteChunk(const std::string& data) {
+    WriteRaw(http10_ ? data : fmt::format("{:x}\r\n{}\r\n", data.size(), data));
+  }
   void EndStream();
   void DoWrite();
   void Record();
@@ -198,7 +208,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The request being answered.
   AccessLogEntry entry_;
   Clock::time_point start_;
-  bool keep_alive_ = true, active_ = false, recorded_ = false;
+  bool keep_alive_ = true, active_ = false, recorded_ = false, http10_ = false;
   std::shared_ptr<Gen> gen_;
   // Streaming output.
   std::deque<std::string> outq_;

@@ -12,8 +12,7 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
   if (!srv_->engine.Snapshot().ready)
     throw ApiError(503, "service_unavailable", "the model is still loading");
-  ojson body = ojson::parse(req.body(), nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) throw InvalidRequest("the request body is not valid JSON");
+  ojson body = ParseRequestJson(req.body());
   const EngineModelInfo& info = srv_->engine.ModelInfo();
   auto g = std::make_shared<Gen>();
   g->arrival = start_;
@@ -111,16 +110,23 @@ void Session::OnAdmitted(const std::shared_ptr<Gen>& g) {
   g->queued = false;
   g->admitted = true;
   g->admitted_at = Clock::now();
-  if (g->req.stream) {
-    WriteRaw(
-        fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    "Transfer-Encoding: chunked\r\nX-Request-Id: {}\r\nConnection: {}\r\n\r\n",
-                    entry_.request_id, keep_alive_ ? "keep-alive" : "close"));
-    if (g->req.chat)
-      WriteChunk(SseData(ChatChunkJson(g->hdr, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
-                                       g->req.include_usage)));
-  }
   Submit(g);
+}
+
+// The 200 of a stream goes out with the engine's first event, not at admission: a request the
+// engine refuses (its own checks run when it takes the request) still gets its HTTP error, as
+// vLLM does.
+void Session::StartStream(const std::shared_ptr<Gen>& g) {
+  if (!g->req.stream || g->stream_started) return;
+  g->stream_started = true;
+  if (http10_) keep_alive_ = false;  // no chunked coding in HTTP/1.0: the close ends the stream
+  WriteRaw(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                       "{}X-Request-Id: {}\r\nConnection: {}\r\n\r\n",
+                       http10_ ? "" : "Transfer-Encoding: chunked\r\n", entry_.request_id,
+                       keep_alive_ ? "keep-alive" : "close"));
+  if (g->req.chat)
+    WriteChunk(SseData(
+        ChatChunkJson(g->hdr, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, g->req.include_usage)));
 }
 
 void Session::Submit(const std::shared_ptr<Gen>& g) {
@@ -128,6 +134,7 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.id = entry_.request_id;
   r.prompt = g->prompt;
   r.sampling = g->req.sampling;
+  r.priority = g->req.priority;
   r.diffusion = g->req.diffusion;
   r.emit_steps = g->req.stream && g->req.stream_steps;
   r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
@@ -146,6 +153,10 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
   if (g != gen_ || g->done) return;
   auto now = Clock::now();
   ServerMetrics& m = srv_->m;
+  bool failure = ev.kind == GenerationEvent::Kind::kError ||
+                 (ev.kind == GenerationEvent::Kind::kFinished &&
+                  (ev.finish_reason == FinishReason::kCancelled || ev.finish_reason == FinishReason::kError));
+  if (!failure) StartStream(g);
   switch (ev.kind) {
     case GenerationEvent::Kind::kTokens: {
       size_t k = ev.tokens.size();
@@ -276,7 +287,7 @@ void Session::FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reaso
 void Session::FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e) {
   EndGeneration(g);
   entry_.completion_tokens = g->completion_tokens;
-  if (g->req.stream && g->admitted) {
+  if (g->stream_started) {
     // Headers are out: the error goes in the stream (as vLLM does), then [DONE].
     entry_.status = e.status;
     entry_.error = e.message;

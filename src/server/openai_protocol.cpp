@@ -54,11 +54,15 @@ std::optional<int64_t> GetInt(const ojson& body, const char* name, int64_t lo, i
   const ojson* v = Field(body, name);
   if (v == nullptr) return std::nullopt;
   int64_t i = 0;
-  if (v->is_number_integer()) {
-    i = v->get<int64_t>();
-  } else if (v->is_number_unsigned()) {
+  // Unsigned first: is_number_integer() is true for unsigned values too, and 2^64-1 read as int64
+  // would pass for -1.
+  if (v->is_number_unsigned()) {
     uint64_t u = v->get<uint64_t>();
-    i = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+    if (u > static_cast<uint64_t>(hi))
+      Bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, u));
+    i = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    i = v->get<int64_t>();
   } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
              std::fabs(v->get<double>()) < 9e18) {
     i = static_cast<int64_t>(v->get<double>());
@@ -74,6 +78,21 @@ std::optional<std::string> GetString(const ojson& body, const char* name) {
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) Bad(name, fmt::format("'{}' must be a string, got {}", name, TypeName(*v)));
   return v->get<std::string>();
+}
+
+// Whether obj is an object whose `key` is the string `want`. (obj.value(key, "") throws a
+// type_error, a 500, when the client sent another type there.)
+bool HasString(const ojson& obj, const char* key, const char* want) {
+  if (!obj.is_object()) return false;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() && it->get<std::string>() == want;
+}
+
+// min_tokens beyond the completion's own limit could never be met (vLLM refuses it the same way).
+void CheckMinTokens(const ParsedRequest& r) {
+  if (r.max_tokens_given && r.sampling.min_tokens > r.sampling.max_tokens)
+    Bad("min_tokens", fmt::format("'min_tokens' ({}) must not exceed 'max_tokens' ({})", r.sampling.min_tokens,
+                                  r.sampling.max_tokens));
 }
 
 void CheckModel(const ojson& body, ParsedRequest& r, const EngineModelInfo& model) {
@@ -99,7 +118,12 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
     for (const auto& [k, v] : so->items())
       if (k != "include_usage" && k != "continuous_usage_stats")
         Bad("stream_options", fmt::format("unknown field 'stream_options.{}'", k));
-    if (auto iu = GetBool(*so, "include_usage")) r.include_usage = *iu;
+    if (const ojson* iu = Field(*so, "include_usage")) {
+      if (!iu->is_boolean())
+        Bad("stream_options.include_usage",
+            fmt::format("'stream_options.include_usage' must be a boolean, got {}", TypeName(*iu)));
+      r.include_usage = iu->get<bool>();
+    }
   }
   if (auto v = GetNumber(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
   if (auto v = GetNumber(body, "top_p", 0.0, 1.0)) {
@@ -116,6 +140,8 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
     s.repetition_penalty = static_cast<float>(*v);
   }
   if (auto v = GetBool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (auto v = GetInt(body, "min_tokens", 0, 1 << 30)) s.min_tokens = *v;
+  if (auto v = GetInt(body, "priority", INT32_MIN, INT32_MAX)) r.priority = static_cast<int>(*v);
   if (const ojson* st = Field(body, "stop")) {
     if (st->is_string()) {
       if (!st->get<std::string>().empty()) s.stop.push_back(st->get<std::string>());
@@ -132,7 +158,7 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
   if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX); n && *n != 1) Bad("n", "only n=1 is supported");
   if (auto v = GetString(body, "user")) r.user = *v;
   if (const ojson* rf = Field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
+    if (!HasString(*rf, "type", "text"))
       Bad("response_format", "structured output ('response_format' other than text) is not supported");
   }
 
@@ -168,6 +194,11 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
     throw ApiError(400, "invalid_request_error", "diffusion." + e.message,
                    e.param.empty() ? "diffusion" : "diffusion." + e.param);
   }
+  // The engine refuses a block longer than the context too, but only once it takes the request:
+  // for a stream that is after the 200.
+  if (model.max_model_len > 0 && dp.block_size > model.max_model_len)
+    Bad("diffusion.block_size", fmt::format("'diffusion.block_size' ({}) must not exceed the model's context ({})",
+                                            dp.block_size, model.max_model_len));
   if (dp.block_size > 0 && dp.steps > dp.block_size)
     Bad("diffusion.steps", fmt::format("'diffusion.steps' ({}) must not exceed 'diffusion.block_size' ({})",
                                        dp.steps, dp.block_size));
@@ -240,7 +271,11 @@ ojson NormalizeMessage(const ojson& m, size_t i) {
             args = fn["arguments"];
           } else if (fn["arguments"].is_string()) {
             // Templates iterate the arguments as a mapping; OpenAI sends them as JSON text.
-            args = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            const std::string& text = fn["arguments"].get_ref<const std::string&>();
+            if (JsonNestingExceeds(text, kMaxJsonDepth))
+              Bad(cp + ".function.arguments",
+                  fmt::format("'{}.function.arguments' is nested deeper than {} levels", cp, kMaxJsonDepth));
+            args = ojson::parse(text, nullptr, false);
             if (args.is_discarded() || !args.is_object())
               Bad(cp + ".function.arguments",
                   fmt::format("'{}.function.arguments' is not a JSON object", cp));
@@ -273,7 +308,7 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
     for (size_t i = 0; i < tools->size(); ++i) {
       const ojson& t = (*tools)[i];
       std::string p = fmt::format("tools[{}]", i);
-      if (!t.is_object() || t.value("type", "") != "function")
+      if (!HasString(t, "type", "function"))
         Bad(p + ".type", fmt::format("'{}.type' must be 'function'", p));
       if (!t.contains("function") || !t["function"].is_object())
         Bad(p + ".function", fmt::format("'{}.function' must be an object", p));
@@ -298,7 +333,7 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
     else
       Bad("tool_choice", fmt::format("'tool_choice' must be auto, none, required or an object, got '{}'", v));
   } else if (tc->is_object()) {
-    if (tc->value("type", "") != "function" || !tc->contains("function") || !(*tc)["function"].is_object() ||
+    if (!HasString(*tc, "type", "function") || !tc->contains("function") || !(*tc)["function"].is_object() ||
         !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string())
       Bad("tool_choice",
           "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -326,6 +361,41 @@ std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) 
   if (req.tool_choice != ToolChoice::kNamed) return "";
   if (xml_tool_calls) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";
   return "<tool_call>\n{\"name\": " + ojson(req.tool_choice_name).dump() + ", \"arguments\": ";
+}
+
+bool JsonNestingExceeds(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+ojson ParseRequestJson(std::string_view text) {
+  if (JsonNestingExceeds(text, kMaxJsonDepth))
+    throw InvalidRequest(fmt::format("the request body is nested deeper than {} levels", kMaxJsonDepth));
+  try {
+    return ojson::parse(text);
+  } catch (const ojson::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <why>".
+    std::string why = e.what();
+    if (size_t p = why.find("] "); p != std::string::npos) why.erase(0, p + 2);
+    throw InvalidRequest("the request body is not valid JSON: " + why);
+  }
 }
 
 ApiError InvalidRequest(const std::string& message, const std::string& param, const std::string& code) {
@@ -391,6 +461,7 @@ ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model, 
     r.sampling.max_tokens = *max_tokens;
     r.max_tokens_given = true;
   }
+  CheckMinTokens(r);
   if (auto lp = GetBool(body, "logprobs")) r.logprobs = *lp;
   if (auto top = GetInt(body, "top_logprobs", 0, 20)) {
     if (!r.logprobs) Bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
@@ -445,6 +516,7 @@ ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& m
     r.sampling.max_tokens = 16;  // OpenAI's default for completions
     r.max_tokens_given = true;
   }
+  CheckMinTokens(r);
   if (auto echo = GetBool(body, "echo"); echo && *echo) Bad("echo", "'echo' is not supported");
   if (auto suffix = GetString(body, "suffix"); suffix && !suffix->empty())
     Bad("suffix", "'suffix' is not supported");
@@ -471,12 +543,15 @@ void CheckPromptLength(ParsedRequest& req, int64_t prompt_tokens, int64_t max_mo
     req.sampling.max_tokens = max_model_len - prompt_tokens;
     return;
   }
-  if (prompt_tokens + req.sampling.max_tokens > max_model_len)
+  // Compared as max_tokens > room: prompt_tokens + max_tokens overflows for max_tokens near 2^63
+  // (both are positive here, so their sum fits in uint64 for the message).
+  if (req.sampling.max_tokens > max_model_len - prompt_tokens) {
+    uint64_t total = static_cast<uint64_t>(prompt_tokens) + static_cast<uint64_t>(req.sampling.max_tokens);
     throw InvalidRequest(fmt::format("This model's maximum context length is {} tokens. However, you "
                                      "requested {} tokens ({} in the prompt, {} for the completion).",
-                                     max_model_len, prompt_tokens + req.sampling.max_tokens, prompt_tokens,
-                                     req.sampling.max_tokens),
+                                     max_model_len, total, prompt_tokens, req.sampling.max_tokens),
                          req.chat ? "max_tokens" : "max_tokens", "context_length_exceeded");
+  }
 }
 
 std::string NewResponseId(const char* prefix) {

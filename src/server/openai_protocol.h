@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine_api.h"
@@ -31,10 +32,23 @@ struct ApiError : std::runtime_error {
   int status;
   std::string type, message, param, code;  // param / code "" -> null
   double retry_after_s = 0;                // 429: Retry-After header
+  std::string allow;                       // 405: Allow header (the methods the route takes)
 };
 ApiError InvalidRequest(const std::string& message, const std::string& param = "",
                         const std::string& code = "");
 std::string ErrorJson(const ApiError& e);
+
+// Request JSON nests at most this deep. Copying, comparing, dumping a JSON value and turning it
+// into chat-template values all recurse once a level: a few hundred KB of '[' would otherwise
+// overflow an I/O thread's stack and end the process. Real requests (tool schemas included) stay
+// far below.
+constexpr int kMaxJsonDepth = 128;
+// Whether `text` opens more than max_depth arrays / objects at once (brackets inside strings do
+// not count). Linear, no recursion; meant to run before the parser.
+bool JsonNestingExceeds(std::string_view text, int max_depth);
+// A request body as JSON; ApiError 400 when nested deeper than kMaxJsonDepth or invalid (the
+// message says where and why: bad UTF-8, lone surrogate, syntax).
+ojson ParseRequestJson(std::string_view text);
 const char* HttpReasonPhrase(int status);
 
 // tool_choice: kAuto parses <tool_call> blocks out of the output. kNone neither gives the tools to
@@ -66,6 +80,7 @@ struct ParsedRequest {
   std::optional<DiffusionParams> diffusion;
   bool stream_steps = false;
   std::string user;
+  int priority = 0;  // the engine's queue order under --scheduling-policy priority (lower first)
 
   // Whether the generated text goes through the tool-call parser / the template gets the tools.
   bool ParseTools() const { return chat && !tools.is_null() && tool_choice != ToolChoice::kNone; }

@@ -166,7 +166,22 @@ std::string BearerToken(std::string_view h) {
 
 RateLimiter::RateLimiter(double rpm, double tpm) : rpm_(rpm), tpm_(tpm) {}
 
+// A bucket refilled to the brim is what a new key gets: dropping it changes no decision. Swept
+// when the map has doubled since the last sweep, so the cost per request stays constant while
+// the map holds only keys active within about a minute.
+void RateLimiter::ForgetFullBuckets(SteadyClock::time_point now) {
+  for (auto it = buckets_.begin(); it != buckets_.end();) {
+    const Bucket& b = it->second;
+    double dt = std::chrono::duration<double>(now - b.last).count();
+    bool full = (rpm_ <= 0 || b.requests + dt * rpm_ / 60.0 >= rpm_) &&
+                (tpm_ <= 0 || b.tokens + dt * tpm_ / 60.0 >= tpm_);
+    it = full ? buckets_.erase(it) : std::next(it);
+  }
+  sweep_at_ = std::max<size_t>(4096, 2 * buckets_.size());
+}
+
 RateLimiter::Bucket& RateLimiter::Refill(const std::string& key, SteadyClock::time_point now) {
+  if (buckets_.size() >= sweep_at_ && buckets_.find(key) == buckets_.end()) ForgetFullBuckets(now);
   auto [it, inserted] = buckets_.try_emplace(key);
   Bucket& b = it->second;
   if (inserted) {

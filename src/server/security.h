@@ -87,6 +87,10 @@ class RateLimiter {
   Decision Admit(const std::string& key, int64_t prompt_tokens, SteadyClock::time_point now);
   void ChargeTokens(const std::string& key, int64_t tokens, SteadyClock::time_point now);
   bool enabled() const { return rpm_ > 0 || tpm_ > 0; }
+  size_t tracked_keys() const {  // buckets held (tests)
+    std::lock_guard<std::mutex> lock(mu_);
+    return buckets_.size();
+  }
 
  private:
   struct Bucket {
@@ -94,10 +98,12 @@ class RateLimiter {
     SteadyClock::time_point last;
   };
   Bucket& Refill(const std::string& key, SteadyClock::time_point now);
+  void ForgetFullBuckets(SteadyClock::time_point now);
 
   double rpm_, tpm_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
+  size_t sweep_at_ = 4096;  // buckets_.size() that triggers the next ForgetFullBuckets
 };
 
 // At most `max_running` admitted at once and `max_queue` waiting; a waiter is resumed (its

@@ -55,6 +55,8 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(server, log_requests, "--log-requests", kBool, false, "log prompts and completions"),
       TESSERA_KEY(server, request_timeout_s, "--request-timeout", kDouble, false,
                   "seconds before a request is cancelled (0 = none)"),
+      TESSERA_KEY(server, write_timeout_s, "--write-timeout", kDouble, false,
+                  "seconds a client may take to read one piece of a response before it is dropped (0 = none)"),
       TESSERA_KEY(server, max_body_bytes, "--max-body-bytes", kBytes, false, "request body limit"),
       TESSERA_KEY(engine, max_num_seqs, "--max-num-seqs", kInt, false, "sequences per step"),
       TESSERA_KEY(engine, max_num_batched_tokens, "--max-num-batched-tokens", kInt, false, "tokens per step"),
@@ -415,6 +417,7 @@ void ValidateServerConfig(const ServerConfig& c) {
   if (c.server.port < 0 || c.server.port > 65535) bad("server.port", "must be in 0..65535");
   if (c.server.threads < 1 || c.server.threads > 256) bad("server.threads", "must be in 1..256");
   if (c.server.request_timeout_s < 0) bad("server.request_timeout_s", "must be >= 0");
+  if (c.server.write_timeout_s < 0) bad("server.write_timeout_s", "must be >= 0");
   if (c.server.max_body_bytes < 1024) bad("server.max_body_bytes", "must be at least 1024");
   if (c.engine.max_num_seqs < 1) bad("engine.max_num_seqs", "must be >= 1");
   if (c.engine.max_num_batched_tokens < 1) bad("engine.max_num_batched_tokens", "must be >= 1");

@@ -39,6 +39,9 @@ struct HttpSection {
   std::string access_log = "-";    // "-" = stderr, "" = off, else a file appended to
   bool log_requests = false;       // put prompts and completions in the access log
   double request_timeout_s = 600;  // 0 = none
+  // A client that takes longer to take one write (a stream chunk, a response) is dropped and its
+  // request cancelled: one that stops reading would otherwise hold its connection for good.
+  double write_timeout_s = 120;  // 0 = none
   int64_t max_body_bytes = 8 << 20;
 };
 

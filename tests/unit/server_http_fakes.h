@@ -202,6 +202,7 @@ class Client {
   }
   ~Client() { Close(); }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   void Close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -260,6 +261,14 @@ class Client {
     out = buf_.substr(eol + 2, n);
     buf_.erase(0, eol + 2 + n + 2);
     return n > 0;
+  }
+  // What is left of the connection until the server closes it (an unframed HTTP/1.0 body).
+  std::string ReadToEnd() {
+    while (Fill()) {
+    }
+    std::string out;
+    out.swap(buf_);
+    return out;
   }
   HttpResponse Read() {
     HttpResponse r;

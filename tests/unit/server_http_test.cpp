@@ -125,6 +125,22 @@ TEST_F(ServerHttp, ChatDefaultMaxTokensFillsTheContext) {
   EXPECT_EQ(engine.last().sampling.max_tokens, 9);
 }
 
+// vLLM's extra sampling fields that README lists reach the engine; min_tokens past the limit is refused.
+TEST_F(ServerHttp, MinTokensAndPriorityReachTheEngine) {
+  Start();
+  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"min_tokens", 5}, {"priority", -3}, {"max_tokens", 20}})).status, 200);
+  EXPECT_EQ(engine.last().sampling.min_tokens, 5);
+  EXPECT_EQ(engine.last().priority, -3);
+  ASSERT_EQ(Post("/v1/completions", {{"prompt", "Hi"}, {"min_tokens", 2}, {"priority", 4}}).status, 200);
+  EXPECT_EQ(engine.last().sampling.min_tokens, 2);
+  EXPECT_EQ(engine.last().priority, 4);
+  auto r = Post("/v1/chat/completions", Chat({{"min_tokens", 30}, {"max_tokens", 20}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(ojson::parse(r.body)["error"]["param"], "min_tokens");
+  EXPECT_EQ(Post("/v1/chat/completions", Chat({{"min_tokens", -1}})).status, 400);
+  EXPECT_EQ(Post("/v1/chat/completions", Chat({{"priority", "high"}})).status, 400);
+}
+
 TEST_F(ServerHttp, ChatStreamFraming) {
   engine.finish = FinishReason::kLength;
   Start();

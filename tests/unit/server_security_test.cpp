@@ -120,6 +120,24 @@ TEST(ServerSecurity, RateLimiterTokensPerMinute) {
   EXPECT_FALSE(big.Admit("k", 1000, t0 + std::chrono::seconds(60)).allowed);
 }
 
+// Without API keys the limiter keys on the client address: one bucket per address ever seen
+// was kept for good, so clients from many addresses (an IPv6 /64) grew it without bound.
+TEST(ServerSecurity, RateLimiterForgetsIdleKeys) {
+  RateLimiter r(60, 6000);
+  auto t0 = SteadyClock::now();
+  for (int i = 0; i < 20000; ++i) ASSERT_TRUE(r.Admit("ip:10.0." + std::to_string(i), 10, t0).allowed);
+  // A minute later every idle bucket is full again, the same as a new one: nothing to keep.
+  auto t1 = t0 + std::chrono::seconds(61);
+  for (int i = 0; i < 20000; ++i) ASSERT_TRUE(r.Admit("ip:10.1." + std::to_string(i), 10, t1).allowed);
+  EXPECT_LT(r.tracked_keys(), 30000u);  // about the 20000 of the last minute, not all 40000
+  // Forgetting a full bucket changes no decision: a busy key is still limited.
+  RateLimiter s(2, 0);
+  EXPECT_TRUE(s.Admit("k", 1, t0).allowed);
+  EXPECT_TRUE(s.Admit("k", 1, t0).allowed);
+  for (int i = 0; i < 20000; ++i) s.Admit("ip:" + std::to_string(i), 1, t0 + std::chrono::seconds(1));
+  EXPECT_FALSE(s.Admit("k", 1, t0 + std::chrono::seconds(2)).allowed);
+}
+
 TEST(ServerSecurity, ConcurrencyLimiter) {
   ConcurrencyLimiter c(2, 1);
   int admitted_late = 0;
