@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "unit/server_http_fakes.h"
+#include "unit/server_test_fixture.h"
 #include "unit/server_metrics_checker.h"
 
 namespace tessera {
@@ -23,50 +24,14 @@ namespace {
 
 using namespace testing_server;
 
-class ServerBadInput : public ::testing::Test {
+class ServerBadInput : public FakeServerTest {
  protected:
-  void SetUp() override {
-    cfg.server.port = 0;
-    cfg.server.threads = 2;
-    cfg.server.access_log = "";
-  }
-  void Start() {
-    server = std::make_unique<HttpServer>(cfg, engine, prompts);
-    server->Start();
-    port = server->port();
-    ASSERT_GT(port, 0);
-  }
   HttpResponse PostText(const std::string& path, const std::string& body) { return Call(port, "POST", path, body); }
   static std::string ChatText(const std::string& extra = "") {
     return R"({"model": "fake-moe", "messages": [{"role": "user", "content": "Hi"}])" +
            (extra.empty() ? "" : ", " + extra) + "}";
   }
-  // OpenAI's error object: {"error": {"message", "type", "param", "code"}}; returns the message.
-  static std::string ExpectApiError(const HttpResponse& r, int status, const std::string& param,
-                                    const std::string& type = "invalid_request_error") {
-    EXPECT_EQ(r.status, status) << r.body;
-    ojson j = ojson::parse(r.body, nullptr, false);
-    if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) {
-      ADD_FAILURE() << "not an OpenAI error object: " << r.body;
-      return "";
-    }
-    const ojson& e = j["error"];
-    EXPECT_EQ(e["type"], type) << r.body;
-    EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.body;
-    if (param.empty())
-      EXPECT_TRUE(e["param"].is_null()) << r.body;
-    else
-      EXPECT_EQ(e["param"], param) << r.body;
-    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
-    return e["message"].is_string() ? e["message"].get<std::string>() : "";
-  }
   static std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
-
-  ServerConfig cfg;
-  FakeEngine engine;
-  FakePromptBuilder prompts;
-  std::unique_ptr<HttpServer> server;
-  int port = 0;
 };
 
 // Copying, dumping or rendering a JSON value recurses once a level, so a body nested 100k deep

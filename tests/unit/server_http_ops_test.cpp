@@ -8,24 +8,15 @@
 
 #include "server/http_server.h"
 #include "unit/server_http_fakes.h"
+#include "unit/server_test_fixture.h"
 
 namespace tessera {
 namespace {
 
 using namespace testing_server;
 
-class ServerOps : public ::testing::Test {
+class ServerOps : public FakeServerTest {
  protected:
-  void SetUp() override {
-    cfg.server.port = 0;
-    cfg.server.threads = 2;
-    cfg.server.access_log = "";
-  }
-  void Start() {
-    server = std::make_unique<HttpServer>(cfg, engine, prompts);
-    server->Start();
-    port = server->port();
-  }
   static std::string ChatBody(bool stream = false) {
     return ojson({{"messages", ojson::array({{{"role", "user"}, {"content", "Hi"}}})}, {"stream", stream}})
         .dump();
@@ -35,11 +26,6 @@ class ServerOps : public ::testing::Test {
     return j.is_object() && j.contains("error") ? j["error"]["type"].get<std::string>() : "<none>";
   }
 
-  ServerConfig cfg;
-  FakeEngine engine;
-  FakePromptBuilder prompts;
-  std::unique_ptr<HttpServer> server;
-  int port = 0;
 };
 
 TEST_F(ServerOps, ApiKeys) {

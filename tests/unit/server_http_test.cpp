@@ -6,6 +6,7 @@
 #include "server/http_server.h"
 #include "test_util.h"
 #include "unit/server_http_fakes.h"
+#include "unit/server_test_fixture.h"
 #include "unit/server_metrics_checker.h"
 
 namespace tessera {
@@ -13,19 +14,8 @@ namespace {
 
 using namespace testing_server;
 
-class ServerHttp : public ::testing::Test {
+class ServerHttp : public FakeServerTest {
  protected:
-  void SetUp() override {
-    cfg.server.port = 0;
-    cfg.server.threads = 2;
-    cfg.server.access_log = "";
-  }
-  void Start() {
-    server = std::make_unique<HttpServer>(cfg, engine, prompts);
-    server->Start();
-    port = server->port();
-    ASSERT_GT(port, 0);
-  }
   HttpResponse Post(const std::string& path, const ojson& body,
                     const std::map<std::string, std::string>& h = {}) {
     return Call(port, "POST", path, body.dump(), h);
@@ -35,26 +25,6 @@ class ServerHttp : public ::testing::Test {
     for (auto& [k, v] : extra.items()) b[k] = v;
     return b;
   }
-  static void ExpectError(const HttpResponse& r, int status, const std::string& param,
-                          const std::string& type = "invalid_request_error") {
-    EXPECT_EQ(r.status, status) << r.body;
-    ojson j = ojson::parse(r.body, nullptr, false);
-    ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
-    const ojson& e = j["error"];
-    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
-    EXPECT_EQ(e["type"], type) << r.body;
-    EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.body;
-    if (param.empty())
-      EXPECT_TRUE(e["param"].is_null()) << r.body;
-    else
-      EXPECT_EQ(e["param"], param) << r.body;
-  }
-
-  ServerConfig cfg;
-  FakeEngine engine;
-  FakePromptBuilder prompts;
-  std::unique_ptr<HttpServer> server;
-  int port = 0;
 };
 
 TEST_F(ServerHttp, HealthFollowsReadiness) {
@@ -64,7 +34,7 @@ TEST_F(ServerHttp, HealthFollowsReadiness) {
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(ojson::parse(r.body)["status"], "loading");
   auto c = Post("/v1/chat/completions", Chat());
-  ExpectError(c, 503, "", "service_unavailable");
+  ExpectApiError(c, 503, "", "service_unavailable");
   engine.ready = true;
   r = Call(port, "GET", "/health");
   EXPECT_EQ(r.status, 200);
@@ -79,8 +49,8 @@ TEST_F(ServerHttp, ModelsAndUnknownRoutes) {
   EXPECT_EQ(j["object"], "list");
   EXPECT_EQ(j["data"][0]["id"], "fake-moe");
   EXPECT_EQ(j["data"][0]["object"], "model");
-  ExpectError(Call(port, "GET", "/v1/nothing"), 404, "");
-  ExpectError(Call(port, "GET", "/elsewhere"), 404, "");
+  ExpectApiError(Call(port, "GET", "/v1/nothing"), 404, "");
+  ExpectApiError(Call(port, "GET", "/elsewhere"), 404, "");
   EXPECT_EQ(Call(port, "GET", "/v1/chat/completions").status, 405);
 }
 
@@ -274,11 +244,11 @@ TEST_F(ServerHttp, ValidationErrors) {
   };
   for (const Bad& b : cases) {
     SCOPED_TRACE(b.body.dump());
-    ExpectError(Post(b.path, b.body), b.status, b.param);
+    ExpectApiError(Post(b.path, b.body), b.status, b.param);
   }
-  ExpectError(Call(port, "POST", chat, "{not json"), 400, "");
+  ExpectApiError(Call(port, "POST", chat, "{not json"), 400, "");
   auto r = Post(chat, Chat({{"model", "gpt-4"}}));
-  ExpectError(r, 404, "model");
+  ExpectApiError(r, 404, "model");
   EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "model_not_found");
   r = Post(chat,
            Chat({{"messages", ojson::array({{{"role", "user"}, {"content", std::string(5000, 'x')}}})}}));
@@ -364,14 +334,14 @@ TEST_F(ServerHttp, DiffusionStepEventsAndParams) {
   engine.info.default_diffusion.steps = 4;
   engine.diffusion_steps_per_block = 2;
   Start();
-  ExpectError(Post("/v1/chat/completions", Chat({{"logprobs", true}})), 400, "logprobs");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"steps", "many"}}}})), 400,
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"logprobs", true}})), 400, "logprobs");
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"steps", "many"}}}})), 400,
               "diffusion.steps");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"policy", "magic"}}}})), 400,
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"policy", "magic"}}}})), 400,
               "diffusion.policy");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"block_size", 4}, {"steps", 8}}}})), 400,
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"block_size", 4}, {"steps", 8}}}})), 400,
               "diffusion.steps");
-  ExpectError(Post("/v1/chat/completions", Chat({{"diffusion", {{"bogus", 1}}}})), 400, "diffusion.bogus");
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"bogus", 1}}}})), 400, "diffusion.bogus");
   auto r = Post("/v1/chat/completions",
                 Chat({{"stream", true},
                       {"diffusion", {{"stream_steps", true}, {"policy", "threshold"}, {"threshold", 0.8}}}}));
@@ -416,9 +386,9 @@ TEST_F(ServerHttp, LogprobsChat) {
 TEST_F(ServerHttp, EngineErrors) {
   engine.error = "prompt token 5 is out of range";
   Start();
-  ExpectError(Post("/v1/chat/completions", Chat()), 400, "");
+  ExpectApiError(Post("/v1/chat/completions", Chat()), 400, "");
   engine.error_after = 2;
-  ExpectError(Post("/v1/chat/completions", Chat()), 500, "", "internal_error");
+  ExpectApiError(Post("/v1/chat/completions", Chat()), 500, "", "internal_error");
   auto r = Post("/v1/chat/completions", Chat({{"stream", true}}));
   EXPECT_EQ(r.status, 200);
   std::vector<SseEvent> evs;

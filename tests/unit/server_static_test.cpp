@@ -12,6 +12,7 @@
 #include "server/static_assets.h"
 #include "test_util.h"
 #include "unit/server_http_fakes.h"
+#include "unit/server_test_fixture.h"
 
 namespace tessera {
 namespace {
@@ -94,23 +95,7 @@ TEST(ServerStatic, EtagMatching) {
   EXPECT_FALSE(EtagMatches("", "\"abc\""));
 }
 
-class ServerStaticHttp : public ::testing::Test {
- protected:
-  void Start() {
-    cfg.server.port = 0;
-    cfg.server.threads = 2;
-    cfg.server.access_log = "";
-    server = std::make_unique<HttpServer>(cfg, engine, prompts);
-    server->Start();
-    port = server->port();
-    ASSERT_GT(port, 0);
-  }
-  ServerConfig cfg;
-  FakeEngine engine;
-  FakePromptBuilder prompts;
-  std::unique_ptr<HttpServer> server;
-  int port = 0;
-};
+class ServerStaticHttp : public FakeServerTest {};
 
 TEST_F(ServerStaticHttp, PageLoadsWithoutKeyAndRevalidates) {
   cfg.security.api_keys = {"sk-page"};
