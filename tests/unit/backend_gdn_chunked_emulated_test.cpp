@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "test_util.h"
+#include "unit/backend_cuda_conformance.h"
 #include "unit/gdn_test_args.h"
 
 namespace tessera {
@@ -25,12 +26,7 @@ namespace {
 
 namespace gc = cuda::gdn_chunked;
 
-// max |got - want| / max |want|; a NaN anywhere is an infinite error (testing::MaxAbsDiff).
-double MaxRelErr(const std::vector<float>& got, const std::vector<float>& want) {
-  double ref = 1e-30;
-  for (float w : want) ref = std::max(ref, std::fabs(static_cast<double>(w)));
-  return testing::MaxAbsDiff(got.data(), want.data(), want.size()) / ref;
-}
+using cuda_conformance::RelErr;  // NaN-aware, as the GPU conformance tests measure
 
 TEST(GdnChunkedEmulated, BlocksMatchCpuRecurrent) {
   const int64_t kh = 2, vh = 4, dk = gc::kDk, dv = 128, width = 2 * kh * dk + vh * dv;
@@ -72,7 +68,7 @@ TEST(GdnChunkedEmulated, BlocksMatchCpuRecurrent) {
       for (int64_t col0 = 0; col0 < dv; col0 += gc::kCols)
         cuda_emulation::RunBlock(gc::kStateThreads,
                                  [&] { gc::StateBlock(run, records.data(), hv, kh, vh, dv, col0, smem.data()); });
-    const double eo = MaxRelErr(out, out_ref), es = MaxRelErr(state, state_ref);
+    const double eo = RelErr(out, out_ref), es = RelErr(state, state_ref);
     std::printf("gdn chunked (emulated) T=%lld: out rel err %.3e, state rel err %.3e\n", static_cast<long long>(T), eo,
                 es);
     EXPECT_LE(eo, 1e-4) << "T=" << T;
