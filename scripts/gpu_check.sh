@@ -4,8 +4,10 @@
 # tests and the diffusion fixtures through the engine (test_engine), the chunked gated delta rule
 # (TESSERA_CUDA_GDN=chunked, not yet the default) through its own test, the GDN tests, the goldens and
 # the diffusion fixtures, compute-sanitizer memcheck on the golden tests and the chunked form's test,
-# then the dummy-weight decode / prefill micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS,
-# default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16"; GPU_CHECK_PROFILE=1
+# the gated delta rule's two forms timed alone (CudaBench.GatedDeltaRuleForms), then the dummy-weight
+# decode / prefill micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS,
+# default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16"; the hybrid config's
+# prompt and denoise rows once more with TESSERA_CUDA_GDN=chunked; GPU_CHECK_PROFILE=1
 # adds the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1
 # the rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
@@ -89,6 +91,14 @@ else
   log "compute-sanitizer not found"
 fi
 
+# The gated delta rule alone, both forms, on the 35B's prompt / block / decode shapes: its share of a
+# step and which form is faster at which T (CudaBench.GatedDeltaRuleForms).
+log "gated delta rule, recurrent against chunked (CudaBench.GatedDeltaRuleForms)"
+TESSERA_CUDA_BENCH_GDN=1 timeout 200 "$BIN" --gtest_filter='CudaBench.GatedDeltaRuleForms' >"$RES/bench_gdn.txt" 2>&1
+rc=$?
+grep -E "^bench-gdn|Failure|error|what\(\)" "$RES/bench_gdn.txt" | tee -a "$SUMMARY"
+[ $rc = 0 ] || { log "gated delta rule benchmark exit code $rc"; status=1; }
+
 for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
   for kv in ${GPU_CHECK_KV_DTYPES:-f32 bf16}; do
     log "benchmark $cfg (dummy weights, $kv KV cache)"
@@ -99,6 +109,15 @@ for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
       grep -v "weights on" | tee -a "$SUMMARY"
     [ $rc = 0 ] || { log "benchmark $cfg ($kv KV cache) exit code $rc"; status=1; }
   done
+  # The hybrid model's prompt and denoise rows again with the chunked gated delta rule (not yet the
+  # default): the A/B that decides it.
+  if [ "$cfg" = qwen3.5-35b-a3b ]; then
+    log "benchmark $cfg with TESSERA_CUDA_GDN=chunked (prefill and denoise rows, f32 KV cache)"
+    TESSERA_CUDA_GDN=chunked TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_BATCHES=, \
+      timeout 300 "$BIN" --gtest_filter='CudaBench.DummyDecodeAndPrefill' 2>&1 | grep -E "^bench-row|Failure" |
+      tee -a "$SUMMARY"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
   # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
   if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
     log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"
