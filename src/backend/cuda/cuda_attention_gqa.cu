@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -383,10 +384,7 @@ constexpr int64_t kTileMaxRows = 4;
 // The first kernel for head_dim 128 calls of many rows, or for all with TESSERA_CUDA_GQA=v1 (read
 // once).
 bool UseV1(int64_t rows, int64_t head_dim) {
-  static const bool forced = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GQA");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
+  static const bool forced = SwitchValue("TESSERA_CUDA_GQA") == "v1";
   return forced || (head_dim == 128 && rows > kTileMaxRows);
 }
 

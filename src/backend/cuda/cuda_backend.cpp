@@ -15,9 +15,11 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <unistd.h>  // environ
 
 #include "backend/cuda/cuda_gemm_plan.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_switches.h"
 #include "core/error.h"
 
 namespace tessera {
@@ -83,24 +85,28 @@ std::unique_ptr<Backend> MakeCudaBackend() {
 }
 
 CudaBackend::CudaBackend(int device) : device_(device) {
+  // A misspelt TESSERA_CUDA_* switch would otherwise run (and benchmark) the default kernels.
+  if (const std::string bad = cuda::CheckSwitches(environ); !bad.empty())
+    Fail(ErrorKind::kInvalidArgument, "TESSERA_CUDA_* environment:\n{}", bad);
   Check(cudaSetDevice(device_), "cudaSetDevice");
   Check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
   Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
   graphs_ = std::make_unique<cuda::StepGraphs>(stream_, kMaxStepGraphs);
   // TESSERA_CUDA_GRAPHS=0 queues every op at once (comparisons, tests).
-  if (const char* v = std::getenv("TESSERA_CUDA_GRAPHS")) step_graphs_ = std::string(v) != "0";
+  using cuda::SwitchValue;
+  if (const std::string v = SwitchValue("TESSERA_CUDA_GRAPHS"); !v.empty()) step_graphs_ = v != "0";
   first_chunk_commands_ = kFirstChunkCommands;
   next_chunk_commands_ = kNextChunkCommands;
   // TESSERA_CUDA_GRAPH_CHUNK=N: chunks of N commands (tests); 0: one graph a step (comparisons).
-  if (const char* v = std::getenv("TESSERA_CUDA_GRAPH_CHUNK"); v && *v) {
-    const long long n = std::atoll(v);
+  if (const std::string v = SwitchValue("TESSERA_CUDA_GRAPH_CHUNK"); !v.empty()) {
+    const long long n = std::atoll(v.c_str());
     first_chunk_commands_ = next_chunk_commands_ = n > 0 ? static_cast<size_t>(n) : SIZE_MAX;
   }
   // TESSERA_CUDA_MOE_ROUTE_FUSED=0 keeps the routing kernel ahead of the few-token experts (A/B).
-  if (const char* v = std::getenv("TESSERA_CUDA_MOE_ROUTE_FUSED")) moe_route_fused_ = std::string(v) != "0";
+  if (const std::string v = SwitchValue("TESSERA_CUDA_MOE_ROUTE_FUSED"); !v.empty()) moe_route_fused_ = v != "0";
   // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
-  if (const char* v = std::getenv("TESSERA_CUDA_MOE_KERNEL")) moe_tensor_cores_ = std::string(v) != "simt";
+  moe_tensor_cores_ = SwitchValue("TESSERA_CUDA_MOE_KERNEL") != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;
   // The MMA kernel takes bf16 products of 9..64 rows, and small ones of 65..256 rows (see
   // UseSkinnyGemm). TESSERA_CUDA_SKINNY_MAX_ROWS / _MAX_WORK move the limits (comparisons, tests);
@@ -108,20 +114,22 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // kernel (TESSERA_CUDA_SKINNY=v1) takes at most one row tile.
   skinny_max_rows_ = cuda::kSkinnyGemmDefaultRows;
   skinny_tiled_max_work_ = cuda::kSkinnyGemmTiledMaxWork;
-  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_MAX_ROWS"); v && *v)
-    skinny_max_rows_ = std::clamp<int64_t>(std::atoll(v), 0, cuda::kSkinnyGemmRowLimit);
-  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_MAX_WORK"); v && *v) skinny_tiled_max_work_ = std::atoll(v);
-  if (const char* v = std::getenv("TESSERA_CUDA_SKINNY_GEMM"); v && std::string(v) == "0") skinny_max_rows_ = 0;
+  if (const std::string v = SwitchValue("TESSERA_CUDA_SKINNY_MAX_ROWS"); !v.empty())
+    skinny_max_rows_ = std::clamp<int64_t>(std::atoll(v.c_str()), 0, cuda::kSkinnyGemmRowLimit);
+  if (const std::string v = SwitchValue("TESSERA_CUDA_SKINNY_MAX_WORK"); !v.empty())
+    skinny_tiled_max_work_ = std::atoll(v.c_str());
+  if (SwitchValue("TESSERA_CUDA_SKINNY_GEMM") == "0") skinny_max_rows_ = 0;
   if (!cuda::SkinnyGemmMultiAvailable()) skinny_max_rows_ = std::min(skinny_max_rows_, cuda::kSkinnyGemmMaxRows);
   // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
-  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION")) gqa_attention_ = std::string(v) != "per-head";
+  gqa_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION") != "per-head";
   // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
-  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_FLASH")) flash_attention_ = std::string(v) != "0";
+  flash_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_FLASH") != "0";
   // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead.
-  if (const char* v = std::getenv("TESSERA_CUDA_ATTENTION_DECODE")) decode_attention_ = std::string(v) != "0";
+  decode_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_DECODE") != "0";
   kv_split_ = cuda::KvSplitEnabledByEnv();
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
-  if (const char* v = std::getenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); v && *v) moe_device_max_slots_ = std::atoll(v);
+  if (const std::string v = SwitchValue("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); !v.empty())
+    moe_device_max_slots_ = std::atoll(v.c_str());
   cublasLtHandle_t h = nullptr;
   cuda::CheckLt(cublasLtCreate(&h), "cublasLtCreate");
   lt_ = h;
@@ -322,8 +330,7 @@ bool CudaBackend::MemoryInfo(int64_t* free_bytes, int64_t* total_bytes) {
 // `nsys --capture-range=cudaProfilerApi` see those kernels and no set-up ones.
 namespace {
 bool ProfilerRangeRequested() {
-  const char* v = std::getenv("TESSERA_CUDA_PROFILER_RANGE");
-  return v && std::string(v) == "1";
+  return cuda::SwitchValue("TESSERA_CUDA_PROFILER_RANGE") == "1";
 }
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -63,10 +64,7 @@ int64_t GdnChunkRecordFloats(int64_t dv) { return RecordFloats(dv); }
 int64_t GdnChunkTokens() { return kC; }
 
 bool GdnChunkedRequested() {
-  static const bool on = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GDN");
-    return e != nullptr && std::strcmp(e, "chunked") == 0;
-  }();
+  static const bool on = SwitchValue("TESSERA_CUDA_GDN") == "chunked";
   return on;
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -196,10 +197,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, M == 1 ? 4 : 1)
 // TESSERA_CUDA_GEMV=v1: the previous GEMV (warp per column, one load in flight), for A/B runs.
 // Read once; the choice depends on nothing recorded, so graphs replay what was captured.
 bool GemvV1() {
-  static const bool v1 = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GEMV");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
+  static const bool v1 = SwitchValue("TESSERA_CUDA_GEMV") == "v1";
   return v1;
 }
 

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -395,21 +396,18 @@ __global__ void ScatterScaledRowsKernel(const float* src, int64_t cols, const in
 // Declared in cuda_launch.cuh. Read once: a process launches every kernel the same way, so a
 // captured step graph never mixes the two.
 bool ProgrammaticLaunch() {
-  static const bool on = [] {
-    const char* e = std::getenv("TESSERA_CUDA_PDL");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = SwitchValue("TESSERA_CUDA_PDL") != "0";
   return on;
 }
 
 // Declared in cuda_launch.cuh. The list is read once; names come from the runtime (cudaFuncGetName) at
 // each launch, so a study run records its graphs without the kernels (replays launch nothing new).
 bool SkipKernelForStudy(const void* kernel) {
-  static const char* list = std::getenv("TESSERA_CUDA_SKIP_KERNELS");
-  if (list == nullptr || *list == 0) return false;
+  static const std::string all = SwitchValue("TESSERA_CUDA_SKIP_KERNELS");
+  if (all.empty()) return false;
   const char* name = nullptr;
   if (cudaFuncGetName(&name, kernel) != cudaSuccess || name == nullptr) return false;
-  const std::string all(list), n(name);
+  const std::string n(name);
   size_t p = 0;
   while (p <= all.size()) {
     size_t q = all.find(',', p);

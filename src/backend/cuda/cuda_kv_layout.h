@@ -12,8 +12,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+
+#include "backend/cuda/cuda_switches.h"
 
 #if defined(__CUDACC__)
 #define TESSERA_KV_HD __host__ __device__
@@ -35,8 +35,7 @@ inline KvLayout F32KvLayout(int64_t kv_dim, bool split_enabled) {
 
 // TESSERA_CUDA_KV_SPLIT (read when a backend is made): anything but "0" leaves the split layout on.
 inline bool KvSplitEnabledByEnv() {
-  const char* v = std::getenv("TESSERA_CUDA_KV_SPLIT");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return SwitchValue("TESSERA_CUDA_KV_SPLIT") != "0";
 }
 
 // Index (in bf16 units from the row's start) of value x's hi part; its lo part is 128 further.

@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -242,19 +243,13 @@ __global__ void __launch_bounds__(kWarps * 32, kDownBlocksPerSm)
 // TESSERA_CUDA_MOE_FUSED=v1: the v1 kernels above, for A/B runs. Read once; the choice depends on
 // nothing recorded, so graphs replay what was captured.
 bool FusedV1() {
-  static const bool v1 = [] {
-    const char* e = std::getenv("TESSERA_CUDA_MOE_FUSED");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
+  static const bool v1 = SwitchValue("TESSERA_CUDA_MOE_FUSED") == "v1";
   return v1;
 }
 
 // TESSERA_CUDA_MOE_DOWN=v1: the v1 down kernel with the v2 gate/up (A/B runs). Read once.
 bool DownV1() {
-  static const bool v1 = [] {
-    const char* e = std::getenv("TESSERA_CUDA_MOE_DOWN");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
+  static const bool v1 = SwitchValue("TESSERA_CUDA_MOE_DOWN") == "v1";
   return v1;
 }
 

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -523,8 +524,7 @@ constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, v1
 
 MoeMma SelectedMoeMma(int64_t max_units, bool down = false) {
   auto read = [](const char* var) {
-    const char* e = std::getenv(var);
-    const std::string name = e ? e : "";
+    const std::string name = SwitchValue(var);
     return name == "v1" ? 1 : name == "v2" ? 2 : name == "v2k128" ? 3 : 0;
   };
   static const int forced = read("TESSERA_CUDA_MOE_MMA"), forced_down = read("TESSERA_CUDA_MOE_MMA_DOWN");

@@ -1,5 +1,6 @@
 // tessera cuda backend: the per-op timeline profile (see cuda_op_profiler.h).
 #include "backend/cuda/cuda_op_profiler.h"
+#include "backend/cuda/cuda_switches.h"
 
 #include <cuda_runtime.h>
 
@@ -11,8 +12,8 @@
 namespace tessera::cuda {
 
 OpProfiler::OpProfiler(cudaStream_t stream) : stream_(stream) {
-  const char* v = std::getenv("TESSERA_CUDA_PROFILE");
-  enabled_ = v && *v && std::strcmp(v, "0") != 0;
+  const std::string v = SwitchValue("TESSERA_CUDA_PROFILE");
+  enabled_ = !v.empty() && v != "0";
 }
 
 OpProfiler::~OpProfiler() {

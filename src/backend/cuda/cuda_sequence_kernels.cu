@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -537,10 +538,7 @@ __global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const Gdn
 // The column kernel for key_dim <= 128 unless TESSERA_CUDA_GDN=v1 (A/B runs; read once, so graphs
 // replay what was captured).
 bool UseGdnColumnKernel(int64_t dk) {
-  static const bool v1 = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GDN");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
-  }();
+  static const bool v1 = SwitchValue("TESSERA_CUDA_GDN") == "v1";
   return !v1 && dk <= kGdnColKeyDim;
 }
 

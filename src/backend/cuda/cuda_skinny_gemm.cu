@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 #include "backend/cuda/cuda_skinny_gemm.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -247,8 +248,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
 // where this build has sm_90a code, and v2 the rest.
 int SkinnyKernel() {
   static const int version = [] {
-    const char* e = std::getenv("TESSERA_CUDA_SKINNY");
-    const std::string v = e ? e : "";
+    const std::string v = SwitchValue("TESSERA_CUDA_SKINNY");
     if (v == "v1") return 1;
     if (v == "v2" || !SkinnyWgmmaBuilt()) return 2;
     return 3;
@@ -260,8 +260,8 @@ bool SkinnyV1() { return SkinnyKernel() == 1; }
 
 int SkinnyMaxSplits() {
   static const int splits = [] {
-    const char* e = std::getenv("TESSERA_CUDA_SKINNY_SPLITS");
-    const int v = e ? std::atoi(e) : kSkinnyMaxSplits;
+    const std::string e = SwitchValue("TESSERA_CUDA_SKINNY_SPLITS");
+    const int v = e.empty() ? kSkinnyMaxSplits : std::atoi(e.c_str());
     return v >= 1 && v <= kSkinnyMaxSplits ? v : kSkinnyMaxSplits;
   }();
   return splits;

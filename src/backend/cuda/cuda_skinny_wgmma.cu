@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 #include "backend/cuda/cuda_skinny_gemm.cuh"
+#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -389,8 +390,8 @@ bool SplitTensorMap(const uint16_t* split, int64_t m, int64_t k, CUtensorMap* ou
 // products slower by the pass; pre-splitting everything made the steps slower than from 24 on.
 int PreSplitMinTiles() {
   static const int tiles = [] {
-    const char* e = std::getenv("TESSERA_CUDA_WGMMA_PRESPLIT_TILES");
-    return e && *e ? std::max(1, std::atoi(e)) : 24;
+    const std::string e = SwitchValue("TESSERA_CUDA_WGMMA_PRESPLIT_TILES");
+    return e.empty() ? 24 : std::max(1, std::atoi(e.c_str()));
   }();
   return tiles;
 }

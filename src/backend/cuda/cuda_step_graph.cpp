@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/cuda_switches.h"
 #include "core/error.h"
 
 namespace tessera::cuda {
@@ -23,7 +24,8 @@ uint64_t Rotl(uint64_t v, int r) { return (v << r) | (v >> (64 - r)); }
 }  // namespace
 
 StepGraphs::StepGraphs(cudaStream_t stream, size_t max_graphs) : stream_(stream), max_graphs_(max_graphs) {
-  if (const char* v = std::getenv("TESSERA_CUDA_GRAPHS_DEBUG")) debug_ = *v && std::string(v) != "0";
+  const std::string v = SwitchValue("TESSERA_CUDA_GRAPHS_DEBUG");
+  debug_ = !v.empty() && v != "0";
 }
 
 StepGraphs::~StepGraphs() { Clear(); }
