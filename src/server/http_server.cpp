@@ -43,6 +43,24 @@ void Session::BeginEntry() {
   entry_.remote = remote_;
 }
 
+// Over a connection limit: the error goes out at once, before any of the request is read (the
+// limits are there against clients that hold connections with slow uploads), then the graceful
+// close drains what the client sends for at most its 2 s.
+void Session::RefuseConnection(HttpServer::Impl::ConnLimit over) {
+  BeginEntry();
+  const HttpSection& c = srv_->cfg.server;
+  ApiError e =
+      over == HttpServer::Impl::ConnLimit::kTotal
+          ? ApiError(503, "service_unavailable",
+                     fmt::format("the server has {} connections open, its limit; retry later", c.max_connections))
+          : ApiError(429, "rate_limit_error",
+                     fmt::format("client address {} has {} connections open, its limit; reuse one or retry later",
+                                 remote_, c.max_connections_per_client),
+                     "", "too_many_connections");
+  e.retry_after_s = 1;
+  SendError(e, true);
+}
+
 void Session::DoRead() {
   parser_.emplace();
   parser_->body_limit(static_cast<uint64_t>(srv_->cfg.server.max_body_bytes));
@@ -219,7 +237,7 @@ void Session::SendResponse(int status, std::string body, const char* content_typ
 
 void Session::SendError(const ApiError& e, bool close) {
   std::vector<std::pair<std::string, std::string>> headers;
-  if (e.status == 429)
+  if (e.status == 429 || e.retry_after_s > 0)  // 429 always; a 503 when it says when
     headers.emplace_back("Retry-After",
                          std::to_string(std::max<int64_t>(1, std::llround(std::ceil(e.retry_after_s)))));
   if (e.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");

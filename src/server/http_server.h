@@ -1,7 +1,7 @@
 // tessera server: the HTTP front end (Boost.Beast over Asio, a few I/O threads, no thread per
-// connection): routes, auth, admission (rate limits, concurrency cap), the OpenAI endpoints with
-// SSE streaming, /health, /metrics, access log and graceful shutdown. Engine events arrive on the
-// engine thread and are posted onto the connection's strand.
+// connection): routes, auth, admission (connection limits, rate limits, concurrency cap), the
+// OpenAI endpoints with SSE streaming, /health, /metrics, access log and graceful shutdown. Engine
+// events arrive on the engine thread and are posted onto the connection's strand.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 // GET /metrics. Extension: a diffusion request with "diffusion": {"stream_steps": true} and

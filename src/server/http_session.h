@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,6 +70,8 @@ struct HttpServer::Impl {
       m.prefix_cache_queries.Set(static_cast<double>(s.prefix_cache_queries));
       m.prefix_cache_hits.Set(static_cast<double>(s.prefix_cache_hits));
       m.ready.Set(s.ready && !draining ? 1.0 : 0.0);
+      std::lock_guard<std::mutex> l(conn_mu);
+      m.connections_open.Set(static_cast<double>(connections));
     });
   }
 
@@ -81,6 +84,27 @@ struct HttpServer::Impl {
     std::lock_guard<std::mutex> l(mu);
     --in_flight;
     cv.notify_all();
+  }
+  // Counts a new connection from `remote` unless it is over server.max_connections (kTotal) or
+  // server.max_connections_per_client (kPerClient); a refused one is not counted.
+  enum class ConnLimit { kNone, kTotal, kPerClient };
+  ConnLimit AddConnection(const std::string& remote) {
+    std::lock_guard<std::mutex> l(conn_mu);
+    if (cfg.server.max_connections > 0 && connections >= cfg.server.max_connections) return ConnLimit::kTotal;
+    int64_t& mine = connections_per_client[remote];
+    if (cfg.server.max_connections_per_client > 0 && mine >= cfg.server.max_connections_per_client) {
+      if (mine == 0) connections_per_client.erase(remote);
+      return ConnLimit::kPerClient;
+    }
+    ++mine;
+    ++connections;
+    return ConnLimit::kNone;
+  }
+  void RemoveConnection(const std::string& remote) {
+    std::lock_guard<std::mutex> l(conn_mu);
+    --connections;
+    auto it = connections_per_client.find(remote);
+    if (it != connections_per_client.end() && --it->second <= 0) connections_per_client.erase(it);
   }
   void AddLink(const std::shared_ptr<Link>& k) {
     std::lock_guard<std::mutex> l(mu);
@@ -114,6 +138,11 @@ struct HttpServer::Impl {
     return d;
   }
   int64_t created = 0;
+  // Open connections by AddConnection. Declared before `ioc`: sessions still queued there are
+  // destroyed with it (after these members, were they declared later) and release their count.
+  std::mutex conn_mu;
+  int64_t connections = 0;
+  std::map<std::string, int64_t> connections_per_client;  // remote address -> open; no zero entries
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;  // backs off after a failed accept (EMFILE...)
@@ -152,11 +181,23 @@ struct Gen {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* srv) : stream_(std::move(socket)), srv_(srv) {}
+  // The connection is counted while its session lives: until the socket is closed and the last
+  // handler has run.
+  ~Session() {
+    if (counted_) srv_->RemoveConnection(remote_);
+  }
 
   void Run() {
     beast::error_code ec;
     remote_ = stream_.socket().remote_endpoint(ec).address().to_string();
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+    HttpServer::Impl::ConnLimit over = srv_->AddConnection(remote_);
+    counted_ = over == HttpServer::Impl::ConnLimit::kNone;
+    net::dispatch(stream_.get_executor(), [self = shared_from_this(), over] {
+      if (over == HttpServer::Impl::ConnLimit::kNone)
+        self->DoRead();
+      else
+        self->RefuseConnection(over);
+    });
   }
 
   // Called through the Link from the engine thread (posted here).
@@ -165,6 +206,7 @@ class Session : public std::enable_shared_from_this<Session> {
   auto executor() { return stream_.get_executor(); }
 
  private:
+  void RefuseConnection(HttpServer::Impl::ConnLimit over);
   void DoRead();
   void OnHeader(beast::error_code ec, size_t);
   void ReadBody();
@@ -205,6 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* srv_;
   std::string remote_;
+  bool counted_ = false;  // by HttpServer::Impl::AddConnection
   // The request being answered.
   AccessLogEntry entry_;
   Clock::time_point start_;

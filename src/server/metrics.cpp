@@ -203,6 +203,8 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                                "Requests waiting (engine queue plus the server's admission queue).")),
       http_requests(r.Counter("tessera_http_requests_total", "HTTP requests answered.", {"path", "code"})),
       errors(r.Counter("tessera_request_errors_total", "Requests answered with an error status.", {"code"})),
+      connections_open(r.Gauge("tessera_http_connections_open",
+                               "Open HTTP connections (those refused by the connection limits not counted).")),
       ttft(r.Histogram("tessera_time_to_first_token_seconds",
                        "Time from request arrival to its first output token.", kLatencyBuckets)),
       inter_token(r.Histogram("tessera_inter_token_latency_seconds",

@@ -78,6 +78,7 @@ struct ServerMetrics {
   MetricFamily& requests_waiting;              // gauge (engine snapshot + server queue)
   MetricFamily& http_requests;                 // counter {path, code}
   MetricFamily& errors;                        // counter {code}
+  MetricFamily& connections_open;              // gauge (connections admitted by the connection limits)
   MetricFamily& ttft;                          // histogram seconds
   MetricFamily& inter_token;                   // histogram seconds
   MetricFamily& e2e;                           // histogram seconds

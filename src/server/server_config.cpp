@@ -58,6 +58,10 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(server, write_timeout_s, "--write-timeout", kDouble, false,
                   "seconds a client may take to read one piece of a response before it is dropped (0 = none)"),
       TESSERA_KEY(server, max_body_bytes, "--max-body-bytes", kBytes, false, "request body limit"),
+      TESSERA_KEY(server, max_connections, "--max-connections", kInt, false,
+                  "open connections in all; more get 503 and are closed (0 = unlimited)"),
+      TESSERA_KEY(server, max_connections_per_client, "--max-connections-per-client", kInt, false,
+                  "open connections per client address; more get 429 and are closed (0 = unlimited)"),
       TESSERA_KEY(engine, max_num_seqs, "--max-num-seqs", kInt, false, "sequences per step"),
       TESSERA_KEY(engine, max_num_batched_tokens, "--max-num-batched-tokens", kInt, false, "tokens per step"),
       TESSERA_KEY(engine, enable_prefix_caching, "--enable-prefix-caching", kBool, false,
@@ -419,6 +423,9 @@ void ValidateServerConfig(const ServerConfig& c) {
   if (c.server.request_timeout_s < 0) bad("server.request_timeout_s", "must be >= 0");
   if (c.server.write_timeout_s < 0) bad("server.write_timeout_s", "must be >= 0");
   if (c.server.max_body_bytes < 1024) bad("server.max_body_bytes", "must be at least 1024");
+  if (c.server.max_connections < 0) bad("server.max_connections", "must be >= 0 (0 = unlimited)");
+  if (c.server.max_connections_per_client < 0)
+    bad("server.max_connections_per_client", "must be >= 0 (0 = unlimited)");
   if (c.engine.max_num_seqs < 1) bad("engine.max_num_seqs", "must be >= 1");
   if (c.engine.max_num_batched_tokens < 1) bad("engine.max_num_batched_tokens", "must be >= 1");
   if (c.engine.num_state_snapshots < 0) bad("engine.num_state_snapshots", "must be >= 0 (0 = max_num_seqs / 4)");

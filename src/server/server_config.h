@@ -43,6 +43,11 @@ struct HttpSection {
   // request cancelled: one that stops reading would otherwise hold its connection for good.
   double write_timeout_s = 120;  // 0 = none
   int64_t max_body_bytes = 8 << 20;
+  // Open connections, in all and per client address (0 = unlimited): each one may hold up to
+  // max_body_bytes for the idle timeout, so without a cap slow uploads could take the memory and
+  // the descriptors. Over a cap a connection gets one 503 (total) or 429 (per client) and is closed.
+  int64_t max_connections = 1024;
+  int64_t max_connections_per_client = 64;
 };
 
 struct EngineSection {

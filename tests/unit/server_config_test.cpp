@@ -272,6 +272,28 @@ TEST(ServerConfig, KvCacheDTypeKeyAndFlag) {
   EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << err;
 }
 
+// server.max_connections / max_connections_per_client: 1024 and 64 by default, 0 = unlimited, set by
+// YAML or flag, a negative value refused naming the key.
+TEST(ServerConfig, ConnectionLimitKeysAndFlags) {
+  EXPECT_EQ(ServerConfig{}.server.max_connections, 1024);
+  EXPECT_EQ(ServerConfig{}.server.max_connections_per_client, 64);
+  ServerConfig c = ParseServerConfig("server:\n  max_connections: 0\n  max_connections_per_client: 8\n");
+  EXPECT_EQ(c.server.max_connections, 0);
+  EXPECT_EQ(c.server.max_connections_per_client, 8);
+  ValidateServerConfig(c);
+  c = WithFlags(c, {"--max-connections", "4096", "--max-connections-per-client", "0"});
+  EXPECT_EQ(c.server.max_connections, 4096);
+  EXPECT_EQ(c.server.max_connections_per_client, 0);
+  ValidateServerConfig(c);
+  EXPECT_NE(EffectiveConfigString(c).find("server.max_connections: 4096\n"), std::string::npos);
+  for (const char* key : {"server.max_connections", "server.max_connections_per_client"}) {
+    ServerConfig b;
+    SetConfigValue(b, key, "-1");
+    std::string err = ErrorOf([&] { ValidateServerConfig(b); });
+    EXPECT_NE(err.find(std::string("'") + key + "'"), std::string::npos) << err;
+  }
+}
+
 TEST(ServerConfig, LoadsFile) {
   std::string dir = testing::ScratchDir("server_config");
   testing::WriteFile(dir + "/c.yaml", "model:\n  name: from-file\n");

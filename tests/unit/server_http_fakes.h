@@ -187,13 +187,20 @@ struct HttpResponse {
   bool ok = false;                             // a whole response was read
 };
 
-// A blocking HTTP/1.1 client on one connection (keep-alive capable).
+// A blocking HTTP/1.1 client on one connection (keep-alive capable). `source` binds the local
+// address first: any of 127.0.0.0/8 works on Linux, so a test can be several client addresses.
 class Client {
  public:
-  explicit Client(int port) {
+  explicit Client(int port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     timeval tv{10, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (source != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) return;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));

@@ -1,7 +1,7 @@
 // tessera tests: the operational side of the HTTP server over real sockets: API keys (401),
 // IP allow-list (403), body limit (413), rate limits and the concurrency cap (429 + Retry-After),
 // the admission queue, request timeout (504, engine cancelled), client disconnect mid-stream
-// (engine cancelled) and graceful shutdown.
+// (engine cancelled), connection limits (503 / 429 at connect) and graceful shutdown.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -25,7 +25,33 @@ class ServerOps : public FakeServerTest {
     ojson j = ojson::parse(r.body, nullptr, false);
     return j.is_object() && j.contains("error") ? j["error"]["type"].get<std::string>() : "<none>";
   }
-
+  // A connection that the server counts: a keep-alive request answered on it (the accept loop
+  // counts connections in the order they come, so earlier ones are counted too).
+  static void Hold(Client& c) {
+    ASSERT_TRUE(c.Send("GET", "/health", "", {}, /*keep_alive=*/true));
+    EXPECT_EQ(c.Read().status, 200);
+  }
+  // Whether a new connection is served again within 5 s (a closed connection's place comes back
+  // once its session is gone).
+  bool ServedAgain() {
+    for (int i = 0; i < 500; ++i) {
+      if (Call(port, "GET", "/health").status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // A refused connection: the error, Retry-After, Connection: close, then the server's close. The
+  // answer comes whether or not the client has sent its request (`send`).
+  static void ExpectRefused(Client& c, int status, const std::string& type, bool send) {
+    if (send) ASSERT_TRUE(c.Send("GET", "/health", "", {}, /*keep_alive=*/true));
+    HttpResponse r = c.Read();
+    ExpectApiError(r, status, "", type);
+    EXPECT_EQ(r.headers["retry-after"], "1");
+    EXPECT_EQ(r.headers["connection"], "close");
+    EXPECT_EQ(c.ReadToEnd(), "");
+    char ch;
+    EXPECT_EQ(::recv(c.fd(), &ch, 1, MSG_DONTWAIT), 0) << "the server did not close the connection";
+  }
 };
 
 TEST_F(ServerOps, ApiKeys) {
@@ -83,6 +109,69 @@ TEST_F(ServerOps, BodyLimit) {
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(ErrorType(r), "invalid_request_error");
   EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);  // still serving
+}
+
+// Each open connection may hold up to max_body_bytes for the 75 s idle timeout, and nothing capped
+// how many were open: slow uploads could take the memory and the descriptors. Over
+// server.max_connections a connection gets one 503 with Retry-After, without its request being
+// read, and is closed; a closed connection gives its place back.
+TEST_F(ServerOps, ConnectionLimit) {
+  cfg.server.max_connections = 2;
+  Start();
+  Client upload(port), idle(port);
+  Hold(upload);
+  ASSERT_TRUE(upload.SendRaw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"me"));
+  Hold(idle);
+  Client third(port);
+  ExpectRefused(third, 503, "service_unavailable", /*send=*/false);
+  // The open connections are a gauge; the refused one is not among them.
+  ASSERT_TRUE(idle.Send("GET", "/metrics", "", {}, true));
+  HttpResponse m = idle.Read();
+  EXPECT_NE(m.body.find("\ntessera_http_connections_open 2\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("tessera_request_errors_total{code=\"503\"} 1\n"), std::string::npos) << m.body;
+  upload.Close();
+  EXPECT_TRUE(ServedAgain());
+  EXPECT_EQ(engine.num_submitted(), 0u);
+}
+
+// server.max_connections_per_client: one address over its share gets 429 and is closed; other
+// addresses are still served. The default (64) applies; 0 lifts both limits.
+TEST_F(ServerOps, PerClientConnectionLimit) {
+  cfg.server.max_connections_per_client = 2;
+  Start();
+  Client a(port), b(port);
+  Hold(a);
+  Hold(b);
+  Client c(port);
+  ExpectRefused(c, 429, "rate_limit_error", /*send=*/true);
+  Client other(port, "127.0.0.2");
+  ASSERT_TRUE(other.connected());
+  Hold(other);
+  a.Close();
+  EXPECT_TRUE(ServedAgain());
+
+  server.reset();
+  cfg = ServerConfig{};
+  SetUp();
+  EXPECT_EQ(cfg.server.max_connections_per_client, 64);
+  Start();
+  std::vector<std::unique_ptr<Client>> held;
+  for (int i = 0; i < 64; ++i) {
+    held.push_back(std::make_unique<Client>(port));
+    Hold(*held.back());
+  }
+  Client over(port);
+  ExpectRefused(over, 429, "rate_limit_error", /*send=*/true);
+  held.clear();
+
+  server.reset();
+  cfg.server.max_connections = 0;
+  cfg.server.max_connections_per_client = 0;
+  Start();
+  for (int i = 0; i < 80; ++i) {
+    held.push_back(std::make_unique<Client>(port));
+    Hold(*held.back());
+  }
 }
 
 TEST_F(ServerOps, MalformedHttpIs400) {
