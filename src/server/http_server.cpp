@@ -36,6 +36,7 @@ std::string MetricsPath(const std::string& path) {
 void Session::BeginEntry() {
   active_ = true;
   recorded_ = false;
+  head_ = false;
   srv_->BeginRequest();
   start_ = Clock::now();
   entry_ = {};
@@ -142,6 +143,7 @@ void Session::Handle(http::request<http::string_body>& req) {
   entry_.path = path;
   keep_alive_ = req.keep_alive() && !srv_->draining;
   http10_ = req.version() < 11;
+  head_ = req.method() == http::verb::head;
   try {
     Route(req, path);
   } catch (const ApiError& e) {
@@ -169,14 +171,16 @@ void Session::Authenticate(const http::request<http::string_body>& req) {
 }
 
 void Session::Route(http::request<http::string_body>& req, const std::string& path) {
-  bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
-  auto not_allowed = [&path](const char* allow) {  // 405 with Allow (RFC 9110 15.5.6)
-    ApiError e(405, "invalid_request_error", fmt::format("use {} {}", allow, path));
+  // Every GET route takes HEAD (RFC 9110 9.3.2): the same answer, whose body SendResponse drops.
+  bool get = req.method() == http::verb::get || head_, post = req.method() == http::verb::post;
+  auto not_allowed = [&](const char* allow) {  // 405 with Allow (RFC 9110 15.5.6)
+    ApiError e(405, "invalid_request_error",
+               fmt::format("{} is not allowed on {}; use {}", std::string(req.method_string()), path, allow));
     e.allow = allow;
     return e;
   };
   if (path == "/health") {
-    if (!get) throw not_allowed("GET");
+    if (!get) throw not_allowed("GET, HEAD");
     if (srv_->draining) return SendResponse(503, R"({"status":"draining"})", "application/json");
     if (!srv_->engine.Snapshot().ready)
       return SendResponse(503, R"({"status":"loading"})", "application/json");
@@ -185,7 +189,8 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
   if (!srv_->allow.Allowed(remote_))
     throw ApiError(403, "permission_error", fmt::format("client address {} is not allowed", remote_));
   // The chat page (web/, built in): loads without an API key; its API calls carry the key typed in.
-  if (const StaticAsset* a = get ? FindStaticAsset(path) : nullptr) {
+  if (const StaticAsset* a = FindStaticAsset(path)) {
+    if (!get) throw not_allowed("GET, HEAD");
     auto inm = req.find(http::field::if_none_match);
     bool fresh = inm != req.end() && EtagMatches(inm->value(), a->etag);
     return SendResponse(fresh ? 304 : 200, fresh ? "" : std::string(a->body), a->content_type.data(), false,
@@ -193,13 +198,13 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
                          {"Content-Security-Policy", kStaticCsp}});
   }
   if (path == "/metrics") {
-    if (!get) throw not_allowed("GET");
+    if (!get) throw not_allowed("GET, HEAD");
     if (srv_->cfg.server.metrics_require_key) Authenticate(req);
     return SendResponse(200, srv_->registry.Render(), "text/plain; version=0.0.4; charset=utf-8");
   }
   if (path.rfind("/v1/", 0) == 0) Authenticate(req);
   if (path == "/v1/models") {
-    if (!get) throw not_allowed("GET");
+    if (!get) throw not_allowed("GET, HEAD");
     return SendResponse(200, DumpJson(ModelsJson(srv_->engine.ModelInfo(), srv_->created)),
                         "application/json");
   }
@@ -224,6 +229,9 @@ void Session::SendResponse(int status, std::string body, const char* content_typ
   if (http10_ && keep_alive_) res->set(http::field::connection, "keep-alive");  // 1.0 closes by default
   res->body() = std::move(body);
   res->prepare_payload();
+  // A HEAD answer has the GET's headers, Content-Length included, and no body: a client reads none,
+  // so body bytes would be taken for the start of the next response on the connection.
+  if (head_) res->body().clear();
   entry_.status = status;
   Record();
   ArmWriteDeadline();

@@ -4,8 +4,9 @@
 // events arrive on the engine thread and are posted onto the connection's strand.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-// GET /metrics. Extension: a diffusion request with "diffusion": {"stream_steps": true} and
-// "stream": true also gets `event: diffusion_step` SSE events whose data is
+// GET /metrics, GET of the chat page's files; every GET route also takes HEAD. Extension: a
+// diffusion request with "diffusion": {"stream_steps": true} and "stream": true also gets
+// `event: diffusion_step` SSE events whose data is
 // {"block_start", "step", "block_tokens" (mask id where still masked), "unmasked" (absolute
 // positions), "conf"}; OpenAI clients ignore named events.
 #pragma once

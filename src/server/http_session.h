@@ -252,6 +252,7 @@ class Session : public std::enable_shared_from_this<Session> {
   AccessLogEntry entry_;
   Clock::time_point start_;
   bool keep_alive_ = true, active_ = false, recorded_ = false, http10_ = false;
+  bool head_ = false;  // a HEAD request: its answer goes out without the body
   std::shared_ptr<Gen> gen_;
   // Streaming output.
   std::deque<std::string> outq_;

@@ -2,7 +2,7 @@
 // bad request must get OpenAI's error object with the right status (400, 405, 431...), reach no
 // engine, and leave the server serving the next client: JSON nested deep enough to exhaust a
 // thread's stack, wrong types inside nested fields, integers at and beyond the int64 range,
-// invalid UTF-8 / lone surrogates, oversized headers, wrong methods, absolute-form targets,
+// invalid UTF-8 / lone surrogates, oversized headers, wrong methods, HEAD, absolute-form targets,
 // Expect: 100-continue, HTTP/1.0 streams, streams the engine refuses, made-up paths in /metrics,
 // clients that stop reading, and clients that take every file descriptor.
 #include <gtest/gtest.h>
@@ -309,10 +309,58 @@ TEST_F(ServerBadInput, WrongMethodIs405WithAllow) {
   EXPECT_EQ(r.headers["allow"], "POST");
   r = Call(port, "POST", "/v1/models", "{}");
   ExpectApiError(r, 405, "");
-  EXPECT_EQ(r.headers["allow"], "GET");
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD");
   r = Call(port, "PUT", "/health", "{}");
   EXPECT_EQ(r.status, 405);
-  EXPECT_EQ(r.headers["allow"], "GET");
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD");
+  r = Call(port, "POST", "/metrics", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD");
+  r = Call(port, "POST", "/", "{}");  // the chat page
+  ExpectApiError(r, 405, "");
+  EXPECT_EQ(r.headers["allow"], "GET, HEAD");
+}
+
+// RFC 9110 9.3.2: HEAD is GET without the content; every GET route answered it 405. Now each one
+// answers with the GET's status and headers (Content-Length that of the GET's body) and no body:
+// on a keep-alive connection the next answer follows the HEAD's headers directly. Errors to a HEAD
+// (401, 404, 405) have no body either.
+TEST_F(ServerBadInput, HeadIsGetWithoutTheBody) {
+  cfg.security.api_keys = {"sk-head"};
+  Start();
+  const std::map<std::string, std::string> key = {{"Authorization", "Bearer sk-head"}};
+  Client c(port);
+  auto head_then_health = [&](const std::string& path, const std::map<std::string, std::string>& headers) {
+    HttpResponse head, next;
+    EXPECT_TRUE(c.Send("HEAD", path, "", headers, /*keep_alive=*/true));
+    EXPECT_TRUE(c.ReadHead(head));
+    EXPECT_TRUE(c.Send("GET", "/health", "", {}, true));
+    next = c.Read();
+    EXPECT_EQ(next.status, 200) << "bytes after the HEAD's headers: " << next.body;
+    EXPECT_EQ(next.body, R"({"status":"ok"})");
+    return head;
+  };
+  for (const char* path : {"/health", "/v1/models", "/", "/static/app.js", "/metrics"}) {
+    SCOPED_TRACE(path);
+    HttpResponse get = Call(port, "GET", path, "", key);
+    ASSERT_EQ(get.status, 200);
+    HttpResponse head = head_then_health(path, key);
+    EXPECT_EQ(head.status, 200);
+    EXPECT_EQ(head.headers["content-type"], get.headers["content-type"]);
+    EXPECT_EQ(head.headers["etag"], get.headers["etag"]);
+    if (std::string(path) != "/metrics")  // its counters move between the two requests
+      EXPECT_EQ(head.headers["content-length"], std::to_string(get.body.size()));
+    else
+      EXPECT_GT(std::stoul(head.headers["content-length"]), 0u);
+  }
+  HttpResponse r = head_then_health("/v1/models", {});
+  EXPECT_EQ(r.status, 401);
+  r = head_then_health("/nowhere", key);
+  EXPECT_EQ(r.status, 404);
+  r = head_then_health("/v1/chat/completions", key);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.headers["allow"], "POST");
+  EXPECT_EQ(engine.num_submitted(), 0u);
 }
 
 // A client that sends "Expect: 100-continue" (curl does for large bodies) waits for the interim
