@@ -302,6 +302,18 @@ ojson NormalizeMessage(const ojson& m, size_t i) {
   return out;
 }
 
+// OpenAI's rule for a function name, ^[a-zA-Z0-9_-]{1,64}$ (answered 400 otherwise). The name goes
+// into the prompt (the template's tool list, the forced opening "<function=NAME>"), so a name with
+// '>', a newline or a quote must not get that far.
+void CheckFunctionName(const std::string& name, const std::string& param) {
+  bool ok = !name.empty() && name.size() <= 64;
+  for (char c : name)  // ASCII only, whatever the locale
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
+  if (!ok)
+    Bad(param, fmt::format("'{}' must be 1 to 64 letters, digits, '_' or '-' (^[a-zA-Z0-9_-]{{1,64}}$), got {}",
+                           param, name.size() > 64 ? fmt::format("{} bytes", name.size()) : DumpJson(ojson(name))));
+}
+
 void ParseTools(const ojson& body, ParsedRequest& r) {
   if (const ojson* tools = Field(body, "tools")) {
     if (!tools->is_array()) Bad("tools", "'tools' must be an array");
@@ -315,6 +327,7 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
       const ojson& f = t["function"];
       if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
         Bad(p + ".function.name", fmt::format("'{}.function.name' must be a non-empty string", p));
+      CheckFunctionName(f["name"].get<std::string>(), p + ".function.name");
       if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
         Bad(p + ".function.parameters", fmt::format("'{}.function.parameters' must be an object", p));
     }
@@ -339,6 +352,7 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
           "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
     r.tool_choice = ToolChoice::kNamed;
     r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+    CheckFunctionName(r.tool_choice_name, "tool_choice.function.name");
   } else {
     Bad("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", TypeName(*tc)));
   }

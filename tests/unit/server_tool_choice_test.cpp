@@ -74,16 +74,12 @@ TEST(ToolChoice, AutoAndNoneOpenNothing) {
   EXPECT_EQ(ForcedToolCallPrefix(Chat(R"("none")"), true), "");
 }
 
+// A request cannot name such a function any more (OpenAI's ^[a-zA-Z0-9_-]{1,64}$, checked by
+// ParseChatRequest); the JSON opening still escapes whatever name it is given.
 TEST(ToolChoice, FunctionNameIsJsonEscapedInTheOpening) {
-  ojson tools = kTools;
-  tools[0]["function"]["name"] = "we\"ird";
-  EngineModelInfo info;
-  info.name = "m";
-  info.max_model_len = 4096;
-  info.vocab_size = 1000;
-  ojson body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools},
-                {"tool_choice", {{"type", "function"}, {"function", {{"name", "we\"ird"}}}}}};
-  const std::string open = ForcedToolCallPrefix(ParseChatRequest(body, info, DiffusionParams{}), false);
+  ParsedRequest req = Chat(R"({"type": "function", "function": {"name": "get_weather"}})");
+  req.tool_choice_name = "we\"ird";
+  const std::string open = ForcedToolCallPrefix(req, false);
   EXPECT_NE(open.find(R"("we\"ird")"), std::string::npos) << open;
 }
 
