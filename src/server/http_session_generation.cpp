@@ -25,7 +25,7 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
                                           g->req.chat_template_kwargs);
       g->forced_prefix = ForcedToolCallPrefix(g->req, srv_->prompts.UsesXmlToolCalls());
       if (!g->forced_prefix.empty()) {
-        std::vector<int32_t> opening = srv_->prompts.Encode(g->forced_prefix);
+        std::vector<int32_t> opening = srv_->prompts.EncodeContinuation(g->forced_prefix);
         g->prompt.insert(g->prompt.end(), opening.begin(), opening.end());
       }
     }

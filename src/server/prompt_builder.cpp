@@ -64,6 +64,10 @@ std::vector<int32_t> TokenizerPromptBuilder::Encode(const std::string& text) {
   return tokenizer_.Encode(text, /*add_special_tokens=*/true);
 }
 
+std::vector<int32_t> TokenizerPromptBuilder::EncodeContinuation(const std::string& text) {
+  return tokenizer_.Encode(text, /*add_special_tokens=*/false);
+}
+
 // A model's vocabulary is often padded beyond the tokenizer's (the fixtures: 512 rows, 264 tokens);
 // such ids have no text, as the engine's detokenizer treats them, and must not throw here (an
 // exception on this path would end the process).

@@ -23,7 +23,11 @@ class PromptBuilder {
   virtual std::vector<int32_t> BuildChat(const nlohmann::ordered_json& messages,
                                          const nlohmann::ordered_json& tools,
                                          const nlohmann::ordered_json& kwargs) = 0;
+  // A whole prompt (/v1/completions): with the tokenizer's special tokens (BOS...), as vLLM.
   virtual std::vector<int32_t> Encode(const std::string& text) = 0;
+  // Text that continues a prompt already built (the forced opening of a tool call after BuildChat):
+  // no special tokens added, or a BOS would land in the middle of the prompt.
+  virtual std::vector<int32_t> EncodeContinuation(const std::string& text) = 0;
   virtual std::string Decode(const std::vector<int32_t>& ids) = 0;
   // One token's text for logprobs (its bytes may be a partial UTF-8 sequence).
   virtual std::string TokenText(int32_t id) { return Decode({id}); }
@@ -41,6 +45,7 @@ class TokenizerPromptBuilder : public PromptBuilder {
   std::vector<int32_t> BuildChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                  const nlohmann::ordered_json& kwargs) override;
   std::vector<int32_t> Encode(const std::string& text) override;
+  std::vector<int32_t> EncodeContinuation(const std::string& text) override;
   std::string Decode(const std::vector<int32_t>& ids) override;
   std::string TokenText(int32_t id) override;
   bool UsesXmlToolCalls() const override;

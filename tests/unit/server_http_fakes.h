@@ -1,6 +1,7 @@
 // tessera tests: fakes and a raw-socket HTTP/1.1 client for the server tests. FakeEngine plays a
 // scripted generation on its own thread per request (like the real engine thread: events arrive
-// off the I/O threads); FakePromptBuilder renders messages to one token per byte.
+// off the I/O threads); FakePromptBuilder renders messages to one token per byte, with a BOS id
+// first when `bos` is set (as a tokenizer that adds one, and a template that writes it).
 #pragma once
 
 #include <arpa/inet.h>
@@ -161,15 +162,23 @@ class FakePromptBuilder : public PromptBuilder {
               (m["content"].is_string() ? m["content"].get<std::string>() : "") + "\n";
     }
     text += "assistant:";
-    return EncodeLocked(text);
+    std::vector<int32_t> ids = EncodeLocked(text);
+    if (bos >= 0) ids.insert(ids.begin(), bos);
+    return ids;
   }
-  std::vector<int32_t> Encode(const std::string& text) override { return EncodeLocked(text); }
+  std::vector<int32_t> Encode(const std::string& text) override {
+    std::vector<int32_t> ids = EncodeLocked(text);
+    if (bos >= 0) ids.insert(ids.begin(), bos);  // add_special_tokens
+    return ids;
+  }
+  std::vector<int32_t> EncodeContinuation(const std::string& text) override { return EncodeLocked(text); }
   std::string Decode(const std::vector<int32_t>& ids) override {
     std::string s;
     for (int32_t id : ids) s += "<" + std::to_string(id) + ">";
     return s;
   }
   ojson last_tools, last_messages;
+  int32_t bos = -1;  // >= 0: the id Encode and BuildChat put first (bytes are ids 0..255)
 
  private:
   std::vector<int32_t> EncodeLocked(const std::string& text) {

@@ -328,6 +328,30 @@ TEST_F(ServerHttp, ToolCallsStreaming) {
   EXPECT_EQ(finish, "tool_calls");
 }
 
+// tool_choice required / named appends the opening of a call to the rendered chat. It was
+// tokenized like a whole prompt, with the tokenizer's special tokens: a tokenizer that adds a BOS
+// put one in the middle of the prompt, right before "<tool_call>". A raw completion prompt still
+// gets its BOS first.
+TEST_F(ServerHttp, ForcedToolCallOpeningHasNoBosInside) {
+  prompts.bos = 300;  // not a byte, so it stands out in the fake's one-token-per-byte prompt
+  Start();
+  ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  const ojson named = ojson::parse(R"({"type": "function", "function": {"name": "get_weather"}})");
+  for (const ojson& choice : {ojson("required"), named}) {
+    SCOPED_TRACE(choice.dump());
+    ASSERT_EQ(Post("/v1/chat/completions", Chat({{"tools", tools}, {"tool_choice", choice}})).status, 200);
+    std::vector<int32_t> prompt = engine.last().prompt;
+    ASSERT_FALSE(prompt.empty());
+    EXPECT_EQ(prompt[0], 300);
+    EXPECT_EQ(std::count(prompt.begin(), prompt.end(), 300), 1) << "a BOS inside the prompt";
+    std::string tail;
+    for (int32_t id : prompt) tail += id < 256 ? static_cast<char>(id) : '?';
+    EXPECT_NE(tail.find("assistant:<tool_call>\n"), std::string::npos) << tail;
+  }
+  ASSERT_EQ(Post("/v1/completions", {{"prompt", "Hi"}}).status, 200);
+  EXPECT_EQ(engine.last().prompt, (std::vector<int32_t>{300, 'H', 'i'}));
+}
+
 TEST_F(ServerHttp, DiffusionStepEventsAndParams) {
   engine.info.diffusion = true;
   engine.info.default_diffusion.block_size = 4;

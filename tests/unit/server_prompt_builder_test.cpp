@@ -52,6 +52,7 @@ TEST(ServerPromptBuilder, Qwen3ChatWithToolsMatchesJinja2) {
   // The template wrote the special tokens: they are single ids, not spelled out.
   EXPECT_EQ(ids.front(), *tok->TokenToId("<|im_start|>"));
   EXPECT_EQ(builder.Encode("Hello"), tok->Encode("Hello", true));
+  EXPECT_EQ(builder.EncodeContinuation("<tool_call>\n"), tok->Encode("<tool_call>\n", false));
 }
 
 }  // namespace
