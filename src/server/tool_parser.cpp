@@ -1,8 +1,12 @@
-// tessera server: incremental <tool_call> parser (Qwen JSON and Qwen3-Coder XML bodies).
+// tessera server: incremental <tool_call> parser (Qwen JSON and Qwen3-Coder XML bodies). JSON in
+// the model's output nested deeper than kMaxJsonDepth is never parsed: nlohmann parses iteratively,
+// but dumping or copying the value recurses once a level, and 100k '[' would overflow the stack.
 #include "server/tool_parser.h"
 
 #include <cctype>
 #include <random>
+
+#include "server/openai_protocol.h"
 
 namespace tessera {
 namespace {
@@ -22,8 +26,14 @@ std::string_view TrimView(std::string_view s) {
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
+// The model's text as JSON; discarded when malformed or nested too deep to handle (see the top).
+ojson ParseModelJson(std::string_view text) {
+  if (JsonNestingExceeds(text, kMaxJsonDepth)) return ojson(ojson::value_t::discarded);
+  return ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 std::optional<ToolCall> ParseJsonBody(std::string_view body) {
-  ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  ojson j = ParseModelJson(body);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto name = j.find("name");
   if (name == j.end() || !name->is_string() || name->get<std::string>().empty()) return std::nullopt;
@@ -37,7 +47,7 @@ std::optional<ToolCall> ParseJsonBody(std::string_view body) {
     call.arguments = Dump(*args);
   } else if (args->is_string()) {
     // Some models put the arguments object in a string; accept it when it is one.
-    ojson inner = ojson::parse(args->get<std::string>(), nullptr, false);
+    ojson inner = ParseModelJson(args->get<std::string>());
     if (inner.is_discarded() || !inner.is_object()) return std::nullopt;
     call.arguments = Dump(inner);
   } else {
@@ -82,7 +92,7 @@ ojson ConvertParam(const std::string& value, const std::vector<std::string>& typ
       has_non_string = true;
   }
   if (is_string && !has_non_string) return value;
-  ojson parsed = ojson::parse(value, nullptr, false);
+  ojson parsed = ParseModelJson(value);
   if (parsed.is_discarded()) return value;
   if (has_non_string) return parsed;  // the schema wants a number / bool / object ...
   // No schema information: keep JSON-looking scalars and structures, else the plain string.

@@ -235,6 +235,34 @@ TEST(ServerToolParser, PartialTagIsHeldBackThenReleased) {
   EXPECT_EQ(evs[0].content, " <tool_cat is a cat");
 }
 
+// A call's arguments are parsed with nlohmann, and dumping (or copying) a JSON value recurses once
+// a nesting level: a model writing 100k '[' (a degenerate sampling loop, or output a prompt
+// steers) overflowed the I/O thread's stack and ended the process. A JSON call nested deeper than
+// kMaxJsonDepth is malformed, so plain content; an XML parameter value that deep stays a string,
+// as does any value that is not JSON. Nesting within the limit still parses.
+TEST(ServerToolParser, DeeplyNestedArgumentsDoNotOverflowTheStack) {
+  const int depth = 100000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  const std::string as_object = "{\"name\": \"ping\", \"arguments\": {\"x\": " + deep + "}}";
+  const std::string as_string = "{\"name\": \"ping\", \"arguments\": " + ojson("{\"x\": " + deep + "}").dump() + "}";
+  for (const std::string& body : {as_object, as_string}) {
+    const std::string text = "<tool_call>\n" + body + "\n</tool_call>";
+    ToolParseResult r = ParseToolCalls(text, Tools(), Counter());
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, text);
+  }
+  ToolParseResult r = ParseToolCalls(
+      "<tool_call>\n<function=ping>\n<parameter=x>\n" + deep + "\n</parameter>\n</function>\n</tool_call>", Tools(),
+      Counter());
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(ojson::parse(r.calls[0].arguments)["x"], deep);
+  const std::string nested = std::string(100, '[') + std::string(100, ']');
+  r = ParseToolCalls("<tool_call>{\"name\": \"ping\", \"arguments\": {\"x\": " + nested + "}}</tool_call>", Tools(),
+                     Counter());
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(ojson::parse(r.calls[0].arguments)["x"], ojson::parse(nested));
+}
+
 TEST(ServerToolParser, CallIdFormat) {
   std::string id = NewToolCallId();
   EXPECT_TRUE(std::regex_match(id, std::regex("call_[A-Za-z0-9]{24}"))) << id;
