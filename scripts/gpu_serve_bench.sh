@@ -50,7 +50,7 @@ cp tests/data/configs/$CONFIG/config.json "$MODEL"/
 cp build-data/npm/tokenizer-qwen3/tokenizer*.json "$MODEL"/
 # The KV cache size comes from the GPU memory plan (--gpu-memory-utilization, default 0.9).
 "$BUILD/tessera" serve --model "$MODEL" --device cuda --load-format dummy --port 8123 --max-num-seqs 64 \
-  --max-model-len 4096 --access-log "" >"$RES/serve.log" 2>&1 &
+  --max-model-len 4096 --access-log "" --max-connections-per-client 0 >"$RES/serve.log" 2>&1 &
 SERVER=$!
 for C in 1 16 64; do
   N=$(( C == 1 ? 8 : C * 2 ))
