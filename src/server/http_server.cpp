@@ -146,6 +146,15 @@ void Session::Handle(http::request<http::string_body>& req) {
   head_ = req.method() == http::verb::head;
   try {
     Route(req, path);
+  } catch (...) {
+    SendFailure(std::current_exception());
+  }
+}
+
+// The answer to what handling a request threw: an ApiError as it is, a bad argument 400, else 500.
+void Session::SendFailure(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
   } catch (const ApiError& e) {
     SendError(e);
   } catch (const Error& e) {
@@ -436,6 +445,10 @@ void HttpServer::Stop() {
   s.ioc.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
+  // A prompt being built finishes (its answer is posted to the stopped io_context and never runs);
+  // queued ones are dropped.
+  s.prompt_pool.stop();
+  s.prompt_pool.join();
   // Sessions still referenced by queued handlers are destroyed with the io_context (in ~Impl).
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -144,6 +146,10 @@ struct HttpServer::Impl {
   int64_t connections = 0;
   std::map<std::string, int64_t> connections_per_client;  // remote address -> open; no zero entries
   net::io_context ioc;
+  // Parses generation bodies and builds their prompts (server.prompt_threads). Declared after
+  // `ioc`: it is destroyed first, with the sessions its queued work still holds, whose sockets
+  // belong to `ioc`.
+  net::thread_pool prompt_pool{static_cast<size_t>(std::max<int64_t>(1, cfg.server.prompt_threads))};
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;  // backs off after a failed accept (EMFILE...)
   net::executor_work_guard<net::io_context::executor_type> work;
@@ -216,6 +222,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void Route(http::request<http::string_body>& req, const std::string& path);
   void Authenticate(const http::request<http::string_body>& req);
   void StartGeneration(http::request<http::string_body>& req, bool chat);
+  std::shared_ptr<Gen> PrepareGeneration(const std::string& body, bool chat);  // on the prompt pool
+  void AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat);
+  void SendFailure(std::exception_ptr e);
   void Submit(const std::shared_ptr<Gen>& g);
   void StartStream(const std::shared_ptr<Gen>& g);
   void EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs);

@@ -12,19 +12,43 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
   if (!srv_->engine.Snapshot().ready)
     throw ApiError(503, "service_unavailable", "the model is still loading");
-  ojson body = ParseRequestJson(req.body());
+  // Parsing the body and building the prompt take seconds for a body of megabytes (the chat
+  // template, the tokenizer): on the prompt pool, not on the I/O threads, which serve every
+  // connection. The session reads nothing more until this request is answered.
+  net::post(srv_->prompt_pool, [self = shared_from_this(), body = std::move(req.body()), chat] {
+    std::shared_ptr<Gen> g;
+    std::exception_ptr failure;
+    try {
+      g = self->PrepareGeneration(body, chat);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    net::post(self->executor(), [self, g, failure, chat] {
+      if (failure) return self->SendFailure(failure);
+      try {
+        self->AdmitGeneration(g, chat);
+      } catch (...) {
+        self->SendFailure(std::current_exception());
+      }
+    });
+  });
+}
+
+// The request parsed and its prompt built, without touching the session (this runs on the prompt
+// pool): prompts, the engine's model info and the config are safe from any thread.
+std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bool chat) {
+  ojson body = ParseRequestJson(body_text);
   const EngineModelInfo& info = srv_->engine.ModelInfo();
   auto g = std::make_shared<Gen>();
-  g->arrival = start_;
   const DiffusionParams ddef = srv_->DiffusionDefaults();
   g->req = chat ? ParseChatRequest(body, info, ddef) : ParseCompletionRequest(body, info, ddef);
-  entry_.stream = g->req.stream;
   try {
     if (chat) {
       g->prompt = srv_->prompts.BuildChat(g->req.messages, g->req.ParseTools() ? g->req.tools : ojson(),
                                           g->req.chat_template_kwargs);
       g->forced_prefix = ForcedToolCallPrefix(g->req, srv_->prompts.UsesXmlToolCalls());
       if (!g->forced_prefix.empty()) {
+        // Mid-prompt: no special tokens (a tokenizer that adds BOS would put one inside).
         std::vector<int32_t> opening = srv_->prompts.EncodeContinuation(g->forced_prefix);
         g->prompt.insert(g->prompt.end(), opening.begin(), opening.end());
       }
@@ -44,9 +68,18 @@ void Session::StartGeneration(http::request<http::string_body>& req, bool chat) 
                                        "tokenizer does not match the model",
                                        id, info.vocab_size),
                            chat ? "messages" : "prompt");
+  return g;
+}
+
+// Back on the session's strand: rate limits, the concurrency cap, then the engine.
+void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
+  const EngineModelInfo& info = srv_->engine.ModelInfo();
+  g->arrival = start_;
+  entry_.stream = g->req.stream;
   entry_.prompt_tokens = static_cast<int64_t>(g->prompt.size());
   entry_.completion_tokens = 0;
   if (srv_->log.log_requests()) entry_.prompt = chat ? DumpJson(g->req.messages) : g->req.prompt_text;
+  if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
 
   g->rate_key = entry_.key_id.empty() ? "ip:" + remote_ : entry_.key_id;
   auto d = srv_->rate.Admit(g->rate_key, static_cast<int64_t>(g->prompt.size()), Clock::now());

@@ -49,6 +49,8 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(server, host, "--host", kString, false, "listen address"),
       TESSERA_KEY(server, port, "--port", kInt, false, "listen port (0 = ephemeral)"),
       TESSERA_KEY(server, threads, "--threads", kInt, false, "HTTP I/O threads"),
+      TESSERA_KEY(server, prompt_threads, "--prompt-threads", kInt, false,
+                  "threads that parse request bodies and build prompts (template, tokenizer)"),
       TESSERA_KEY(server, metrics_require_key, "--metrics-require-key", kBool, false,
                   "/metrics needs an API key"),
       TESSERA_KEY(server, access_log, "--access-log", kString, false, "'-' stderr, '' off, or a file"),
@@ -420,6 +422,7 @@ void ValidateServerConfig(const ServerConfig& c) {
   if (c.diffusion.mask_token_id < -1) bad("diffusion.mask_token_id", "must be >= -1");
   if (c.server.port < 0 || c.server.port > 65535) bad("server.port", "must be in 0..65535");
   if (c.server.threads < 1 || c.server.threads > 256) bad("server.threads", "must be in 1..256");
+  if (c.server.prompt_threads < 1 || c.server.prompt_threads > 256) bad("server.prompt_threads", "must be in 1..256");
   if (c.server.request_timeout_s < 0) bad("server.request_timeout_s", "must be >= 0");
   if (c.server.write_timeout_s < 0) bad("server.write_timeout_s", "must be >= 0");
   if (c.server.max_body_bytes < 1024) bad("server.max_body_bytes", "must be at least 1024");

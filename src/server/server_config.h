@@ -35,6 +35,9 @@ struct HttpSection {
   std::string host = "127.0.0.1";
   int64_t port = 8000;  // 0 = ephemeral (tests)
   int64_t threads = 2;  // I/O threads
+  // Threads that parse a generation request's body and build its prompt (chat template, tokenizer):
+  // seconds for a body of megabytes, which on an I/O thread would stall every connection it serves.
+  int64_t prompt_threads = 2;
   bool metrics_require_key = false;
   std::string access_log = "-";    // "-" = stderr, "" = off, else a file appended to
   bool log_requests = false;       // put prompts and completions in the access log

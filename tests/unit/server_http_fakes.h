@@ -151,6 +151,8 @@ class FakeEngine : public EngineApi {
 class FakePromptBuilder : public PromptBuilder {
  public:
   std::vector<int32_t> BuildChat(const ojson& messages, const ojson& tools, const ojson& kwargs) override {
+    // A slow template / tokenizer (a body of megabytes): blocks this thread only.
+    if (build_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(build_delay_ms.load()));
     std::lock_guard<std::mutex> l(mu);
     last_tools = tools;
     last_messages = messages;
@@ -174,11 +176,16 @@ class FakePromptBuilder : public PromptBuilder {
   std::vector<int32_t> EncodeContinuation(const std::string& text) override { return EncodeLocked(text); }
   std::string Decode(const std::vector<int32_t>& ids) override {
     std::string s;
-    for (int32_t id : ids) s += "<" + std::to_string(id) + ">";
+    for (int32_t id : ids) {  // piece by piece: GCC 12 warns (-Wrestrict) on "<" + to_string(id)
+      s += '<';
+      s += std::to_string(id);
+      s += '>';
+    }
     return s;
   }
   ojson last_tools, last_messages;
   int32_t bos = -1;  // >= 0: the id Encode and BuildChat put first (bytes are ids 0..255)
+  std::atomic<int> build_delay_ms{0};  // BuildChat takes this long
 
  private:
   std::vector<int32_t> EncodeLocked(const std::string& text) {

@@ -43,7 +43,9 @@ class ServerOps : public FakeServerTest {
   // A refused connection: the error, Retry-After, Connection: close, then the server's close. The
   // answer comes whether or not the client has sent its request (`send`).
   static void ExpectRefused(Client& c, int status, const std::string& type, bool send) {
-    if (send) ASSERT_TRUE(c.Send("GET", "/health", "", {}, /*keep_alive=*/true));
+    if (send) {
+      ASSERT_TRUE(c.Send("GET", "/health", "", {}, /*keep_alive=*/true));
+    }
     HttpResponse r = c.Read();
     ExpectApiError(r, status, "", type);
     EXPECT_EQ(r.headers["retry-after"], "1");
@@ -226,6 +228,43 @@ TEST_F(ServerOps, ConcurrencyCapAndQueue) {
   EXPECT_EQ(ojson::parse(rb.body)["choices"][0]["message"]["content"], "Hello, world!");
   EXPECT_EQ(engine.num_submitted(), 2u);
   EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);  // slots came back
+}
+
+// Building a prompt (template + tokenizer: seconds for a body of megabytes) does not hold an I/O
+// thread: with one I/O thread and two requests building, /health and /v1/models still answer while
+// they build, and both requests then complete.
+TEST_F(ServerOps, PromptBuildingDoesNotStallOtherConnections) {
+  cfg.server.threads = 1;
+  cfg.server.prompt_threads = 2;
+  prompts.build_delay_ms = 2500;
+  Start();
+  auto post = [&] { return Call(port, "POST", "/v1/chat/completions", ChatBody()); };
+  auto a = std::async(std::launch::async, post), b = std::async(std::launch::async, post);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both are building now
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/v1/models").status, 200);
+  // Not a timing benchmark: with the builds on the I/O thread these answers wait for both (~5 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  EXPECT_EQ(a.wait_for(std::chrono::seconds(0)), std::future_status::timeout);  // still building
+  EXPECT_EQ(a.get().status, 200);
+  EXPECT_EQ(b.get().status, 200);
+  EXPECT_EQ(engine.num_submitted(), 2u);
+}
+
+// A prompt the template refuses, built on the prompt pool, is still answered 400 on its connection,
+// and the connection serves its next request.
+TEST_F(ServerOps, PromptPoolFailuresAreAnsweredOnTheirConnection) {
+  Start();
+  Client c(port);
+  const std::string bad =
+      ojson({{"messages", ojson::array({{{"role", "user"}, {"content", "TEMPLATE_ERROR"}}})}}).dump();
+  ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", bad, {}, /*keep_alive=*/true));
+  ExpectApiError(c.Read(), 400, "messages");
+  ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", ChatBody(), {}, /*keep_alive=*/true));
+  EXPECT_EQ(c.Read().status, 200);
+  ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", "{not json", {}, /*keep_alive=*/true));
+  ExpectApiError(c.Read(), 400, "");
 }
 
 TEST_F(ServerOps, TimeoutCancelsTheEngineRequest) {
