@@ -155,7 +155,8 @@ TEST(CliDeploy, ServeCommandLinesPassCheckConfig) {
         a = file;
         has_config = true;
       }
-      line += " " + Quote(a);
+      line += ' ';  // not " " + Quote(a): GCC 12 warns (-Wrestrict) on that
+      line += Quote(a);
     }
     EXPECT_TRUE(has_config);
     CommandResult r = RunCommand("env -u TESSERA_API_KEY " + line + " --check-config");
