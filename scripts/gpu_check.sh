@@ -19,6 +19,11 @@ mkdir -p "$RES"
 SUMMARY=$RES/summary.txt
 : >"$SUMMARY"
 log() { echo "== $*" | tee -a "$SUMMARY"; }
+# GPU_CHECK_STAGES picks parts (default all): correctness (conformance, goldens, engine fixtures, the
+# chunked GDN under its switch), memcheck, gdn (the GDN forms timed), bench (the configs' rows). A
+# device call is limited to 10 minutes: the whole check takes more, so run it in two or three calls.
+STAGES=" ${GPU_CHECK_STAGES:-correctness memcheck gdn bench} "
+Want() { case "$STAGES" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 cd "$ROOT"
 
 nvidia-smi -L 2>&1 | tee -a "$SUMMARY"
@@ -42,99 +47,107 @@ else
 fi
 
 status=0
-log "conformance (CudaConformance.*, CudaAttention.*)"
-timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+if Want correctness; then
+  log "conformance (CudaConformance.*, CudaAttention.*)"
+  timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
-log "dense products on the mma.sync few-row kernel (TESSERA_CUDA_SKINNY=v2; the default is the wgmma one)"
-TESSERA_CUDA_SKINNY=v2 timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_skinny_v2.txt" | grep -E "conformance|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
-for tiles in 1 100000; do  # the wgmma kernel splitting x once beforehand for every launch, or never
-  log "dense products with TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles"
-  TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_presplit_$tiles.txt" | grep -E "FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
-done
-
-log "golden on the GPU (Fixtures/CudaGolden.*)"
-timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
-
-log "diffusion fixtures through the engine on the GPU (EngineDiffusion.*OnCuda)"
-if [ -x "$ENGINE_BIN" ]; then
-  timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/engine_golden.txt" | grep -E "OK|FAILED|PASSED|SKIPPED|Failure|Expected|Which"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
-else
-  log "no test_engine binary ($ENGINE_BIN): not run"; status=1
-fi
-
-# The chunked gated delta rule (not yet the default): its own test, the GDN conformance tests and the
-# goldens with every run of more than one token sent to it.
-log "chunked gated delta rule (TESSERA_CUDA_GDN=chunked)"
-TESSERA_CUDA_GDN=chunked timeout 200 "$BIN" --gtest_filter='CudaConformance.GatedDelta*:Fixtures/CudaGolden.*' 2>&1 |
-  tee "$RES/gdn_chunked.txt" | grep -E "conformance Gdn|conformance GatedDelta|golden|FAILED|PASSED|Failure"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
-if [ -x "$ENGINE_BIN" ]; then
-  TESSERA_CUDA_GDN=chunked timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/gdn_chunked_engine.txt" |
-    grep -E "OK|FAILED|PASSED|SKIPPED|Failure"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-fi
-
-log "compute-sanitizer memcheck on the golden tests"
-if command -v compute-sanitizer >/dev/null; then
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
-    --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*:Fixtures/CudaGolden.StepGraphs*:Fixtures/CudaGolden.DeviceSampled*' >"$RES/memcheck.txt" 2>&1
-  rc=$?
-  tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
-  log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
-  [ $rc = 0 ] || status=1
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
-    --gtest_filter='CudaConformance.GatedDeltaRuleChunkedMatchesCpu' >"$RES/memcheck_gdn_chunked.txt" 2>&1
-  rc=$?
-  log "memcheck of the chunked gated delta rule: exit code $rc"
-  [ $rc = 0 ] || status=1
-else
-  log "compute-sanitizer not found"
-fi
-
-# The gated delta rule alone, both forms, on the 35B's prompt / block / decode shapes: its share of a
-# step and which form is faster at which T (CudaBench.GatedDeltaRuleForms).
-log "gated delta rule, recurrent against chunked (CudaBench.GatedDeltaRuleForms)"
-TESSERA_CUDA_BENCH_GDN=1 timeout 200 "$BIN" --gtest_filter='CudaBench.GatedDeltaRuleForms' >"$RES/bench_gdn.txt" 2>&1
-rc=$?
-grep -E "^bench-gdn|Failure|error|what\(\)" "$RES/bench_gdn.txt" | tee -a "$SUMMARY"
-[ $rc = 0 ] || { log "gated delta rule benchmark exit code $rc"; status=1; }
-
-for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
-  for kv in ${GPU_CHECK_KV_DTYPES:-f32 bf16}; do
-    log "benchmark $cfg (dummy weights, $kv KV cache)"
-    TESSERA_CUDA_BENCH_KV_DTYPE=$kv TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg \
-      timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" --gtest_filter='CudaBench.*' >"$RES/bench_${cfg}_$kv.txt" 2>&1
-    rc=$?
-    grep -E "^bench|^  steps|Failure|error|what\(\)" "$RES/bench_${cfg}_$kv.txt" | tr '\r' '\n' |
-      grep -v "weights on" | tee -a "$SUMMARY"
-    [ $rc = 0 ] || { log "benchmark $cfg ($kv KV cache) exit code $rc"; status=1; }
+  log "dense products on the mma.sync few-row kernel (TESSERA_CUDA_SKINNY=v2; the default is the wgmma one)"
+  TESSERA_CUDA_SKINNY=v2 timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_skinny_v2.txt" | grep -E "conformance|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  for tiles in 1 100000; do  # the wgmma kernel splitting x once beforehand for every launch, or never
+    log "dense products with TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles"
+    TESSERA_CUDA_WGMMA_PRESPLIT_TILES=$tiles timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_presplit_$tiles.txt" | grep -E "FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
-  # The hybrid model's prompt and denoise rows again with the chunked gated delta rule (not yet the
-  # default): the A/B that decides it.
-  if [ "$cfg" = qwen3.5-35b-a3b ]; then
-    log "benchmark $cfg with TESSERA_CUDA_GDN=chunked (prefill and denoise rows, f32 KV cache)"
-    TESSERA_CUDA_GDN=chunked TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_BATCHES=, \
-      timeout 300 "$BIN" --gtest_filter='CudaBench.DummyDecodeAndPrefill' 2>&1 | grep -E "^bench-row|Failure" |
-      tee -a "$SUMMARY"
+
+  log "golden on the GPU (Fixtures/CudaGolden.*)"
+  timeout 150 "$BIN" --gtest_filter='Fixtures/CudaGolden.*' 2>&1 | tee "$RES/golden.txt" | grep -E "golden|OK|FAILED|PASSED|Failure|Expected|Which|error"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  log "diffusion fixtures through the engine on the GPU (EngineDiffusion.*OnCuda)"
+  if [ -x "$ENGINE_BIN" ]; then
+    timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/engine_golden.txt" | grep -E "OK|FAILED|PASSED|SKIPPED|Failure|Expected|Which"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    log "no test_engine binary ($ENGINE_BIN): not run"; status=1
+  fi
+
+  # The chunked gated delta rule (not yet the default): its own test, the GDN conformance tests and the
+  # goldens with every run of more than one token sent to it.
+  log "chunked gated delta rule (TESSERA_CUDA_GDN=chunked)"
+  TESSERA_CUDA_GDN=chunked timeout 200 "$BIN" --gtest_filter='CudaConformance.GatedDelta*:Fixtures/CudaGolden.*' 2>&1 |
+    tee "$RES/gdn_chunked.txt" | grep -E "conformance Gdn|conformance GatedDelta|golden|FAILED|PASSED|Failure"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  if [ -x "$ENGINE_BIN" ]; then
+    TESSERA_CUDA_GDN=chunked timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/gdn_chunked_engine.txt" |
+      grep -E "OK|FAILED|PASSED|SKIPPED|Failure"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   fi
-  # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
-  if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
-    log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"
-    TESSERA_CUDA_GRAPHS=0 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_PREFILL=0 \
-      timeout 300 "$BIN" --gtest_filter='CudaBench.*' 2>&1 | grep -E "^bench-row" | tee -a "$SUMMARY"
+fi
+
+if Want memcheck; then
+  log "compute-sanitizer memcheck on the golden tests"
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
+      --gtest_filter='Fixtures/CudaGolden.LongLogits*:Fixtures/CudaGolden.Greedy*:Fixtures/CudaGolden.StepGraphs*:Fixtures/CudaGolden.DeviceSampled*' >"$RES/memcheck.txt" 2>&1
+    rc=$?
+    tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
+    log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
+    [ $rc = 0 ] || status=1
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
+      --gtest_filter='CudaConformance.GatedDeltaRuleChunkedMatchesCpu' >"$RES/memcheck_gdn_chunked.txt" 2>&1
+    rc=$?
+    log "memcheck of the chunked gated delta rule: exit code $rc"
+    [ $rc = 0 ] || status=1
+  else
+    log "compute-sanitizer not found"
   fi
-  # Where the time goes: the backend's per-op profile of batch-1 decode and of batch-64 decode.
-  if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
-    for shape in "1024 , 0" ", 64 0"; do
-      set -- $shape
-      log "per-op profile $cfg: contexts=$1 batches=$2"
-      TESSERA_CUDA_PROFILE=1 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_CONTEXTS=$1 \
-        TESSERA_CUDA_BENCH_BATCHES=$2 TESSERA_CUDA_BENCH_PREFILL=0 TESSERA_CUDA_BENCH_DENOISE_BATCH=0 \
-        TESSERA_CUDA_BENCH_DECODE=32 timeout 200 "$BIN" --gtest_filter='CudaBench.*' 2>&1 |
-        grep -E "^bench-row|^cuda op profile|^  " | tee -a "$SUMMARY"
+fi
+
+if Want gdn; then
+  # The gated delta rule alone, both forms, on the 35B's prompt / block / decode shapes: its share of a
+  # step and which form is faster at which T (CudaBench.GatedDeltaRuleForms).
+  log "gated delta rule, recurrent against chunked (CudaBench.GatedDeltaRuleForms)"
+  TESSERA_CUDA_BENCH_GDN=1 timeout 200 "$BIN" --gtest_filter='CudaBench.GatedDeltaRuleForms' >"$RES/bench_gdn.txt" 2>&1
+  rc=$?
+  grep -E "^bench-gdn|Failure|error|what\(\)" "$RES/bench_gdn.txt" | tee -a "$SUMMARY"
+  [ $rc = 0 ] || { log "gated delta rule benchmark exit code $rc"; status=1; }
+fi
+
+if Want bench; then
+  for cfg in ${GPU_CHECK_CONFIGS:-qwen3-30b-a3b qwen3.5-35b-a3b}; do
+    for kv in ${GPU_CHECK_KV_DTYPES:-f32 bf16}; do
+      log "benchmark $cfg (dummy weights, $kv KV cache)"
+      TESSERA_CUDA_BENCH_KV_DTYPE=$kv TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg \
+        timeout "${GPU_CHECK_BENCH_TIMEOUT:-400}" "$BIN" --gtest_filter='CudaBench.*' >"$RES/bench_${cfg}_$kv.txt" 2>&1
+      rc=$?
+      grep -E "^bench|^  steps|Failure|error|what\(\)" "$RES/bench_${cfg}_$kv.txt" | tr '\r' '\n' |
+        grep -v "weights on" | tee -a "$SUMMARY"
+      [ $rc = 0 ] || { log "benchmark $cfg ($kv KV cache) exit code $rc"; status=1; }
     done
-  fi
-done
+    # The hybrid model's prompt and denoise rows again with the chunked gated delta rule (not yet the
+    # default): the A/B that decides it.
+    if [ "$cfg" = qwen3.5-35b-a3b ]; then
+      log "benchmark $cfg with TESSERA_CUDA_GDN=chunked (prefill and denoise rows, f32 KV cache)"
+      TESSERA_CUDA_GDN=chunked TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_BATCHES=, \
+        timeout 300 "$BIN" --gtest_filter='CudaBench.DummyDecodeAndPrefill' 2>&1 | grep -E "^bench-row|Failure" |
+        tee -a "$SUMMARY"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    fi
+    # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
+    if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
+      log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"
+      TESSERA_CUDA_GRAPHS=0 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_PREFILL=0 \
+        timeout 300 "$BIN" --gtest_filter='CudaBench.*' 2>&1 | grep -E "^bench-row" | tee -a "$SUMMARY"
+    fi
+    # Where the time goes: the backend's per-op profile of batch-1 decode and of batch-64 decode.
+    if [ -n "${GPU_CHECK_PROFILE:-}" ]; then
+      for shape in "1024 , 0" ", 64 0"; do
+        set -- $shape
+        log "per-op profile $cfg: contexts=$1 batches=$2"
+        TESSERA_CUDA_PROFILE=1 TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_CONTEXTS=$1 \
+          TESSERA_CUDA_BENCH_BATCHES=$2 TESSERA_CUDA_BENCH_PREFILL=0 TESSERA_CUDA_BENCH_DENOISE_BATCH=0 \
+          TESSERA_CUDA_BENCH_DECODE=32 timeout 200 "$BIN" --gtest_filter='CudaBench.*' 2>&1 |
+          grep -E "^bench-row|^cuda op profile|^  " | tee -a "$SUMMARY"
+      done
+    fi
+  done
+fi
 log "done (status $status)"
 exit $status
