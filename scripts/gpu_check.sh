@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
-# (or take prebuilt binaries from $GPU_CHECK_PREBUILT), run the conformance suite, the GPU golden
+# (or take prebuilt binaries from $GPU_CHECK_PREBUILT, or from the pack $GPU_CHECK_BUNDLE that
+# scripts/gpu_bundle.sh makes on a CPU machine), run the conformance suite, the GPU golden
 # tests and the diffusion fixtures through the engine (test_engine), the chunked gated delta rule
 # (TESSERA_CUDA_GDN=chunked, not yet the default) through its own test, the GDN tests, the goldens and
 # the diffusion fixtures, compute-sanitizer memcheck on the golden tests and the chunked form's test,
@@ -27,6 +28,12 @@ Want() { case "$STAGES" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 cd "$ROOT"
 
 nvidia-smi -L 2>&1 | tee -a "$SUMMARY"
+# GPU_CHECK_BUNDLE=<pack of scripts/gpu_bundle.sh>: binaries built elsewhere, unpacked here.
+if [ -n "${GPU_CHECK_BUNDLE:-}" ]; then
+  PREBUILT=$(mktemp -d)
+  trap 'rm -rf "$PREBUILT"' EXIT
+  xz -dc "$GPU_CHECK_BUNDLE" | tar -C "$PREBUILT" -xf - || { log "cannot unpack $GPU_CHECK_BUNDLE"; exit 1; }
+fi
 if [ -n "$PREBUILT" ] && [ -x "$PREBUILT/test_backend" ] &&
    LD_LIBRARY_PATH=$PREBUILT/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} \
      "$PREBUILT/test_backend" --gtest_list_tests >/dev/null 2>&1; then
