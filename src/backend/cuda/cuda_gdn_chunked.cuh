@@ -175,16 +175,23 @@ TESSERA_GDN_UNROLL
       qk[e] = i < ch.len ? expf(cum_in[i]) * r.qn[((ch.t0 + i) * kh + hk) * kDk + d] : 0.0f;
     }
     __syncthreads();
-    // v_new = U - W S and exp(cum) q S, each row's two halves summed across the thread pair.
+    // v_new = U - W S and exp(cum) q S, each row's two halves summed across the thread pair. This
+    // is the serial part of the form, run by one block of 4 warps an SM for a single prompt (64
+    // blocks), so each warp needs its own independent work: 4 partial sums a product (a single sum
+    // is a chain of dependent FMAs, 4 cycles each, with no other warp to fill the gaps).
     for (int i = 0; i < kC; ++i) {
       const float* wr = wq + i * kDk + half * kHalf;
       const float* qr = qk + i * kDk + half * kHalf;
-      float pw = 0.0f, pq = 0.0f;
+      float pw4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pq4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 TESSERA_GDN_UNROLL
-      for (int d = 0; d < kHalf; ++d) {
-        pw += wr[d] * s[d];
-        pq += qr[d] * s[d];
+      for (int d = 0; d < kHalf; d += 4) {
+TESSERA_GDN_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          pw4[u] += wr[d + u] * s[d + u];
+          pq4[u] += qr[d + u] * s[d + u];
+        }
       }
+      float pw = (pw4[0] + pw4[1]) + (pw4[2] + pw4[3]), pq = (pq4[0] + pq4[1]) + (pq4[2] + pq4[3]);
       pw += __shfl_xor_sync(0xffffffffu, pw, 1);
       pq += __shfl_xor_sync(0xffffffffu, pq, 1);
       if (half == 0) {
@@ -202,9 +209,14 @@ TESSERA_GDN_UNROLL
     __syncthreads();
     // o = exp(cum) q S + A v_new: the pair splits the rows (even / odd).
     for (int i = half; i < ch.len; i += 2) {
-      float o = oint[i * kCols + c];
-      for (int jj = 0; jj <= i; ++jj) o += wq[i * kC + jj] * vnew[jj * kCols + c];
-      r.out[(ch.t0 + i) * vh * dv + hv * dv + j] = o;
+      float o2[2] = {0.0f, 0.0f};  // two chains, as above
+      int jj = 0;
+      for (; jj + 1 <= i; jj += 2) {
+        o2[0] += wq[i * kC + jj] * vnew[jj * kCols + c];
+        o2[1] += wq[i * kC + jj + 1] * vnew[(jj + 1) * kCols + c];
+      }
+      if (jj == i) o2[0] += wq[i * kC + jj] * vnew[jj * kCols + c];
+      r.out[(ch.t0 + i) * vh * dv + hv * dv + j] = oint[i * kCols + c] + (o2[0] + o2[1]);
     }
     // S <- exp(cum_last) S + sum_t (exp(cum_last - cum_t) k_t) v_new_t.
     const float el = expf(last);
