@@ -18,8 +18,10 @@
 // TESSERA_GDN_UNROLL for nvcc only (the host emulation's compiler warns on it).
 #if defined(__CUDACC__)
 #define TESSERA_GDN_UNROLL _Pragma("unroll")
+#define TESSERA_GDN_UNROLL8 _Pragma("unroll 8")
 #else
 #define TESSERA_GDN_UNROLL
+#define TESSERA_GDN_UNROLL8
 #endif
 
 namespace tessera::cuda::gdn_chunked {
@@ -69,7 +71,8 @@ __device__ inline void PrepBlock(const Run& r, int64_t t0, int64_t hv, int64_t k
   float* bet = cum + kC;           // [kC]
   const int tid = threadIdx.x;
   const int64_t hk = hv / (vh / kh);
-  for (int e = tid; e < kC * kDk; e += kPrepThreads) {
+TESSERA_GDN_UNROLL8
+  for (int e = tid; e < kC * kDk; e += kPrepThreads) {  // 8 loads of each in flight a thread
     const int i = e / kDk, d = e % kDk;
     const int64_t row = ((c.t0 + i) * kh + hk) * kDk + d;
     ks[i * kKs + d] = i < c.len ? r.kn[row] : 0.0f;
@@ -169,6 +172,10 @@ TESSERA_GDN_UNROLL
     const float* cum_in = A + kC * kC;
     __syncthreads();  // the previous chunk is done with the staged values
     for (int i = tid; i < kC; i += kStateThreads) cum[i] = cum_in[i];
+    // The staging loops are unrolled so that each thread has 8 loads of each array in flight: with
+    // one block an SM, a load at a time would make every chunk wait ~64 round trips.
+    static_assert(kC * kDk % kStateThreads == 0 && kC * kC % kStateThreads == 0, "whole staging rounds");
+TESSERA_GDN_UNROLL8
     for (int e = tid; e < kC * kDk; e += kStateThreads) {
       const int i = e / kDk, d = e % kDk;
       wq[e] = W[e];
@@ -201,7 +208,9 @@ TESSERA_GDN_UNROLL
     }
     __syncthreads();  // W and q are read; v_new is complete
     const float last = cum[ch.len - 1];
+TESSERA_GDN_UNROLL8
     for (int e = tid; e < kC * kC; e += kStateThreads) wq[e] = A[e];
+TESSERA_GDN_UNROLL8
     for (int e = tid; e < kC * kDk; e += kStateThreads) {
       const int i = e / kDk, d = e % kDk;
       qk[e] = i < ch.len ? expf(last - cum[i]) * r.kn[((ch.t0 + i) * kh + hk) * kDk + d] : 0.0f;
