@@ -50,7 +50,9 @@ struct HttpSection {
   // max_body_bytes for the idle timeout, so without a cap slow uploads could take the memory and
   // the descriptors. Over a cap a connection gets one 503 (total) or 429 (per client) and is closed.
   int64_t max_connections = 1024;
-  int64_t max_connections_per_client = 64;
+  // Off by default: one address is often an app server or a proxy carrying many users, and batch
+  // clients (evaluations, load tests) hold hundreds of connections; vLLM and llama-server cap none.
+  int64_t max_connections_per_client = 0;
 };
 
 struct EngineSection {

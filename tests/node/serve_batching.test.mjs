@@ -34,7 +34,7 @@ async function checkBatchingInvariance(args, extra) {
     assert.equal(await solo.stop(), 0, solo.stderr());
   }
   // Together: all 64 at once in one server batching them. With the watcher's scrape that is 65
-  // connections from one address, over the default per-client cap (64): lifted here.
+  // connections from one address: no per-client cap (the default, said here so it stays so).
   const batched = await startServer([...args, '--max-num-seqs', String(N), '--max-connections-per-client', '0']);
   try {
     const c = new OpenAI({ apiKey: 'none', baseURL: `${batched.url}/v1`, maxRetries: 0 });

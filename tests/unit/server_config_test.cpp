@@ -272,11 +272,11 @@ TEST(ServerConfig, KvCacheDTypeKeyAndFlag) {
   EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << err;
 }
 
-// server.max_connections / max_connections_per_client: 1024 and 64 by default, 0 = unlimited, set by
+// server.max_connections / max_connections_per_client: 1024 and 0 (off) by default, 0 = unlimited, set by
 // YAML or flag, a negative value refused naming the key.
 TEST(ServerConfig, ConnectionLimitKeysAndFlags) {
   EXPECT_EQ(ServerConfig{}.server.max_connections, 1024);
-  EXPECT_EQ(ServerConfig{}.server.max_connections_per_client, 64);
+  EXPECT_EQ(ServerConfig{}.server.max_connections_per_client, 0);
   ServerConfig c = ParseServerConfig("server:\n  max_connections: 0\n  max_connections_per_client: 8\n");
   EXPECT_EQ(c.server.max_connections, 0);
   EXPECT_EQ(c.server.max_connections_per_client, 8);
