@@ -49,6 +49,10 @@ void Session::BeginEntry() {
 // close drains what the client sends for at most its 2 s.
 void Session::RefuseConnection(HttpServer::Impl::ConnLimit over) {
   BeginEntry();
+  // Not a request (none was read): counted by its own counter, so a flood of refusals does not read
+  // as a rate of failed requests (tessera_request_errors_total, the error-rate alert).
+  refused_ = true;
+  srv_->m.connections_refused.Inc({over == HttpServer::Impl::ConnLimit::kTotal ? "total" : "per_client"});
   const HttpSection& c = srv_->cfg.server;
   ApiError e =
       over == HttpServer::Impl::ConnLimit::kTotal
@@ -331,8 +335,10 @@ void Session::Record() {
   if (entry_.status == 0) entry_.status = 200;
   entry_.e2e_s = Seconds(Clock::now() - start_);
   std::string code = std::to_string(entry_.status);
-  srv_->m.http_requests.Inc({MetricsPath(entry_.path), code});
-  if (entry_.status >= 400) srv_->m.errors.Inc({code});
+  if (!refused_) {
+    srv_->m.http_requests.Inc({MetricsPath(entry_.path), code});
+    if (entry_.status >= 400) srv_->m.errors.Inc({code});
+  }
   srv_->log.Write(entry_);
 }
 

@@ -257,6 +257,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl* srv_;
   std::string remote_;
   bool counted_ = false;  // by HttpServer::Impl::AddConnection
+  bool refused_ = false;  // answered by RefuseConnection: no request, not in the request metrics
   // The request being answered.
   AccessLogEntry entry_;
   Clock::time_point start_;

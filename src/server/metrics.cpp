@@ -205,6 +205,10 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
       errors(r.Counter("tessera_request_errors_total", "Requests answered with an error status.", {"code"})),
       connections_open(r.Gauge("tessera_http_connections_open",
                                "Open HTTP connections (those refused by the connection limits not counted).")),
+      connections_refused(r.Counter("tessera_http_connections_refused_total",
+                                    "Connections refused by a connection limit (total or per_client) before any "
+                                    "request was read; not in the request counters.",
+                                    {"limit"})),
       ttft(r.Histogram("tessera_time_to_first_token_seconds",
                        "Time from request arrival to its first output token.", kLatencyBuckets)),
       inter_token(r.Histogram("tessera_inter_token_latency_seconds",

@@ -79,6 +79,7 @@ struct ServerMetrics {
   MetricFamily& http_requests;                 // counter {path, code}
   MetricFamily& errors;                        // counter {code}
   MetricFamily& connections_open;              // gauge (connections admitted by the connection limits)
+  MetricFamily& connections_refused;           // counter {limit}: refused at accept, no request read
   MetricFamily& ttft;                          // histogram seconds
   MetricFamily& inter_token;                   // histogram seconds
   MetricFamily& e2e;                           // histogram seconds

@@ -130,7 +130,10 @@ TEST_F(ServerOps, ConnectionLimit) {
   ASSERT_TRUE(idle.Send("GET", "/metrics", "", {}, true));
   HttpResponse m = idle.Read();
   EXPECT_NE(m.body.find("\ntessera_http_connections_open 2\n"), std::string::npos) << m.body;
-  EXPECT_NE(m.body.find("tessera_request_errors_total{code=\"503\"} 1\n"), std::string::npos) << m.body;
+  // Refusals have their own counter; no request was read, so the request counters do not have them.
+  EXPECT_NE(m.body.find("tessera_http_connections_refused_total{limit=\"total\"} 1\n"), std::string::npos)
+      << m.body;
+  EXPECT_EQ(m.body.find("tessera_request_errors_total{code=\"503\"}"), std::string::npos) << m.body;
   upload.Close();
   EXPECT_TRUE(ServedAgain());
   EXPECT_EQ(engine.num_submitted(), 0u);
@@ -149,6 +152,10 @@ TEST_F(ServerOps, PerClientConnectionLimit) {
   Client other(port, "127.0.0.2");
   ASSERT_TRUE(other.connected());
   Hold(other);
+  ASSERT_TRUE(other.Send("GET", "/metrics", "", {}, true));
+  const HttpResponse m = other.Read();
+  EXPECT_NE(m.body.find("tessera_http_connections_refused_total{limit=\"per_client\"} 1\n"), std::string::npos)
+      << m.body;
   a.Close();
   EXPECT_TRUE(ServedAgain());
 
