@@ -30,7 +30,7 @@ std::string DescribeStatePlan(const StatePlan& s) {
 
 std::string HumanBytes(double bytes) {
   // A plan that does not fit has a negative KV pool: the sign, then the magnitude's unit.
-  if (bytes < 0) return "-" + HumanBytes(-bytes);
+  if (bytes < 0) return std::string(1, '-').append(HumanBytes(-bytes));  // not "-" + ...: GCC 12 -Wrestrict
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;

@@ -119,7 +119,10 @@ std::string FormatFloat(double d) {
     }
   } else {
     out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {  // piece by piece: GCC 12 warns (-Wrestrict) on "." + substr
+      out += '.';
+      out += digits.substr(1);
+    }
     out += exp < 0 ? "e-" : "e+";
     std::string es = std::to_string(std::abs(exp));
     if (es.size() < 2) es = "0" + es;
