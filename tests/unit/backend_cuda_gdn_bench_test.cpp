@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -25,17 +24,11 @@
 
 #include "backend/backend.h"
 #include "test_util.h"
+#include "unit/backend_cuda_conformance.h"
 #include "unit/gdn_test_args.h"
 
 namespace tessera {
 namespace {
-
-// Largest |a - b| over largest |b| (NaN-aware through MaxAbsDiff).
-double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double ref = 1e-30;
-  for (float v : b) ref = std::max(ref, static_cast<double>(std::fabs(v)));
-  return testing::MaxAbsDiff(a.data(), b.data(), b.size()) / ref;
-}
 
 TEST(CudaBench, GatedDeltaRuleForms) {
   const char* on = std::getenv("TESSERA_CUDA_BENCH_GDN");
@@ -87,7 +80,9 @@ TEST(CudaBench, GatedDeltaRuleForms) {
     const double rec_ms = run(GdnMode::kRecurrent, rec_out, rec_state);
     // One token a run is decode: the chunked form does not take it (kChunked falls back to the recurrent form).
     const double chk_ms = run(GdnMode::kChunked, chk_out, chk_state);
-    const double out_diff = RelDiff(chk_out, rec_out), state_diff = RelDiff(chk_state, rec_state);
+    // The conformance suite's measure (NaN-aware): largest |difference| over largest |reference|.
+    const double out_diff = cuda_conformance::RelErr(chk_out, rec_out);
+    const double state_diff = cuda_conformance::RelErr(chk_state, rec_state);
     EXPECT_LE(out_diff, 1e-4) << runs << "x" << T;
     EXPECT_LE(state_diff, 1e-4) << runs << "x" << T;
     const double flops = 7.0 * shape.key_dim * shape.value_dim * shape.value_heads * R;
