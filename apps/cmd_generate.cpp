@@ -35,6 +35,7 @@ struct GenerateFlags {
   int threads = 0;
   std::string device = "cpu", load_format = "auto";
   std::string kv_cache_dtype = "f32";  // LoadOptions::kv_cache_dtype
+  std::string quantization = "none";   // LoadOptions::quantization
   int tensor_parallel_size = 1;
   // Diffusion.
   bool diffusion = false;
@@ -120,6 +121,7 @@ int RunGenerate(GenerateFlags& f) {
   lo.load_format = f.load_format;
   lo.tensor_parallel_size = f.tensor_parallel_size;
   lo.kv_cache_dtype = f.kv_cache_dtype;
+  lo.quantization = f.quantization;
   auto model = Model::Load(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : prompt)
@@ -276,6 +278,8 @@ Subcommand AddGenerateCommand(CLI::App& root) {
                   "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
                   "--device cuda")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option("--quantization", f->quantization, "Quantize a bf16 checkpoint's Linear weights at load: none (default), fp8, int8 or int4")
+      ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
   app->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Ranks to shard the model over (GPUs with --device cuda; simulated ranks on the CPU)")
       ->check(CLI::Range(1, 64));

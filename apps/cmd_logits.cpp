@@ -12,7 +12,7 @@ namespace tessera {
 namespace {
 
 struct LogitsFlags {
-  std::string model, ids, out, dtype = "f32";
+  std::string model, ids, out, dtype = "f32", quantization = "none";
   int64_t block_size = 0;
   int threads = 0;
 };
@@ -22,7 +22,9 @@ int RunLogits(const LogitsFlags& f) {
   if (f.threads > 0) ThreadPool::SetGlobalThreads(f.threads);
   if (f.dtype == "bf16" && !ForceGemmKernel("avx512bf16"))
     throw UsageError("--dtype bf16 needs a processor with AVX512-BF16 (this one computes in f32 only)");
-  auto model = Model::Load(f.model);
+  LoadOptions lo;
+  lo.quantization = f.quantization;
+  auto model = Model::Load(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : ids)
     if (t >= mc.vocab_size) throw UsageError(fmt::format("--ids: token id {} is out of range [0, {})", t, mc.vocab_size));
@@ -62,6 +64,8 @@ Subcommand AddLogitsCommand(CLI::App& root) {
   app->add_option("--block-size", f->block_size, "Block-causal attention with this block size (diffusion models)")
       ->check(CLI::PositiveNumber);
   app->add_option("--threads", f->threads, "CPU threads")->check(CLI::PositiveNumber);
+  app->add_option("--quantization", f->quantization, "Quantize a bf16 checkpoint's Linear weights at load: none (default), fp8, int8 or int4")
+      ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
   return {app, [f] { return RunLogits(*f); }};
 }
 

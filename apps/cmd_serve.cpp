@@ -293,6 +293,7 @@ int RunServe(ServeFlags& f) {
   lo.load_format = cfg.model.load_format == "safetensors" ? "auto" : cfg.model.load_format;
   lo.tensor_parallel_size = static_cast<int>(cfg.model.tensor_parallel_size);
   lo.kv_cache_dtype = cfg.model.kv_cache_dtype;
+  lo.quantization = cfg.model.quantization;
   auto model = Model::Load(cfg.model.path, lo);
   if (tokenizer->vocab_size() > model->config().vocab_size)
     spdlog::warn("the tokenizer has {} tokens, the model's vocabulary {}: ids beyond it are refused",

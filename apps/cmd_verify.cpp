@@ -13,12 +13,16 @@ namespace tessera {
 Subcommand AddVerifyCommand(CLI::App& root) {
   struct Flags {
     std::string model;
+    std::string quantization = "none";
     bool skip_load = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("verify", "Check a model directory against SHA256SUMS and its architecture");
   app->add_option("--model", f->model, "Model directory")->required()->check(CLI::ExistingDirectory);
   app->add_flag("--checksums-only", f->skip_load, "Only check SHA256SUMS, not the tensors");
+  app->add_option("--quantization", f->quantization,
+                  "Also check that the weights quantize at load: none (default), fp8, int8 or int4")
+      ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
   return {app, [f] {
             int failures = 0;
             if (FileExists(JoinPath(f->model, "SHA256SUMS"))) {
@@ -37,9 +41,11 @@ Subcommand AddVerifyCommand(CLI::App& root) {
             }
             if (!f->skip_load && FileExists(JoinPath(f->model, "config.json"))) {
               // Loading accounts for every tensor (missing, unknown, shape, dtype) without reading data.
-              auto model = Model::Load(f->model);
-              std::printf("OK        tensors of %s (%s)\n", model->config().architecture.c_str(),
-                          model->config().model_type.c_str());
+              LoadOptions lo;
+              lo.quantization = f->quantization;
+              auto model = Model::Load(f->model, lo);
+              std::printf("OK        tensors of %s (%s), weights %s\n", model->config().architecture.c_str(),
+                          model->config().model_type.c_str(), model->config().WeightFormat().c_str());
             }
             if (failures) {
               std::fprintf(stderr, "tessera: error: %d file(s) failed verification\n", failures);

@@ -15,15 +15,22 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/error.h"
 
 namespace tessera {
 
-// A read-only view of a weight: data, element type and shape. Linear weights are [n, k] (HF order).
+// A read-only view of a weight: data, element type and shape. Linear weights are [n, k] (HF order);
+// quantized ones keep their logical shape [n, k] and describe their codes in `quant`.
 struct Tensor {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
+  WeightQuant quant;
+
+  bool quantized() const { return quant.kind != QuantKind::kNone; }
+  // Bytes of the codes plus scales / zero points / permutation (what a product streams).
+  int64_t Bytes() const;
 
   int64_t dim(size_t i) const { return i < shape.size() ? shape[i] : 1; }
   int64_t numel() const {

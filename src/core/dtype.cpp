@@ -12,7 +12,7 @@ size_t DTypeSize(DType t) {
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: return 2;
     case DType::kI64: case DType::kF64: return 8;
-    case DType::kU8: case DType::kI8: case DType::kBool: return 1;
+    case DType::kU8: case DType::kI8: case DType::kBool: case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -28,6 +28,7 @@ const char* DTypeName(DType t) {
     case DType::kI8: return "i8";
     case DType::kBool: return "bool";
     case DType::kF64: return "f64";
+    case DType::kF8E4M3: return "f8_e4m3";
   }
   return "?";
 }
@@ -36,7 +37,7 @@ bool ParseSafetensorsDType(const std::string& tag, DType* out) {
   static const struct { const char* tag; DType t; } kTags[] = {
       {"F32", DType::kF32}, {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"I32", DType::kI32},
       {"I64", DType::kI64}, {"U8", DType::kU8},   {"I8", DType::kI8},     {"BOOL", DType::kBool},
-      {"F64", DType::kF64}};
+      {"F64", DType::kF64}, {"F8_E4M3", DType::kF8E4M3}};
   for (const auto& e : kTags)
     if (tag == e.tag) { *out = e.t; return true; }
   return false;
@@ -74,6 +75,38 @@ uint16_t F32ToF16(float f) {
   return static_cast<uint16_t>(h);
 }
 
+float Fp8E4M3ToF32(uint8_t v) {
+  const int exp = (v >> 3) & 0xf, man = v & 7;
+  float f;
+  if (exp == 0xf && man == 7) {
+    f = NAN;
+  } else if (exp == 0) {
+    f = std::ldexp(static_cast<float>(man), -9);  // subnormal: man / 8 * 2^-6
+  } else {
+    f = std::ldexp(static_cast<float>(8 + man), exp - 10);  // (1 + man / 8) * 2^(exp - 7)
+  }
+  return (v & 0x80) ? -f : f;
+}
+
+uint8_t F32ToFp8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  if (std::isnan(f)) return sign | 0x7f;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 448.0) return sign | 0x7e;  // saturate
+  // The grid spacing below 2^-6 is 2^-9 (subnormals); above, 2^(e - 3) in [2^e, 2^(e+1)).
+  int e = a > 0 ? static_cast<int>(std::floor(std::log2(a))) : -10;
+  if (e < -6) e = -6;
+  const double step = std::ldexp(1.0, e - 3);
+  double q = std::nearbyint(a / step);  // ties to even under the default rounding mode
+  double r = q * step;
+  if (r >= 448.0) return sign | 0x7e;
+  // r is exactly representable; encode it.
+  if (r < std::ldexp(1.0, -6)) return sign | static_cast<uint8_t>(std::lround(r / std::ldexp(1.0, -9)));
+  int re = static_cast<int>(std::floor(std::log2(r)));
+  const int man = static_cast<int>(std::lround(r / std::ldexp(1.0, re - 3))) - 8;
+  return sign | static_cast<uint8_t>(((re + 7) << 3) | man);
+}
+
 void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::kF32: std::memcpy(dst, src, n * 4); return;
@@ -85,6 +118,11 @@ void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
     case DType::kF16: {
       auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToF32(s[i]);
       return;
     }
     case DType::kF64: {

@@ -9,7 +9,9 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kBool, kF64 };
+// kF8E4M3: float8_e4m3fn (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no infinity, max 448),
+// the element of FP8 checkpoints.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kBool, kF64, kF8E4M3 };
 
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);  // "bf16", "f32", ...
@@ -34,6 +36,12 @@ inline uint16_t F32ToBf16(float f) {
 
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
+
+// float8_e4m3fn <-> f32. Decoding is exact (every e4m3 value is an f32); encoding rounds to nearest
+// even and saturates to +-448 (as torch's float8_e4m3fn cast of a finite value within range does, and
+// as quantizers clamp before casting); NaN stays NaN (0x7f / 0xff).
+float Fp8E4M3ToF32(uint8_t v);
+uint8_t F32ToFp8E4M3(float f);
 
 // Converts n elements of `src` (of type t) to f32.
 void ConvertToF32(DType t, const void* src, float* dst, size_t n);

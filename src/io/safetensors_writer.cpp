@@ -24,6 +24,7 @@ const char* SafetensorsTag(DType t) {
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
     case DType::kI8: return "I8";
+    case DType::kF8E4M3: return "F8_E4M3";
     case DType::kBool: return "BOOL";
     case DType::kF64: return "F64";
   }

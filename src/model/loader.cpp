@@ -102,6 +102,9 @@ WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, Model
   } else {
     whole_ = PlanShards(cfg_, 1)[0];
   }
+  if (shard_->sharded() && (cfg_.quant.quantized() || cfg_.load_quant != QuantKind::kNone))
+    Fail(ErrorKind::kUnsupported, "tensor parallelism with quantized weights ({}) is not supported yet",
+         cfg_.WeightFormat());
   if (dummy_) {
     if (!be_) Fail(ErrorKind::kInvalidArgument, "dummy weights need a backend");
     prefix_ = "model.";
@@ -109,7 +112,11 @@ WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, Model
       expected_.insert(t.name);
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
-      total_bytes_ += static_cast<size_t>(n) * (t.shape.size() >= 2 && t.shape[1] != 1 ? 2 : 4);
+      const bool matrix = t.shape.size() >= 2 && t.shape[1] != 1;
+      if (matrix && WeightKind() != QuantKind::kNone && QuantizeAtLoad(t.name))
+        total_bytes_ += static_cast<size_t>(t.shape[0] * QuantRowBytes(WeightKind(), n / t.shape[0]));
+      else
+        total_bytes_ += static_cast<size_t>(n) * (matrix ? 2 : 4);
     }
     total_bytes_ /= shard_->size;  // about a rank's share
     return;
@@ -118,12 +125,116 @@ WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, Model
   if (OnDevice()) {
     for (const std::string& name : out_->reader->Names()) {
       const TensorView* v = out_->reader->Find(name);
-      total_bytes_ += static_cast<size_t>(v->numel()) * 2;
+      total_bytes_ += IsFloat(v->dtype) ? static_cast<size_t>(v->numel()) * 2 : v->nbytes;
     }
     total_bytes_ /= shard_->size;
   }
   // Nested Qwen3.5 checkpoints keep the text model under model.language_model.
   prefix_ = out_->reader->Find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  if (cfg_.quant.quantized()) {
+    if (cfg_.load_quant != QuantKind::kNone)
+      Fail(ErrorKind::kInvalidArgument, "checkpoint {} is already quantized ({}): drop --quantization", dir_,
+           cfg_.quant.Describe());
+    quant_ = std::make_unique<QuantizedLinearReader>(cfg_.quant, *out_->reader);
+  }
+}
+
+QuantKind WeightLoader::WeightKind() const {
+  if (cfg_.load_quant != QuantKind::kNone) return cfg_.load_quant;
+  if (cfg_.quant.quantized()) return cfg_.quant.schemes.at(0).kind;
+  return QuantKind::kNone;
+}
+
+bool WeightLoader::QuantizeAtLoad(const std::string& flat) const {
+  if (cfg_.load_quant == QuantKind::kNone && !(dummy_ && cfg_.quant.quantized())) return false;
+  auto ends = [&](const char* suffix) {
+    const std::string x(suffix);
+    return flat.size() >= x.size() && flat.compare(flat.size() - x.size(), x.size(), x) == 0;
+  };
+  // The embedding and lm_head (one row read per token, or the logits' precision), the routers and the
+  // shared-expert gates (a few rows whose rounding moves every expert choice) stay float.
+  return flat.find("embed_tokens") == std::string::npos && flat.rfind("lm_head", 0) != 0 &&
+         !ends("mlp.gate.weight") && !ends("shared_expert_gate.weight");
+}
+
+std::string WeightLoader::QuantizedModule(const std::string& flat) const {
+  static const std::string kSuffix = ".weight";
+  if (!quant_ || flat.size() <= kSuffix.size() || flat.compare(flat.size() - kSuffix.size(), kSuffix.size(), kSuffix))
+    return "";
+  const std::string module = CheckpointName(flat.substr(0, flat.size() - kSuffix.size()));
+  return quant_->IsQuantized(module) ? module : "";
+}
+
+QuantizedMatrix WeightLoader::ReadQuantized(const std::string& module, int64_t n, int64_t k) {
+  std::vector<std::string> used;
+  QuantizedMatrix q = quant_->Read(module, n, k, &used);
+  consumed_.insert(used.begin(), used.end());
+  return q;
+}
+
+Tensor WeightLoader::PlaceQuantized(QuantizedMatrix&& q) {
+  Tensor t;
+  t.shape = {q.n, q.k};
+  t.quant = q.meta;
+  t.dtype = q.meta.kind == QuantKind::kFp8 ? DType::kF8E4M3 : q.meta.kind == QuantKind::kInt8 ? DType::kI8 : DType::kU8;
+  const size_t code_bytes = static_cast<size_t>(q.n * q.row_bytes());
+  if (OnDevice()) {
+    auto upload = [&](const void* src, size_t bytes) {
+      void* dst = out_->device.Alloc(*be_, bytes);
+      be_->Upload(dst, src, bytes);
+      return dst;
+    };
+    t.data = upload(q.code_data(), code_bytes);
+    t.quant.scales = static_cast<const float*>(upload(q.scales.data(), q.scales.size() * 4));
+    if (!q.zeros.empty()) t.quant.zeros = static_cast<const float*>(upload(q.zeros.data(), q.zeros.size() * 4));
+    if (!q.perm.empty()) t.quant.perm = static_cast<const int32_t*>(upload(q.perm.data(), q.perm.size() * 4));
+  } else {
+    if (q.codes_in_place) {
+      t.data = q.codes_in_place;
+    } else {
+      t.data = out_->owned_bytes.emplace_back(std::move(q.codes)).data();
+    }
+    t.quant.scales = out_->owned_f32.emplace_back(std::move(q.scales)).data();
+    if (!q.zeros.empty()) t.quant.zeros = out_->owned_f32.emplace_back(std::move(q.zeros)).data();
+    if (!q.perm.empty()) t.quant.perm = out_->owned_i32.emplace_back(std::move(q.perm)).data();
+  }
+  Progress(code_bytes);
+  return t;
+}
+
+Tensor WeightLoader::MaybeQuantize(const std::string& flat, const Tensor& host) {
+  if (!QuantizeAtLoad(flat)) return OnDevice() ? ToDevice(host) : host;
+  return PlaceQuantized(QuantizeMatrix(cfg_.load_quant, host.dtype, host.data, host.dim(0), host.dim(1)));
+}
+
+Tensor WeightLoader::DummyQuantMatrix(const std::string& flat, int64_t n, int64_t k, QuantKind kind) {
+  int64_t group = kind == QuantKind::kInt4 ? std::min<int64_t>(kLoadInt4Group, k) : k;
+  if (cfg_.quant.quantized()) {  // a quantized config.json: its scheme's scale granularity
+    const QuantScheme& s = cfg_.quant.schemes.at(0);
+    if (s.strategy == "block") group = std::min(k, s.block_cols);
+    if (s.strategy == "group") group = std::min(k, s.group_size);
+  }
+  QuantizedMatrix q;
+  q.n = n;
+  q.k = k;
+  q.meta.kind = kind;
+  q.meta.group = group;
+  q.codes.resize(static_cast<size_t>(n * q.row_bytes()));
+  uint64_t state = std::hash<std::string>{}(flat);
+  for (size_t i = 0; i < q.codes.size(); i += 8) {  // splitmix64: fast enough for tens of GB
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    std::memcpy(q.codes.data() + i, &z, std::min<size_t>(8, q.codes.size() - i));
+  }
+  float code_max = kind == QuantKind::kInt4 ? 8.f : 128.f;
+  if (kind == QuantKind::kFp8) {  // exponents below 8: |code| < 2, never NaN
+    for (uint8_t& b : q.codes) b &= 0xbf;
+    code_max = 2.f;
+  }
+  q.scales.assign(static_cast<size_t>(n * q.meta.Groups(k)), 1.0f / std::sqrt(static_cast<float>(k)) / code_max);
+  return PlaceQuantized(std::move(q));
 }
 
 std::string WeightLoader::CheckpointName(const std::string& flat) const {
@@ -133,7 +244,7 @@ std::string WeightLoader::CheckpointName(const std::string& flat) const {
 
 bool WeightLoader::Has(const std::string& flat) const {
   if (dummy_) return expected_.count(flat) > 0;
-  return out_->reader->Find(CheckpointName(flat)) != nullptr;
+  return out_->reader->Find(CheckpointName(flat)) != nullptr || !QuantizedModule(flat).empty();
 }
 
 void WeightLoader::Progress(size_t bytes) {
@@ -176,8 +287,10 @@ const float* WeightLoader::ToDeviceF32(const float* host, int64_t n) {
 Tensor WeightLoader::DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape) {
   if (!expected_.count(flat))
     Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", flat);
+  const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+  if (WeightKind() != QuantKind::kNone && QuantizeAtLoad(flat)) return DummyQuantMatrix(flat, rows, cols, WeightKind());
   Tensor t;
-  t.shape = {shape[0], shape.size() > 1 ? shape[1] : 1};
+  t.shape = {rows, cols};
   t.dtype = DType::kBF16;
   const int64_t n = t.numel();
   void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 2);
@@ -230,7 +343,11 @@ const TensorView& WeightLoader::View(const std::string& flat, const std::vector<
   return *v;
 }
 
-Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols) {
+Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols,
+                                const std::string& flat) {
+  if (!flat.empty() && QuantizeAtLoad(flat))
+    return PlaceQuantized(QuantizeMatrix(cfg_.load_quant, v.dtype,
+                                         v.data + static_cast<size_t>(row0 * cols) * DTypeSize(v.dtype), rows, cols));
   if (OnDevice() && v.dtype == DType::kBF16) {
     Tensor host;
     host.shape = {rows, cols};
@@ -261,8 +378,10 @@ Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows,
 
 Tensor WeightLoader::Matrix(const std::string& flat, const std::vector<int64_t>& shape) {
   if (dummy_) return DummyMatrix(flat, shape);
+  if (const std::string m = QuantizedModule(flat); !m.empty())
+    return PlaceQuantized(ReadQuantized(m, shape[0], shape.size() > 1 ? shape[1] : 1));
   const TensorView& v = View(flat, shape);
-  return MatrixRows(v, 0, shape[0], v.numel() / shape[0]);
+  return MatrixRows(v, 0, shape[0], v.numel() / shape[0], flat);
 }
 
 const float* WeightLoader::Vector(const std::string& flat, const std::vector<int64_t>& shape) {
@@ -290,7 +409,7 @@ std::vector<int64_t> WeightLoader::RowsOf(const std::vector<IndexRange>& ranges)
   return rows;
 }
 
-Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
+Tensor WeightLoader::StackedFloatRows(const std::vector<StackPart>& parts) {
   TESSERA_CHECK(!parts.empty());
   const int64_t cols = parts[0].shape.at(1);
   int64_t rows = 0;
@@ -301,6 +420,8 @@ Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
   Tensor t;
   t.shape = {rows, cols};
   if (dummy_) {  // each part's rows random with its own tensor's seed, as DummyMatrix makes them
+    if (WeightKind() != QuantKind::kNone && QuantizeAtLoad(parts[0].flat))
+      return DummyQuantMatrix(parts[0].flat, rows, cols, WeightKind());
     t.dtype = DType::kBF16;
     char* dst = static_cast<char*>(out_->device.Alloc(*be_, static_cast<size_t>(rows * cols) * 2));
     for (const StackPart& p : parts) {
@@ -341,8 +462,8 @@ Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
     t.dtype = DType::kF32;
     t.data = buf.data();
   }
-  if (OnDevice()) {
-    Tensor d = ToDevice(t);
+  if (OnDevice() || QuantizeAtLoad(parts[0].flat)) {  // the host copy only stages the result
+    Tensor d = MaybeQuantize(parts[0].flat, t);
     if (t.dtype == DType::kBF16)
       out_->owned_bf16.pop_back();
     else
@@ -350,6 +471,58 @@ Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
     return d;
   }
   return t;
+}
+
+std::vector<GdnProjection> WeightLoader::StackedProjections(const std::vector<StackPart>& parts) {
+  TESSERA_CHECK(!parts.empty());
+  std::vector<GdnProjection> out;
+  int64_t column = 0;
+  size_t i = 0;
+  while (i < parts.size()) {
+    // A run of float parts stacks as today; a run of quantized parts of one format stacks its codes.
+    const bool quantized = !dummy_ && !QuantizedModule(parts[i].flat).empty();
+    size_t j = i;
+    std::vector<StackPart> run;
+    std::vector<QuantizedMatrix> mats;
+    while (j < parts.size() && (!dummy_ && !QuantizedModule(parts[j].flat).empty()) == quantized) {
+      if (quantized) {
+        QuantizedMatrix q = ReadQuantized(QuantizedModule(parts[j].flat), parts[j].shape.at(0), parts[j].shape.at(1));
+        if (!mats.empty() && (q.meta.kind != mats[0].meta.kind || q.meta.group != mats[0].meta.group ||
+                              q.meta.act != mats[0].meta.act || !q.perm.empty() || !mats[0].perm.empty()))
+          break;  // a different format: the next run (this part is read again there)
+        mats.push_back(std::move(q));
+      }
+      run.push_back(parts[j++]);
+    }
+    int64_t rows = 0;
+    for (const StackPart& p : run) rows += static_cast<int64_t>(p.rows.size());
+    bool whole = quantized && run.size() == 1 && rows == mats[0].n;
+    for (int64_t r = 0; whole && r < rows; ++r) whole = run[0].rows[r] == r;
+    if (quantized && whole) {  // one part, all its rows in order: placed as read (act-order allowed)
+      out.push_back({PlaceQuantized(std::move(mats[0])), column});
+    } else if (quantized) {
+      std::vector<const QuantizedMatrix*> ptrs;
+      std::vector<std::vector<int64_t>> sel;
+      for (size_t r = 0; r < run.size(); ++r) {
+        ptrs.push_back(&mats[r]);
+        sel.push_back(run[r].rows);
+      }
+      out.push_back({PlaceQuantized(StackQuantized(ptrs, sel)), column});
+    } else {
+      out.push_back({StackedFloatRows(run), column});
+    }
+    column += rows;
+    i = j;
+  }
+  return out;
+}
+
+Tensor WeightLoader::StackedRows(const std::vector<StackPart>& parts) {
+  std::vector<GdnProjection> p = StackedProjections(parts);
+  if (p.size() != 1)
+    Fail(ErrorKind::kUnsupported, "checkpoint {}: {} and the projections fused with it are stored in different formats",
+         dir_, parts[0].flat);
+  return p[0].w;
 }
 
 Tensor WeightLoader::GatherCopy(const TensorView& v, int64_t full_cols, const std::vector<IndexRange>& rows,
@@ -402,6 +575,9 @@ Tensor WeightLoader::MatrixSlice(const std::string& flat, const std::vector<int6
   int64_t n_rows = 0;
   for (const IndexRange& r : merged) n_rows += r.count;
   if (dummy_) return DummyMatrix(flat, {n_rows, cols.count});
+  if (merged.size() == 1 && merged[0].begin == 0 && merged[0].count == shape[0] && cols.begin == 0 &&
+      cols.count == (shape.size() > 1 ? shape[1] : 1))
+    return Matrix(flat, shape);
   const TensorView& v = View(flat, shape);
   const int64_t full_cols = v.numel() / shape[0];
   TESSERA_CHECK(cols.begin >= 0 && cols.end() <= full_cols);
@@ -532,9 +708,9 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
         moe->experts[e] = L.ZeroExpert(I, H);
         continue;
       }
-      moe->experts[e].gate = L.MatrixRows(gu, e * 2 * I, I, H);
-      moe->experts[e].up = L.MatrixRows(gu, e * 2 * I + I, I, H);
-      moe->experts[e].down = L.MatrixRows(dn, e * H, H, I);
+      moe->experts[e].gate = L.MatrixRows(gu, e * 2 * I, I, H, p + "experts.gate_up_proj");
+      moe->experts[e].up = L.MatrixRows(gu, e * 2 * I + I, I, H, p + "experts.gate_up_proj");
+      moe->experts[e].down = L.MatrixRows(dn, e * H, H, I, p + "experts.down_proj");
     }
     return;
   }

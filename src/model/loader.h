@@ -7,6 +7,13 @@
 // backend's pinned staging, with a progress line on stderr. Dummy
 // weights (LoadOptions::load_format "dummy") are random tensors of the expected shapes made on the
 // backend itself; no checkpoint is read.
+// Quantized checkpoints (ModelConfig::quant): a Linear stored in its format's tensors (qweight ...,
+// weight_packed ..., an fp8 / int8 weight with its scales) is read through QuantizedLinearReader and
+// repacked into the canonical layout of core/quant.h (codes used in place from the mapping where they
+// already are); a Linear stored as a float weight stays float. Quantization at load
+// (ModelConfig::load_quant) turns the float Linear weights into that layout as they are read, except
+// the embedding, the lm_head, the routers and the shared-expert gates (each a few rows; other engines
+// keep them in float too).
 // A rank of a tensor-parallel group (RankShard, model/shard.h) loads only its slices: contiguous
 // row blocks stay in-place views of the mapping (or are copied straight to the device); column
 // blocks and multi-block row sets are gathered into a copy of just the slice. Every rank still
@@ -21,6 +28,7 @@
 
 #include "model/model.h"
 #include "model/shard.h"
+#include "io/quant_formats.h"
 #include "model/weights.h"
 
 namespace tessera {
@@ -47,8 +55,9 @@ class WeightLoader {
   const TensorView& View(const std::string& flat, const std::vector<int64_t>& shape);
   // A Linear weight: bf16 in place, f32/f16 converted once to f32.
   Tensor Matrix(const std::string& flat, const std::vector<int64_t>& shape);
-  // A slice of rows [row0, row0 + rows) of a 2-D view of a checkpoint tensor (fused experts).
-  Tensor MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols);
+  // A slice of rows [row0, row0 + rows) of a 2-D view of a checkpoint tensor (fused experts);
+  // quantized at load when `flat` (the tensor's flat name) is one quantization at load applies to.
+  Tensor MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols, const std::string& flat = "");
   // A small tensor as an owned f32 array.
   const float* Vector(const std::string& flat, const std::vector<int64_t>& shape);
   // A Linear weight whose rows are re-ordered (and maybe a subset): new row i = old row order[i].
@@ -63,6 +72,9 @@ class WeightLoader {
     std::vector<int64_t> rows;
   };
   Tensor StackedRows(const std::vector<StackPart>& parts);
+  // As StackedRows, but parts stored in different formats (a float part beside quantized ones) become
+  // separate projections, each with the column its rows start at in the stacked row.
+  std::vector<GdnProjection> StackedProjections(const std::vector<StackPart>& parts);
   // The row indices of a list of row ranges, in order (a StackPart's rows).
   static std::vector<int64_t> RowsOf(const std::vector<IndexRange>& ranges);
   // The rows `rows` (in order) and columns `cols` of a 2-D weight of full shape `shape`.
@@ -88,6 +100,23 @@ class WeightLoader {
   Tensor ToDevice(const Tensor& host);
   const float* ToDeviceF32(const float* host, int64_t n);
   Tensor DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape);
+  // StackedRows of parts that are all float (quantized at load when that applies).
+  Tensor StackedFloatRows(const std::vector<StackPart>& parts);
+  // Random codes and scales of the quantized format `kind` (dummy weights of a quantized model).
+  Tensor DummyQuantMatrix(const std::string& flat, int64_t n, int64_t k, QuantKind kind);
+  // The checkpoint module of a flat ".weight" name when it is stored quantized, else "".
+  std::string QuantizedModule(const std::string& flat) const;
+  // Reads a quantized module (consuming its tensors).
+  QuantizedMatrix ReadQuantized(const std::string& module, int64_t n, int64_t k);
+  // Whether quantization at load applies to this flat weight name.
+  bool QuantizeAtLoad(const std::string& flat) const;
+  // A quantized matrix on the target: owned host arrays (codes in place when they are) or device copies.
+  Tensor PlaceQuantized(QuantizedMatrix&& q);
+  // A float host tensor quantized at load (when QuantizeAtLoad(flat)), then placed; else `host` as
+  // the float path places it.
+  Tensor MaybeQuantize(const std::string& flat, const Tensor& host);
+  // The dummy / checkpoint code type of quantized Linear weights (kNone: float).
+  QuantKind WeightKind() const;
   const float* DummyVector(const std::string& flat, const std::vector<int64_t>& shape);
   // A copy of rows x cols of v (full_cols per row) plus zero_rows zero rows, on the target.
   Tensor GatherCopy(const TensorView& v, int64_t full_cols, const std::vector<IndexRange>& rows, IndexRange cols,
@@ -107,6 +136,7 @@ class WeightLoader {
   bool have_zero_expert_ = false;
   ExpertWeights zero_expert_;
   std::set<std::string> expected_;  // dummy: the flat names of the expected tensors
+  std::unique_ptr<QuantizedLinearReader> quant_;  // quantized checkpoints
   size_t total_bytes_ = 0, done_bytes_ = 0;
   int last_percent_ = -1;
 };

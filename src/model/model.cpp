@@ -80,6 +80,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   if (opts.threads > 0) ThreadPool::SetGlobalThreads(opts.threads);
   std::unique_ptr<Model> m(new Model());
   m->cfg_ = ModelConfig::FromHf(LoadHfModelDir(dir));
+  m->cfg_.load_quant = ParseLoadQuantization(opts.quantization);
   ArchFor(m->cfg_.family);  // fails early for an unregistered family
   if (opts.load_format != "auto" && opts.load_format != "dummy")
     Fail(ErrorKind::kInvalidArgument, "load format \"{}\" is not supported (expected auto or dummy)",
@@ -128,10 +129,11 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   const Rank& r0 = *m->ranks_[0];
   const std::string split = n > 1 ? fmt::format(", tensor parallel {}", n) : "";
   const std::string msg =
-      dummy ? fmt::format("made {} ({} layers) with dummy weights on {} ({:.2f} GB per rank{})", FamilyName(m->cfg_.family),
-                          m->cfg_.num_layers, r0.backend->Name(), r0.weights->device.total_bytes() / 1e9, split)
-            : fmt::format("loaded {} ({} layers, {} tensors) from {} on {}{}", FamilyName(m->cfg_.family),
-                          m->cfg_.num_layers, reader->size(), dir, r0.backend->Name(), split);
+      dummy ? fmt::format("made {} ({} layers) with dummy {} weights on {} ({:.2f} GB per rank{})",
+                          FamilyName(m->cfg_.family), m->cfg_.num_layers, m->cfg_.WeightFormat(), r0.backend->Name(),
+                          r0.weights->device.total_bytes() / 1e9, split)
+            : fmt::format("loaded {} ({} layers, {} tensors, weights {}) from {} on {}{}", FamilyName(m->cfg_.family),
+                          m->cfg_.num_layers, reader->size(), m->cfg_.WeightFormat(), dir, r0.backend->Name(), split);
   spdlog::info("{}", msg);
   if (opts.log) opts.log(msg);
   return m;

@@ -33,6 +33,9 @@ struct LoadOptions {
   // bytes a decode step reads and twice the tokens a pool holds; K and V rounded to bf16, as vLLM's
   // cache of a bf16 model). bf16 needs a backend that keeps it (cuda).
   std::string kv_cache_dtype = "f32";
+  // Quantization at load (io/quant_config.h ParseLoadQuantization): "" / "none", "fp8", "int8" or
+  // "int4": the float Linear weights of a bf16 checkpoint become that format as they are read.
+  std::string quantization;
 };
 
 // "f32" or "bf16" (LoadOptions::kv_cache_dtype); throws Error(kInvalidArgument) for anything else.

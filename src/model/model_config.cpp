@@ -1,6 +1,8 @@
 // tessera model: parsing of HF config.json into ModelConfig (see model_config.h).
 #include "model/model_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -63,6 +65,17 @@ void AddTokenIds(const json* v, std::vector<int64_t>* out, const std::string& wh
 
 }  // namespace
 
+std::string ModelConfig::WeightFormat() const {
+  if (quant.quantized()) return quant.Describe();
+  switch (load_quant) {
+    case QuantKind::kFp8: return "fp8 per row (quantized at load)";
+    case QuantKind::kInt8: return "int8 per row (quantized at load)";
+    case QuantKind::kInt4: return fmt::format("int4 group {} (quantized at load)", kLoadInt4Group);
+    case QuantKind::kNone: break;
+  }
+  return "bf16";
+}
+
 const char* FamilyName(ModelFamily f) {
   switch (f) {
     case ModelFamily::kQwen3Moe: return "qwen3_moe";
@@ -110,6 +123,7 @@ ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
          where, t, m.architecture);
   }
   // Qwen3.5 conditional-generation checkpoints nest the text model's weights.
+  m.quant = ParseQuantConfig(dir.config);
   m.nested_language_model = dir.config.contains("text_config") ||
                             m.architecture.find("ForConditionalGeneration") != std::string::npos;
 

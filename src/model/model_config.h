@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/hf_config.h"
+#include "io/quant_config.h"
 
 namespace tessera {
 
@@ -53,6 +54,13 @@ struct ModelConfig {
   // Block diffusion (declared by model_type sdar / sdar_moe / clover_moe or forced by flags).
   bool diffusion = false;
   int64_t block_size = 0;
+
+  // Quantized weights: the checkpoint's quantization_config (method kNone for float checkpoints), and
+  // the code type float weights are quantized to at load (LoadOptions::quantization; kNone: kept).
+  QuantConfig quant;
+  QuantKind load_quant = QuantKind::kNone;
+  // "bf16" / "fp8 block [128, 128] ..." / "int4 (quantized at load, group 128)": for logs and the API.
+  std::string WeightFormat() const;
 
   bool IsMoeLayer(int64_t layer) const;
   int64_t NumLayersOf(LayerKind kind) const;

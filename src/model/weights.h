@@ -89,6 +89,8 @@ struct ModelWeights {
   std::shared_ptr<CheckpointReader> reader;      // keeps the mapping alive (null for dummy weights)
   std::deque<std::vector<float>> owned_f32;      // converted tensors
   std::deque<std::vector<uint16_t>> owned_bf16;  // re-ordered tensors (qwen3_next fused projections)
+  std::deque<std::vector<uint8_t>> owned_bytes;  // quantized codes repacked or quantized at load
+  std::deque<std::vector<int32_t>> owned_i32;    // act-order column permutations
   Tensor embed, lm_head;
   const float* final_norm = nullptr;
   std::vector<LayerWeights> layers;

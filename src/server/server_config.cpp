@@ -40,6 +40,8 @@ const std::vector<Entry>& Entries() {
       TESSERA_KEY(model, kv_cache_dtype, "--kv-cache-dtype", kString, false,
                   "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
                   "--device cuda"),
+      TESSERA_KEY(model, quantization, "--quantization", kString, false,
+                  "quantize a bf16 checkpoint's Linear weights at load: none, fp8, int8 or int4"),
       TESSERA_KEY(model, max_model_len, "--max-model-len", kInt, false, "prompt + output tokens"),
       TESSERA_KEY(model, chat_template, "--chat-template", kString, false, "template file"),
       TESSERA_KEY(model, diffusion, "--diffusion", kBool, false,
@@ -409,6 +411,7 @@ void ValidateServerConfig(const ServerConfig& c) {
   one_of("model.dtype", c.model.dtype, {"auto", "bf16", "bfloat16", "f16", "float16", "f32", "float32"});
   one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "dummy"});
   one_of("model.kv_cache_dtype", c.model.kv_cache_dtype, {"f32", "bf16"});
+  one_of("model.quantization", c.model.quantization, {"none", "fp8", "int8", "int4"});
   // The CPU backend keeps an f32 cache. Model::Load refuses bf16 there too, but only after serve has
   // bound its port and printed "listening"; checked here, the mistake is one line before either.
   if (c.model.kv_cache_dtype != "f32" && c.model.device == "cpu")

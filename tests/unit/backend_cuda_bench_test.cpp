@@ -503,7 +503,7 @@ TEST(CudaBench, MatMulRows) {
         std::vector<Backend::MatMulOut> outs;
         int64_t row0 = 0;
         for (int64_t part : ns) {  // weight j = rows row0.. of the stacked matrix; its output likewise
-          parts.push_back(Tensor{static_cast<uint16_t*>(dw.data()) + row0 * k, DType::kBF16, {part, k}});
+          parts.push_back(Tensor{static_cast<uint16_t*>(dw.data()) + row0 * k, DType::kBF16, {part, k}, {}});
           row0 += part;
         }
         row0 = 0;

@@ -79,10 +79,10 @@ class CudaConformance : public ::testing::Test {
     return KvSplitValues(bits, kv_dim);
   }
   Tensor HostBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
-    return Tensor{v.data(), DType::kBF16, {rows, cols}};
+    return Tensor{v.data(), DType::kBF16, {rows, cols}, {}};
   }
   Tensor DevBf16(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
-    return Tensor{Dev(v), DType::kBF16, {rows, cols}};
+    return Tensor{Dev(v), DType::kBF16, {rows, cols}, {}};
   }
   // E random experts (gate and up [inter, hidden] in +-0.03, down [hidden, inter] in +-0.1, seeds
   // from `seed`): the bf16 values, host tensors over them and device copies.

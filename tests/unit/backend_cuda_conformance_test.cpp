@@ -541,7 +541,7 @@ TEST_F(CudaConformance, ScratchRingWrapsWithoutCorruption) {
   const int64_t vocab = 4096, dim = 8, n = 1024, calls = 2600;
   std::vector<float> table(vocab * dim);
   for (int64_t i = 0; i < vocab * dim; ++i) table[i] = static_cast<float>(i);
-  Tensor t{Dev(table), DType::kF32, {vocab, dim}};
+  Tensor t{Dev(table), DType::kF32, {vocab, dim}, {}};
   float* out = Dev(std::vector<float>((calls + 63) / 64 * n * dim));  // one slot per 64 calls
   int64_t bad = 0;
   std::vector<int32_t> ids(n);

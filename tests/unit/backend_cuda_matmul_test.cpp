@@ -59,9 +59,9 @@ TEST_F(CudaConformance, MatMulBf16AndF32) {
   const auto wf = Rand(256 * 512, -0.05f, 0.05f, 3);
   const auto x = Rand(16 * 512, -1, 1, 4);
   std::vector<float> want(16 * 256);
-  cpu_->MatMul(x.data(), 16, Tensor{wf.data(), DType::kF32, {256, 512}}, want.data(), false);
+  cpu_->MatMul(x.data(), 16, Tensor{wf.data(), DType::kF32, {256, 512}, {}}, want.data(), false);
   float* dy = Dev(std::vector<float>(16 * 256));
-  gpu_->MatMul(Dev(x), 16, Tensor{Dev(wf), DType::kF32, {256, 512}}, dy, false);
+  gpu_->MatMul(Dev(x), 16, Tensor{Dev(wf), DType::kF32, {256, 512}, {}}, dy, false);
   Report("MatMul f32 m=16", RelErr(Host(dy, want.size()), want));
 }
 
@@ -83,7 +83,7 @@ TEST_F(CudaConformance, RowTiledMmaMatchesCpu) {
     tiled->Upload(dx.data(), x.data(), x.size() * 4);
     tiled->Upload(dw.data(), w.data(), w.size() * 2);
     tiled->Upload(dy.data(), y.data(), y.size() * 4);
-    tiled->MatMul(dx.f32(), m, Tensor{dw.data(), DType::kBF16, {n, k}}, dy.f32(), true);
+    tiled->MatMul(dx.f32(), m, Tensor{dw.data(), DType::kBF16, {n, k}, {}}, dy.f32(), true);
     std::vector<float> got(y.size());
     tiled->Download(got.data(), dy.data(), got.size() * 4);
     Report(("MatMul row-tiled m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k)).c_str(),

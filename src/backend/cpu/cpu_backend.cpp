@@ -23,7 +23,9 @@ inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 void MatMulOn(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate, ThreadPool* pool) {
   TESSERA_CHECK(w.shape.size() == 2);
   const int64_t n = w.shape[0], k = w.shape[1];
-  if (w.dtype == DType::kBF16) {
+  if (w.quantized()) {
+    GemmF32xQuant(x, m, k, w.data, w.quant, n, y, pool, accumulate);
+  } else if (w.dtype == DType::kBF16) {
     GemmF32xBf16(x, m, k, static_cast<const uint16_t*>(w.data), n, y, pool, accumulate);
   } else if (w.dtype == DType::kF32) {
     GemmF32xF32(x, m, k, w.f32(), n, y, pool, accumulate);

@@ -222,6 +222,30 @@ void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n
   Run(fn, XLayout::kPlain, sizeof(float), x, m, k, w, n, y, pool, accumulate);
 }
 
+namespace gemm_internal {
+
+ColumnsFn CurrentF32Columns() {
+  switch (Current()) {
+    case Kernel::kAvx512Bf16:
+    case Kernel::kAvx512: return F32ColumnsAvx512;
+    case Kernel::kAvx2: return F32ColumnsAvx2;
+    case Kernel::kGeneric: break;
+  }
+  return GenericColumns<float>;
+}
+
+DequantRowsFn CurrentDequantRows() {
+  switch (Current()) {
+    case Kernel::kAvx512Bf16:
+    case Kernel::kAvx512: return DequantRowsAvx512;
+    case Kernel::kAvx2: return DequantRowsAvx2;
+    case Kernel::kGeneric: break;
+  }
+  return DequantRowsGeneric;
+}
+
+}  // namespace gemm_internal
+
 const char* GemmKernelName() { return kKernelNames[static_cast<int>(Current())]; }
 
 bool ForceGemmKernel(const char* name) {

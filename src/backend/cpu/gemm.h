@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "core/quant.h"
+
 namespace tessera {
 
 class ThreadPool;
@@ -32,6 +34,14 @@ void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64
 // Same with f32 weights (used for the few tensors converted at load time and by tests).
 void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
                  ThreadPool* pool, bool accumulate = false);
+
+// Same with a quantized w (core/quant.h: `codes` [n, k] in q.kind's storage, scales, zero points,
+// act-order permutation, W8A8 input rounding): the input is permuted / rounded once per call, then
+// each thread dequantizes a block of w's rows into an f32 tile (vectorised for the instruction set)
+// and runs the f32 column kernel over it, so the weights cross memory in their compressed size. Every
+// output is the same sequence of operations whatever the thread count.
+void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t n,
+                   float* y, ThreadPool* pool, bool accumulate = false);
 
 // Which kernel GemmF32xBf16 runs on this machine: "avx512bf16", "avx512", "avx2" or "generic".
 // (GemmF32xF32 runs the f32 kernel of the same instruction set; "avx512bf16" uses "avx512" there.)
@@ -78,6 +88,17 @@ void F32ColumnsAvx512(const GemmArgs& args, int64_t j0, int64_t j1);       // XL
 // gemm_avx2.cpp (call only when CpuHasAvx2Fma()).
 void Bf16ColumnsAvx2(const GemmArgs& args, int64_t j0, int64_t j1);        // XLayout::kEvenOdd16
 void F32ColumnsAvx2(const GemmArgs& args, int64_t j0, int64_t j1);         // XLayout::kPlain
+
+// Dequantizes rows [r0, r1) of a quantized weight into out ([r1 - r0, k] f32, in the codes' column
+// order): gemm_quant.cpp (portable), gemm_quant_avx512.cpp, gemm_quant_avx2.cpp.
+using DequantRowsFn = void (*)(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1,
+                               float* out);
+void DequantRowsGeneric(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
+void DequantRowsAvx512(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
+void DequantRowsAvx2(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
+// The ISA's f32 column kernel (gemm.cpp's choice for GemmF32xF32) and dequantizer.
+ColumnsFn CurrentF32Columns();
+DequantRowsFn CurrentDequantRows();
 
 }  // namespace gemm_internal
 

@@ -30,11 +30,11 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
       {HeadRows(s.key_heads, dk), HeadRows(s.key_heads, dk, kd), HeadRows(s.value_heads, dv, 2 * kd)});
   const std::vector<int64_t> z = WeightLoader::RowsOf(Rows{HeadRows(s.value_heads, dv)});
   const std::vector<int64_t> heads = WeightLoader::RowsOf(Rows{s.value_heads});
-  out->projections.push_back({loader.StackedRows({{prefix + "in_proj_qkv.weight", {conv, h}, qkv},
-                                                  {prefix + "in_proj_z.weight", {vd, h}, z},
-                                                  {prefix + "in_proj_b.weight", {vh, h}, heads},
-                                                  {prefix + "in_proj_a.weight", {vh, h}, heads}}),
-                              0});
+  // (A checkpoint that keeps some of them float beside quantized ones gives one projection a format.)
+  out->projections = loader.StackedProjections({{prefix + "in_proj_qkv.weight", {conv, h}, qkv},
+                                                {prefix + "in_proj_z.weight", {vd, h}, z},
+                                                {prefix + "in_proj_b.weight", {vh, h}, heads},
+                                                {prefix + "in_proj_a.weight", {vh, h}, heads}});
 }
 
 }  // namespace

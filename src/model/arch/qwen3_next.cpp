@@ -48,10 +48,9 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
       ba.push_back((h / d.r) * 2 * d.r + part * d.r + h % d.r);
   // One stacked [q k v z | b a] matrix: the layer's input projection is one matrix product written
   // straight into its combined row.
-  out->projections.push_back(
-      {loader.StackedRows({{prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz},
-                           {prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba}}),
-       0});
+  out->projections =
+      loader.StackedProjections({{prefix + "in_proj_qkvz.weight", {d.conv_dim + d.vd, cfg.hidden_size}, qkvz},
+                                 {prefix + "in_proj_ba.weight", {2 * d.vh, cfg.hidden_size}, ba}});
 }
 
 }  // namespace
