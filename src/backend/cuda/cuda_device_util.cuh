@@ -127,6 +127,16 @@ void WithKvType(KvLayout layout, F&& f) {
     f(float{});
 }
 
+// The same for the tensor-core attention kernels, which read K and V only as the MMAs take them (a bf16
+// or split cache): f(T{}) for those two, nothing for kF32 (AttentionFlashSupported refuses it).
+template <typename F>
+void WithPackedKvType(KvLayout layout, F&& f) {
+  if (layout == KvLayout::kBf16)
+    f(Bf16Bits{});
+  else if (layout == KvLayout::kSplit)
+    f(KvSplit{});
+}
+
 // Index (bf16 units from a row's start) of value x's bf16 in a bf16 row, or of its hi part in a split row
 // (the lo part is kKvSplitChunk further). The packed kernels pass a chunk-aligned x (the lane's offset inside
 // the chunk added after), so it folds to a constant when unrolled.
