@@ -1,7 +1,7 @@
 // tessera cuda backend: backend.h on one CUDA device (Hopper, sm_90a). All ops are queued on one
-// stream; activations are f32 device buffers, weights bf16 (f32 weights are accepted by MatMul);
-// dense GEMMs go through cuBLASLt (activations rounded to bf16, f32 accumulation) except for
-// few-row products, which a bf16 GEMV kernel computes from the f32 activations. Device memory comes
+// stream; activations are f32 device buffers, weights bf16 (f32 weights are accepted by MatMul). Which
+// kernel serves which op at which row count (the GEMV, the few-row MMA kernels, cuBLASLt's hi + lo
+// GEMMs, the attention and MoE kernels) is the table of docs/CUDA.md, "Kernels". Device memory comes
 // from a caching allocator (freed blocks are kept per size and reused in stream order).
 #pragma once
 

@@ -189,11 +189,10 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
                    /*programmatic=*/false, x, m, k, jobs, accumulate, s);
 }
 
-// v3 from kSkinnyWgmmaMinRows rows where it is in use (v3's tile is 64 rows whatever m is: at 9..32
-// rows v2 is faster for most of the models' products; docs/PERFORMANCE.md, tenth session). v2: m <= 32:
-// 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM, half the
-// activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head, or many row
-// tiles).
+// v3 from kSkinnyWgmmaMinRows rows where it is in use (v3's tile is 64 rows whatever m is: at 9..32 rows v2 is faster
+// for most of the models' products; tenth session, `git show 5cf9cf6:docs/PERFORMANCE.md`). v2: m <= 32: 32 x 128
+// tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM, half the activation reads from L2 per
+// weight byte) when the tiles alone fill the SMs (lm_head, or many row tiles).
 constexpr int64_t kSkinnyWgmmaMinRows = 33;
 bool WgmmaTakes(int64_t m) { return SkinnyV3InUse() && m >= kSkinnyWgmmaMinRows; }
 void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
