@@ -13,7 +13,7 @@
 //
 // Fragment layouts (lane = 4 g + q): S reads K rows with the MoE kernels' permutation of k
 // (cuda_mma_util.cuh: lane q holds d 8q..8q+7 of a 32-wide chunk, the same for Q), so a lane's K
-// fragment is one 16-byte read of each half.
+// fragment is one 16-byte read (and one more of the lo half on a split cache).
 //
 // A split f32 cache (the f32 layout of every row of whole 128-value chunks, cuda_kv_layout.h) is staged
 // as stored, and a row's 128-dim chunks hold 128 bf16 hi then 128 bf16 lo: K's B fragments are 16-byte
