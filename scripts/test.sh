@@ -9,13 +9,14 @@ bash scripts/fetch_test_data.sh
 jobs=$(nproc)
 
 echo "== release build and tests"
-bash scripts/build.sh build
+# Tests and benchmarks on explicitly: build/ may have been configured by scripts/run.sh without them.
+bash scripts/build.sh build -DTESSERA_TESTS=ON -DTESSERA_BENCH=ON
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900)
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 # The CUDA backend is compiled (and its tests skipped without a GPU) in the release build above;
 # the sanitizer build covers the host code.
-bash scripts/build.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+bash scripts/build.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800)

@@ -10,13 +10,15 @@
 
 namespace tessera {
 
-std::string EscapeLabelValue(const std::string& s) {
+namespace {
+// The format's escapes: backslash and newline everywhere, the double quote in label values only.
+std::string Escape(const std::string& s, bool quote) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
     if (c == '\\')
       out += "\\\\";
-    else if (c == '"')
+    else if (c == '"' && quote)
       out += "\\\"";
     else if (c == '\n')
       out += "\\n";
@@ -25,19 +27,11 @@ std::string EscapeLabelValue(const std::string& s) {
   }
   return out;
 }
+}  // namespace
 
-std::string EscapeHelp(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
+std::string EscapeLabelValue(const std::string& s) { return Escape(s, /*quote=*/true); }
+
+std::string EscapeHelp(const std::string& s) { return Escape(s, /*quote=*/false); }
 
 std::string FormatMetricValue(double v) {
   if (std::isnan(v)) return "NaN";

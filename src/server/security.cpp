@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 namespace {
@@ -20,13 +21,6 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> Sha256(std::string_view s) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> d{};
   SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
   return d;
-}
-
-std::string TrimWs(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
 }
 
 }  // namespace
@@ -60,7 +54,7 @@ std::optional<IpAddress> IpAddress::Parse(std::string_view text) {
 }
 
 CidrRange CidrRange::Parse(std::string_view text) {
-  std::string t = TrimWs(text);
+  std::string t = TrimSpace(text);
   std::string addr = t;
   int bits = -1;
   if (auto slash = t.find('/'); slash != std::string::npos) {
@@ -114,7 +108,7 @@ ApiKeyStore ApiKeyStore::Load(const std::vector<std::string>& keys, const std::s
     if (!in) Fail(ErrorKind::kNotFound, "cannot read API key file '{}'", key_file);
     std::string line;
     while (std::getline(in, line)) {
-      std::string t = TrimWs(line);
+      std::string t = TrimSpace(line);
       if (t.empty() || t[0] == '#') continue;
       store.Add(t);
     }
@@ -126,7 +120,7 @@ ApiKeyStore ApiKeyStore::Load(const std::vector<std::string>& keys, const std::s
 }
 
 void ApiKeyStore::Add(std::string key) {
-  std::string t = TrimWs(key);
+  std::string t = TrimSpace(key);
   if (t.empty()) return;
   for (const auto& [k, id] : keys_)
     if (k == t) return;
@@ -156,12 +150,12 @@ std::optional<std::string> ApiKeyStore::Match(std::string_view presented) const 
 }
 
 std::string BearerToken(std::string_view h) {
-  std::string t = TrimWs(h);
+  std::string t = TrimSpace(h);
   if (t.size() < 7) return "";
   std::string scheme = t.substr(0, 7);
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (scheme != "bearer ") return "";
-  return TrimWs(std::string_view(t).substr(7));
+  return TrimSpace(std::string_view(t).substr(7));
 }
 
 RateLimiter::RateLimiter(double rpm, double tpm) : rpm_(rpm), tpm_(tpm) {}

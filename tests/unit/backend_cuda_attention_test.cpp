@@ -4,7 +4,7 @@
 // splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
 // splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
 // tensor-core kernels (TESSERA_CUDA_ATTENTION_FLASH=1: flash, and the decode kernel for decode calls)
-// and without them (the grouped kernels); decode calls also on the flash kernel's few-row shape
+// and without them (the per-head kernel); decode calls also on the flash kernel's few-row shape
 // (TESSERA_CUDA_ATTENTION_DECODE=0). Each also runs on a bf16 KV cache
 // (--kv-cache-dtype bf16) with K and V drawn as bf16 values, so the cache is exact and the CPU's f32
 // reference still applies (the kernels' own error only). Causal sequences (prompts, decode rows) pass
@@ -128,9 +128,9 @@ class Call {
       cpu->Attention(a);
   }
 
-  // The same call on `gpu` (its KvCacheDType() picks the cache's element type; `split`: an f32 cache is
-  // split, as the backend was made); returns the relative error against the CPU.
-  double RunOn(Backend& gpu, bool split) const {
+  // The same call on `gpu` (its KvCacheDType() picks the cache's element type; an f32 cache of these
+  // shapes' rows is split); returns the relative error against the CPU.
+  double RunOn(Backend& gpu) const {
     auto dev = [&](const std::vector<float>& h) {
       DeviceBuffer b(gpu, h.size() * sizeof(float));
       gpu.Upload(b.data(), h.data(), h.size() * sizeof(float));
@@ -150,7 +150,7 @@ class Call {
                     dvc.data());
     // bf16 and split calls read committed rows from the cache only: NaN in k / v would show if they did not.
     std::vector<float> k = k_, v = v_;
-    if (bf16 || cuda::F32KvLayout(kv_dim_, split) == cuda::KvLayout::kSplit) {
+    if (bf16 || cuda::F32KvLayout(kv_dim_) == cuda::KvLayout::kSplit) {
       int64_t row0 = 0;
       for (const Seq& s : seqs_) {
         for (int64_t t = 0; t < CommitLen(s); ++t) {
@@ -251,34 +251,26 @@ const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
 
 // The call on CUDA backends made with each kernel choice: the tensor-core kernels (decode calls on
 // the decode kernel), the flash kernel's few-row shape for decode calls too
-// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and with FLASH=0 the per-head kernel (a
-// split or bf16 cache) or the grouped kernels (plain f32). An f32 cache is split (the default); the
-// tensor-core kernels and the grouped ones run again on a plain f32 cache (TESSERA_CUDA_KV_SPLIT=0).
+// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and with FLASH=0 the per-head kernel. An
+// f32 cache of these shapes is split (cuda_kv_layout.h).
 void RunKernels(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed,
                 bool decode_off) {
   struct Choice {
-    const char *flash, *decode, *split, *label;
+    const char *flash, *decode, *label;
   };
-  const Choice choices[] = {{"1", "1", "1", "flash=1"},
-                            {"1", "0", "1", "flash=1 decode=0"},
-                            {"0", "1", "1", "flash=0"},
-                            {"1", "1", "0", "flash=1 unsplit"},
-                            {"1", "0", "0", "flash=1 decode=0 unsplit"},
-                            {"0", "1", "0", "flash=0 unsplit"}};
+  const Choice choices[] = {{"1", "1", "flash=1"}, {"1", "0", "flash=1 decode=0"}, {"0", "1", "flash=0"}};
   for (const bool bf16 : {false, true}) {
     const Call call(sh, seqs, seed, /*reference=*/true, bf16);
     for (const Choice& ch : choices) {
       if (!decode_off && std::string(ch.decode) == "0") continue;
-      if (bf16 && std::string(ch.split) == "0") continue;  // a bf16 cache has one layout
       std::unique_ptr<Backend> gpu;
       {
         ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
         ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
-        ScopedEnv split("TESSERA_CUDA_KV_SPLIT", ch.split);
         gpu = MakeCudaBackend();
       }
       if (bf16) gpu->SetKvCacheDType(DType::kBF16);
-      const double err = call.RunOn(*gpu, std::string(ch.split) == "1");
+      const double err = call.RunOn(*gpu);
       char name[160];
       std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s kv=%s", what.c_str(),
                     static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
@@ -407,7 +399,6 @@ TEST_F(CudaAttention, KvWriteBf16Cache) {
 // chunks) stay plain f32, bit for bit; rows nobody wrote keep their bytes.
 TEST_F(CudaAttention, KvWriteSplitCache) {
   for (const int64_t kv_dim : {int64_t{512}, int64_t{64}}) {
-    ScopedEnv split("TESSERA_CUDA_KV_SPLIT", "1");
     auto gpu = MakeCudaBackend();
     ASSERT_EQ(KvCacheSplit(kv_dim), kv_dim == 512);
     const int64_t page = 16, stride = kv_dim + 4, T = 37, first_pos = 21;
@@ -532,7 +523,7 @@ TEST_F(CudaAttention, QkNormRopeKvWriteEqualsTwoOps) {
 }
 
 // Timing of the calls of issue 5's rows (one layer's attention), the tensor-core kernels against the
-// flash kernel alone and the grouped kernels, and the tensor-core kernels on a bf16 cache: only with
+// flash kernel alone and the per-head kernel, and the tensor-core kernels on a bf16 cache: only with
 // TESSERA_CUDA_ATTENTION_BENCH=1 (no reference, prints microseconds per call).
 TEST_F(CudaAttention, Timing) {
   if (const char* e = std::getenv("TESSERA_CUDA_ATTENTION_BENCH"); e == nullptr || std::string(e) != "1")
@@ -551,25 +542,24 @@ TEST_F(CudaAttention, Timing) {
   for (const auto& [sh, r] : calls) {
     const auto& [what, seqs] = rows[r];
     const Call call(sh, seqs, 600, /*reference=*/false);
-    // Tensor cores (decode rows on the decode kernel; f32 cache split, the default), the flash kernel
-    // alone, the grouped kernels (plain f32 cache), the tensor cores on a bf16 cache and on a plain f32 one.
-    double us[5];
-    for (int f = 0; f < 5; ++f) {
+    // Tensor cores (decode rows on the decode kernel; split f32 cache), the flash kernel alone, the
+    // per-head kernel, the tensor cores on a bf16 cache.
+    double us[4];
+    for (int f = 0; f < 4; ++f) {
       std::unique_ptr<Backend> gpu;
       {
         ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", f != 2 ? "1" : "0");
         ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", f == 1 ? "0" : "1");
-        ScopedEnv split("TESSERA_CUDA_KV_SPLIT", f == 2 || f == 4 ? "0" : "1");
         gpu = MakeCudaBackend();
       }
       if (f == 3) gpu->SetKvCacheDType(DType::kBF16);
       us[f] = call.TimeOn(*gpu, 20);
     }
     std::printf(
-        "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  grouped %9.1f us  "
-        "bf16 cache %9.1f us  unsplit f32 %9.1f us\n",
+        "attention timing heads=%ld/%ld hd=%ld %-22s tensor cores %9.1f us  flash only %9.1f us  per-head %9.1f us  "
+        "bf16 cache %9.1f us\n",
         static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd), what.c_str(), us[0],
-        us[1], us[2], us[3], us[4]);
+        us[1], us[2], us[3]);
   }
 }
 

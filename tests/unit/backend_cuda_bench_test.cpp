@@ -47,6 +47,7 @@
 
 #include "core/dtype.h"
 #include "model/model.h"
+#include "model/weight_census.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -92,30 +93,6 @@ bool ResultValid(const ForwardResult& r, int64_t vocab) {
   return AllFinite(r.logits);
 }
 
-// Parameter counts of a config, from the tensor list the loader expects.
-struct WeightCensus {
-  int64_t non_expert_params = 0;  // every layer tensor but the routed experts; no embedding, no lm_head
-  int64_t expert_params = 0;      // one routed expert of one layer (gate, up, down)
-  int64_t lm_head_params = 0;     // vocab x hidden (the embedding when tied)
-  int64_t moe_layers = 0;
-  int64_t active_params_per_row = 0;  // non-expert + k routed experts per MoE layer (no lm_head)
-
-  explicit WeightCensus(const ModelConfig& c) {
-    for (const ExpectedTensor& t : ExpectedTensors(c)) {
-      if (t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight" ||
-          t.name.find(".mlp.experts.") != std::string::npos)
-        continue;
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      non_expert_params += n;
-    }
-    for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
-    expert_params = 3 * c.moe_intermediate_size * c.hidden_size;
-    lm_head_params = c.vocab_size * c.hidden_size;
-    active_params_per_row = non_expert_params + moe_layers * c.num_experts_per_tok * expert_params;
-  }
-};
-
 // The shape of one forward step, as the floor needs it.
 struct StepShape {
   int64_t sequences = 1;
@@ -132,8 +109,8 @@ struct StepCost {
 };
 
 // What one step must read and compute. Assumptions:
-//  - weights are bf16 (2 bytes a parameter; the f32 norm vectors on the GPU are negligible) and
-//    each is read once per step whatever the row count: all non-expert tensors of every layer
+//  - weights are bf16 (2 bytes a parameter, vectors too: WeightCensus::StepBytes, the count `tessera
+//    inspect` prints) and each is read once per step whatever the row count: all non-expert tensors of every layer
 //    (attention or Gated DeltaNet projections, norms, router, shared expert and its gate, dense
 //    FFNs), the routed experts the step touches (`distinct_per_layer` from collect_expert_stats;
 //    without stats the upper bound min(E, rows * k)), the whole lm_head, one embedding row a token;
@@ -156,19 +133,16 @@ StepCost CountStep(const ModelConfig& c, const WeightCensus& w, DType kv_dtype, 
     for (int32_t d : distinct_per_layer) touched += std::max(d, 0);
   }
   cost.experts_per_layer = w.moe_layers ? touched / w.moe_layers : 0;
-  const double weight_params = w.non_expert_params + touched * w.expert_params + w.lm_head_params +
-                               static_cast<double>(rows) * c.hidden_size;
   const double kv_bytes = static_cast<double>(s.sequences) * (s.cached_keys + s.committed_rows) *
                           Model::KvBytesPerToken(c, kv_dtype);
   const double state_bytes = 2.0 * s.sequences * Model::StateBytesPerSequence(c);
-  cost.bytes = 2.0 * weight_params + kv_bytes + state_bytes;
+  cost.bytes = w.StepBytes(touched, rows) + kv_bytes + state_bytes;  // bf16 weights, vectors included
 
   const double attention = 4.0 * s.attended_keys * c.num_heads * c.head_dim *
                            c.NumLayersOf(LayerKind::kFullAttention);
   const double delta_rule = 6.0 * c.linear_num_value_heads * c.linear_key_head_dim *
                             c.linear_value_head_dim * c.NumLayersOf(LayerKind::kLinearAttention);
-  cost.flops = rows * (2.0 * w.active_params_per_row + attention + delta_rule) +
-               2.0 * w.lm_head_params * s.logits_rows;
+  cost.flops = rows * (2.0 * w.MatmulParamsPerRow() + attention + delta_rule) + 2.0 * w.lm_head * s.logits_rows;
   return cost;
 }
 
@@ -224,7 +198,7 @@ class CachePool {
 class CudaBenchRun {
  public:
   CudaBenchRun(Model& m, std::string name, int64_t steps, double copy_bandwidth)
-      : model_(m), cfg_(m.config()), census_(cfg_), pool_(m), name_(std::move(name)), steps_(steps),
+      : model_(m), cfg_(m.config()), census_(WeightCensus::Of(cfg_)), pool_(m), name_(std::move(name)), steps_(steps),
         bandwidth_(copy_bandwidth), host_logits_(EnvInt("TESSERA_CUDA_BENCH_LOGITS", 0) != 0) {}
 
   // Greedy tokens drawn on the device for every logits row (what a server does for greedy

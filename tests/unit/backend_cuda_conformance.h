@@ -22,7 +22,7 @@ namespace tessera::cuda_conformance {
 
 // Every op keeps f32-level accuracy against the CPU: f32 arithmetic, or bf16 tensor-core products with
 // the f32 operands split into hi + lo bf16 parts (~16 mantissa bits). Measured on the H200: <= 6.1e-6
-// for every op here (docs/PERFORMANCE.md, fourteenth session). A kernel that dropped an operand's lo
+// for every op here (fourteenth session, `git show 5cf9cf6:docs/PERFORMANCE.md`). A kernel that dropped an operand's lo
 // part errs ~1e-3 (v3 without its lo wgmmas: 1.0-1.7e-3), well inside the 1e-2 that bf16 activations
 // would be allowed (issue 5's bound): 1e-4 is what catches it.
 inline constexpr double kTol = 1e-4;

@@ -463,8 +463,9 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
   const RandomExperts experts = MakeExperts(E, I, H, 1000);
   const std::vector<ExpertWeights>& host = experts.host;
   const std::vector<ExpertWeights>& dev = experts.dev;
-  // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-520: device-grouped on tensor cores (64
-  // skewed so that one expert gets every row: 4 units of it); then 40 and 520 rows again on the
+  // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-520: device-grouped on tensor cores, the
+  // pipelined kernels (64 skewed so that one expert gets every row: 4 units of it); 2048 (16,384 pairs,
+  // 1,152 units): the first MMA kernels, which prompt chunks take; then 40 and 64 rows again on the
   // CUDA-core grouped kernels and (520 rows, 4160 pairs) on the host-grouped cuBLASLt path, through
   // backends made with the environment switches that select them.
   struct Path {
@@ -473,11 +474,11 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
     const char* max_slots;  // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS
     int64_t rows;
   };
-  const Path paths[] = {{"", nullptr, nullptr, 1},         {"", nullptr, nullptr, 2},
-                        {"", nullptr, nullptr, 4},         {"", nullptr, nullptr, 40},
-                        {"", nullptr, nullptr, 64},        {"", nullptr, nullptr, 520},
-                        {" simt", "simt", nullptr, 40},    {" simt", "simt", nullptr, 64},
-                        {" host-grouped", nullptr, "4096", 520}};
+  const Path paths[] = {{"", nullptr, nullptr, 1},      {"", nullptr, nullptr, 2},
+                        {"", nullptr, nullptr, 4},      {"", nullptr, nullptr, 40},
+                        {"", nullptr, nullptr, 64},     {"", nullptr, nullptr, 520},
+                        {"", nullptr, nullptr, 2048},   {" simt", "simt", nullptr, 40},
+                        {" simt", "simt", nullptr, 64}, {" host-grouped", nullptr, "4096", 520}};
   for (const Path& path : paths) {
     const int64_t R = path.rows;
     std::unique_ptr<Backend> other;

@@ -129,12 +129,12 @@ TEST(CudaSplitPlan, DecodePlanFillsWaves) {
         }
 }
 
-// The examples of the plan's comment and of the sixteenth session (docs/PERFORMANCE.md), worked by hand from
-// the documented cost (waves x (chunk + 32)) at 1,025 keys (planned for 1,280): 8 sequences of 4 KV heads on
-// 396 resident blocks take 10 splits of 128 (320 blocks, one wave), not GqaSplitPlan's 14 of 96 (448 blocks:
-// a second wave of 52); 32 sequences take 3 of 448 (384 blocks) where ~4 blocks an SM made 5 (640 blocks,
-// 1.6 waves); batch 1 takes the least chunk, 40 splits of 32 (160 blocks); 64 sequences (256 blocks) take 3
-// of 448: two waves of 448 + 32 (768 blocks) beat one wave of 1,280 + 32 and 2 splits' two waves of 640 + 32.
+// The examples of the plan's comment and of the sixteenth session (`git show 5cf9cf6:docs/PERFORMANCE.md`), worked by
+// hand from the documented cost (waves x (chunk + 32)) at 1,025 keys (planned for 1,280): 8 sequences of 4 KV heads on
+// 396 resident blocks take 10 splits of 128 (320 blocks, one wave), not GqaSplitPlan's 14 of 96 (448 blocks: a second
+// wave of 52); 32 sequences take 3 of 448 (384 blocks) where ~4 blocks an SM made 5 (640 blocks, 1.6 waves); batch 1
+// takes the least chunk, 40 splits of 32 (160 blocks); 64 sequences (256 blocks) take 3 of 448: two waves of 448 + 32
+// (768 blocks) beat one wave of 1,280 + 32 and 2 splits' two waves of 640 + 32.
 TEST(CudaSplitPlan, DecodePlanExamples) {
   EXPECT_TRUE(Decode(8, 4, 1025, 396) == (Plan{10, 128}));
   EXPECT_TRUE(Gqa(8, 4, 1025, 132, 32) == (Plan{14, 96}));

@@ -250,6 +250,26 @@ TEST(CliInspect, ParameterCountsMatchPublishedSizes) {
   EXPECT_NE(r.out.find("30 Gated DeltaNet"), std::string::npos) << r.out;
 }
 
+// `tessera inspect`'s "read per token" is the numerator of the benchmarks' decode floor (one count,
+// WeightCensus): one embedding row, not the table; the lm_head; top-k routed experts. Qwen3-30B-A3B
+// by hand from its config.json:
+//   a layer: q 4096 x 2048 = 8,388,608 + k, v 512 x 2048 = 2 x 1,048,576 + o 2048 x 4096 = 8,388,608
+//            + router 128 x 2048 = 262,144 + norms 2 x 2048 + q / k norms 2 x 128 = 19,140,864;
+//            48 layers: 918,761,472; the final norm 2,048
+//   experts: 48 layers x top-8 x (gate + up + down) 3 x 768 x 2048 = 1,811,939,328
+//   lm_head 151,936 x 2048 = 311,164,928; one embedding row 2,048
+//   = 3,041,869,824 parameters, x 2 bytes (bf16) = 6,083,739,648 bytes = 5.67 GiB (the benchmarks' 6.08
+//   GB; counting the whole embedding table, as inspect did, gave 6.71 GB = 6.25 GiB).
+TEST(CliInspect, ReadPerTokenIsTheDecodeFloorsCount) {
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["read_bytes_per_token_bf16"].get<int64_t>(), int64_t{6'083'739'648});
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("read per token:   5.67 GiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top-8 experts"), std::string::npos) << r.out;
+}
+
 // The GPU memory plan: utilization x the device, minus the bf16 weights and the context estimate,
 // the state slots and the activation reserve, leaves the KV pool; a device too small is an error.
 TEST(CliInspect, GpuMemoryPlanAddsUp) {

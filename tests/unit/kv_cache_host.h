@@ -17,10 +17,8 @@ inline std::pair<uint16_t, uint16_t> KvSplitParts(float x) {
   return {hi, F32ToBf16(x - Bf16ToF32(hi))};
 }
 
-// Whether a CUDA backend made now keeps an f32 cache of rows of kv_dim values split.
-inline bool KvCacheSplit(int64_t kv_dim) {
-  return cuda::F32KvLayout(kv_dim, cuda::KvSplitEnabledByEnv()) == cuda::KvLayout::kSplit;
-}
+// Whether a CUDA backend keeps an f32 cache of rows of kv_dim values split.
+inline bool KvCacheSplit(int64_t kv_dim) { return cuda::F32KvLayout(kv_dim) == cuda::KvLayout::kSplit; }
 
 // The values an f32 cache (rows of kv_dim) keeps of x: x itself, or hi + lo when split.
 inline std::vector<float> KvStoredValues(std::vector<float> x, int64_t kv_dim) {

@@ -6,6 +6,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -166,6 +170,37 @@ TEST(ServerConfig, BadValuesAreNamed) {
     std::string err = ErrorOf([&] { ValidateServerConfig(c); });
     EXPECT_NE(err.find(key), std::string::npos) << key << "=" << value << " -> " << err;
   }
+}
+
+// Each key's range or choices is in the key table (server_config.cpp), and the message says it.
+TEST(ServerConfig, ValuesOutsideAKeysRangeOrChoicesAreRefusedSayingWhich) {
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"model.tensor_parallel_size", "65", "must be in 1..64"},
+           {"model.compute_threads", "-1", "must be in 0..1024"},
+           {"server.max_body_bytes", "1000", "must be >= 1024"},
+           {"diffusion.mask_token_id", "-2", "must be >= -1"},
+           {"engine.gpu_memory_utilization", "0", "must be in (0, 1]"},
+           {"limits.tokens_per_minute", "-5", "must be >= 0"},
+           {"model.dtype", "int3", "'int3' is not one of: auto, bf16, bfloat16, f16, float16, f32, float32"},
+           {"diffusion.policy", "greedy", "is not one of: static, threshold, editing"},
+       }) {
+    ServerConfig c;
+    SetConfigValue(c, key, value);
+    const std::string err = ErrorOf([&] { ValidateServerConfig(c); });
+    EXPECT_NE(err.find("'" + key + "'"), std::string::npos) << key << "=" << value << " -> " << err;
+    EXPECT_NE(err.find(says), std::string::npos) << key << "=" << value << " -> " << err;
+  }
+  // The ends of a range and the empty choice of diffusion.policy are accepted.
+  ServerConfig c;
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"model.tensor_parallel_size", "64"},
+                                                        {"server.port", "0"},
+                                                        {"engine.gpu_memory_utilization", "1"},
+                                                        {"server.max_body_bytes", "1024"},
+                                                        {"diffusion.policy", ""},
+                                                        {"diffusion.mask_token_id", "-1"}})
+    SetConfigValue(c, key, value);
+  EXPECT_NO_THROW(ValidateServerConfig(c));
 }
 
 TEST(ServerConfig, ByteSizes) {

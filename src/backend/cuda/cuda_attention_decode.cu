@@ -16,32 +16,30 @@
 //   memory each tile, so a warp's stages stay 33 KiB and 6 warps fit an SM at either head_dim.
 // - KW key warps of a block take interleaved 16-key tiles of the block's keys and merge at the end.
 //
-// Measured (ncu, same calls): 84.7 us at 3.2 TB/s (head_dim 128), 102 us at 2.6 TB/s (256), ~1,050
-// instructions a warp per 16 keys, still latency-bound (5.6 warps an SM, 5.6 cycles between a warp's
-// instructions). About half of the instructions split K and V into bf16 hi + lo; a cache that stores
-// them split (same bytes) would remove that. Tried and dropped (docs/PERFORMANCE.md): per-lane
-// cp.async.bulk copies (the compiler serialises them lane by lane, ~9 instructions a row) and tf32
-// MMAs with a 2-instruction split (twice the MMAs; 97.5 against 84.7 us).
+// Measured on a plain f32 cache (ncu, same calls): 84.7 us at 3.2 TB/s (head_dim 128), 102 us at
+// 2.6 TB/s (256), ~1,050 instructions a warp per 16 keys, still latency-bound (5.6 warps an SM, 5.6
+// cycles between a warp's instructions), about half of them splitting K and V into bf16 hi + lo: the
+// split cache below removed those (and the plain f32 form of this kernel with it). Tried and dropped
+// (docs/PERFORMANCE.md): per-lane cp.async.bulk copies (the compiler serialises them lane by lane, ~9
+// instructions a row) and tf32 MMAs with a 2-instruction split (twice the MMAs; 97.5 against 84.7 us).
 //
 // Fragments (lane = 4 g + q): A of S^T = K rows g and g + 8, lane q holding dims 8q..8q+7 of each
-// 32-dim chunk as the MoE kernels' permuted k (LoadA), B = Q^T the same way (in registers);
-// accumulator c0, c1 = key g, vectors 2q, 2q+1; c2, c3 = key g + 8. P goes through shared memory to
-// the B layout (keys 2q, 2q+1, 2q+8, 2q+9 of vector g). O^T: m-tile 4h + e holds dims 64h + 4g + e
-// (row g) and 64h + 32 + 4g + e (row g + 8), so a lane reads V as float4s at 64h + 4g and
-// 64h + 32 + 4g of rows 2q, 2q+1, 2q+8, 2q+9 (row stride 132 floats: no bank conflicts). Masks, key
-// splits and the partial layout are the flash kernel's; AttentionMerge combines splits.
+// 32-dim chunk as the MoE kernels' permuted k, B = Q^T the same way (in registers); accumulator c0,
+// c1 = key g, vectors 2q, 2q+1; c2, c3 = key g + 8. P goes through shared memory to the B layout
+// (keys 2q, 2q+1, 2q+8, 2q+9 of vector g). Masks, key splits and the partial layout are the flash
+// kernel's; AttentionMerge combines splits.
 //
-// A split f32 cache (the default f32 layout, cuda_kv_layout.h) is staged as f32's 512-byte row slices, which
-// hold 128 bf16 hi then 128 bf16 lo: K's A fragments are two 16-byte reads from each half, V^T's two
-// ldmatrix.trans, the 3 MMAs a product as above but no split instruction for K or V (ncu, Qwen3-30B-A3B batch
-// 64 at 1K: 83.5 -> 78.3 us a layer, 3.24 -> 3.45 TB/s; still short of the copy rate: 6 warps an SM, each
-// waiting on its own two stages).
+// A split f32 cache (the f32 layout of every row of whole 128-value chunks, cuda_kv_layout.h) is staged
+// as 512-byte row slices, which hold 128 bf16 hi then 128 bf16 lo: K's A fragments are two 16-byte reads
+// from each half, V^T's two ldmatrix.trans, the 3 MMAs a product as above but no split instruction for K
+// or V (ncu, Qwen3-30B-A3B batch 64 at 1K: 83.5 -> 78.3 us a layer, 3.24 -> 3.45 TB/s; still short of
+// the copy rate: 6 warps an SM, each waiting on its own two stages).
 //
 // A bf16 cache (--kv-cache-dtype bf16) is staged as stored (a 256-byte row slice: half a warp a row) and
 // goes to the MMAs as it is: K's A fragment is two 16-byte reads, V^T's comes from ldmatrix.trans (m-tile
 // m = dims 16 m.., keys as the 8x8 matrices' rows), and only Q and P are split (2 MMAs a product). The
-// decode b64 call (64 x 1,025 keys, host-timed, 2026-12-03): 32 / 4 x 128: 75 us against 117 us on the f32
-// cache; 16 / 2 x 256: 71 against 132 us.
+// decode b64 call (64 x 1,025 keys, host-timed, 2026-12-03): 32 / 4 x 128: 75 us against 117 us on the
+// plain f32 cache; 16 / 2 x 256: 71 against 132 us.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,20 +54,20 @@ namespace tessera::cuda {
 
 namespace {
 
-// Cache element type T (float, Bf16Bits or KvSplit), G query heads per KV head, head_dim D, KW key
-// warps; DW = D / 128 warps share a tile's dims.
+// Cache element type T (Bf16Bits or KvSplit), G query heads per KV head, head_dim D, KW key warps;
+// DW = D / 128 warps share a tile's dims.
 template <typename T, int G, int D, int KW>
 struct DecodeShape {
   static constexpr bool kBf16 = kKvBf16<T>, kSplit = kKvSplit<T>;
-  static constexpr bool kPacked = kBf16 || kSplit;  // MMA operands as stored (accumulators in bf16's order)
+  static_assert(kBf16 || kSplit, "K and V are read as the MMAs take them");
   static constexpr int DW = D / 128, kWarps = KW * DW, kThreads = 32 * kWarps;
   static constexpr int NT = G > 8 ? G / 8 : 1;  // n-tiles of 8 query vectors
   static constexpr int VEC = 8 * NT;            // query vectors (row, head) of a block
-  // Staged row strides of a 128-dim slice, in elements: f32 132 (conflict-free float4 reads); bf16 K
-  // 160 (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V 136 (ldmatrix's 8 rows in
-  // distinct 16-byte bank groups); split (4-byte elements: a row slice is 128 hi then 128 lo) K 144
-  // (16 banks apart again), V 132 (528 bytes: distinct 16-byte groups).
-  static constexpr int SKK = kBf16 ? 160 : kSplit ? 144 : 132;
+  // Staged row strides of a 128-dim slice, in elements: bf16 K 160 (rows g and g + 1 16 banks apart
+  // for the lanes' 16-byte reads), V 136 (ldmatrix's 8 rows in distinct 16-byte bank groups); split
+  // (4-byte elements: a row slice is 128 hi then 128 lo) K 144 (16 banks apart again), V 132 (528
+  // bytes: distinct 16-byte groups).
+  static constexpr int SKK = kBf16 ? 160 : 144;
   static constexpr int SKV = kBf16 ? 136 : 132;
   static constexpr int RK = SKK * int{sizeof(T)} / 2, RV = SKV * int{sizeof(T)} / 2;  // the strides in bf16 units
   static constexpr size_t kStageElems = 16 * size_t{SKK + SKV};      // 16 K rows, then 16 V rows
@@ -150,7 +148,7 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
     return t;
   };
   // Local tile i into stage i % 2 as one cp.async group (an empty group past the warp's last tile, so that the wait
-  // below counts the same every iteration). A row slice is 512 bytes (f32: lane l copies bytes 16 l.., a row an
+  // below counts the same every iteration). A row slice is 512 bytes (split: lane l copies bytes 16 l.., a row an
   // instruction) or 256 (bf16: half-warp h copies the rows of parity h, lane l bytes 16 (l % 16)..). Rows past the keys
   // are zero-filled without reading memory.
   constexpr int kRowLanes = S::kBf16 ? 16 : 32, kPiece = 16 / int{sizeof(T)};
@@ -230,21 +228,17 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t ah[2][4], al[2][4];
-      if constexpr (S::kPacked) {
-        // K rows g and g + 8 as they are (exact): the register order of LoadA's hi part; a split slice's lo
-        // half (128 bf16 further) the same way.
-        const auto* kr = reinterpret_cast<const uint16_t*>(Ks) + g * S::RK + 32 * c + 8 * q;
-        auto load = [&](const uint16_t* r0, uint32_t(&r)[2][4]) {
-          const uint4 x = *reinterpret_cast<const uint4*>(r0);
-          const uint4 y = *reinterpret_cast<const uint4*>(r0 + 8 * S::RK);  // row g + 8
-          r[0][0] = x.x, r[0][1] = y.x, r[0][2] = x.y, r[0][3] = y.y;
-          r[1][0] = x.z, r[1][1] = y.z, r[1][2] = x.w, r[1][3] = y.w;
-        };
-        load(kr, ah);
-        if constexpr (S::kSplit) load(kr + kKvSplitChunk, al);
-      } else {
-        LoadA(Ks + g * SKK + 32 * c + 8 * q, Ks + (g + 8) * SKK + 32 * c + 8 * q, true, true, ah, al);
-      }
+      // K rows g and g + 8 as they are (exact): the register order of LoadA's hi part; a split slice's lo
+      // half (128 bf16 further) the same way.
+      const auto* kr = reinterpret_cast<const uint16_t*>(Ks) + g * S::RK + 32 * c + 8 * q;
+      auto load = [&](const uint16_t* r0, uint32_t(&r)[2][4]) {
+        const uint4 x = *reinterpret_cast<const uint4*>(r0);
+        const uint4 y = *reinterpret_cast<const uint4*>(r0 + 8 * S::RK);  // row g + 8
+        r[0][0] = x.x, r[0][1] = y.x, r[0][2] = x.y, r[0][3] = y.y;
+        r[1][0] = x.z, r[1][1] = y.z, r[1][2] = x.w, r[1][3] = y.w;
+      };
+      load(kr, ah);
+      if constexpr (S::kSplit) load(kr + kKvSplitChunk, al);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float* a = sc[c][nt];
@@ -322,57 +316,21 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         acc[nt][m][2] *= corr[nt][0], acc[nt][m][3] *= corr[nt][1];
       }
     }
-    // O^T += V^T P^T.
-    if constexpr (S::kPacked) {
-      // V^T's A fragment of m-tile m (dims 16 m..) from ldmatrix.trans: lanes 0-7 address keys 0-7 at dim 16 m,
-      // lanes 8-15 keys 0-7 at 16 m + 8, lanes 16-23 keys 8-15 at 16 m, lanes 24-31 keys 8-15 at 16 m + 8; a
-      // split slice's lo half (128 bf16 further) adds the third product.
-      const auto* vrow = reinterpret_cast<const uint16_t*>(Vs) + ((lane & 7) + 8 * (lane >> 4)) * S::RV +
-                         8 * ((lane >> 3) & 1);
+    // O^T += V^T P^T. V^T's A fragment of m-tile m (dims 16 m..) from ldmatrix.trans: lanes 0-7 address
+    // keys 0-7 at dim 16 m, lanes 8-15 keys 0-7 at 16 m + 8, lanes 16-23 keys 8-15 at 16 m, lanes 24-31 keys
+    // 8-15 at 16 m + 8; a split slice's lo half (128 bf16 further) adds the third product.
+    const auto* vrow =
+        reinterpret_cast<const uint16_t*>(Vs) + ((lane & 7) + 8 * (lane >> 4)) * S::RV + 8 * ((lane >> 3) & 1);
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        uint32_t vh[4], vl[4];
-        LdMatrixX4Trans(vh, vrow + 16 * m);
-        if constexpr (S::kSplit) LdMatrixX4Trans(vl, vrow + kKvSplitChunk + 16 * m);
+    for (int m = 0; m < 8; ++m) {
+      uint32_t vh[4], vl[4];
+      LdMatrixX4Trans(vh, vrow + 16 * m);
+      if constexpr (S::kSplit) LdMatrixX4Trans(vl, vrow + kKvSplitChunk + 16 * m);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          Mma(acc[nt][m], vh, ph[nt][0], ph[nt][1]);
-          Mma(acc[nt][m], vh, pl[nt][0], pl[nt][1]);
-          if constexpr (S::kSplit) Mma(acc[nt][m], vl, ph[nt][0], ph[nt][1]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const T* vb = Vs + 2 * q * SKV + 64 * h + 4 * g;
-        const float4 r0v = *reinterpret_cast<const float4*>(vb), r1v = *reinterpret_cast<const float4*>(vb + SKV);
-        const float4 r8v = *reinterpret_cast<const float4*>(vb + 8 * SKV);
-        const float4 r9v = *reinterpret_cast<const float4*>(vb + 9 * SKV);
-        const float4 s0v = *reinterpret_cast<const float4*>(vb + 32);
-        const float4 s1v = *reinterpret_cast<const float4*>(vb + SKV + 32);
-        const float4 s8v = *reinterpret_cast<const float4*>(vb + 8 * SKV + 32);
-        const float4 s9v = *reinterpret_cast<const float4*>(vb + 9 * SKV + 32);
-        const float a0[4] = {r0v.x, r0v.y, r0v.z, r0v.w}, a1[4] = {r1v.x, r1v.y, r1v.z, r1v.w};
-        const float a8[4] = {r8v.x, r8v.y, r8v.z, r8v.w}, a9[4] = {r9v.x, r9v.y, r9v.z, r9v.w};
-        const float b0[4] = {s0v.x, s0v.y, s0v.z, s0v.w}, b1[4] = {s1v.x, s1v.y, s1v.z, s1v.w};
-        const float b8[4] = {s8v.x, s8v.y, s8v.z, s8v.w}, b9[4] = {s9v.x, s9v.y, s9v.z, s9v.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          uint32_t vh[4], vl[4];
-          // a0..a3: row g (dim 64h + 4g + e) and row g + 8 (dim 64h + 32 + 4g + e), keys 2q, 2q+1,
-          // then the same rows, keys 2q+8, 2q+9.
-          SplitPair(a0[e], a1[e], vh[0], vl[0]);
-          SplitPair(b0[e], b1[e], vh[1], vl[1]);
-          SplitPair(a8[e], a9[e], vh[2], vl[2]);
-          SplitPair(b8[e], b9[e], vh[3], vl[3]);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            float* a = acc[nt][4 * h + e];
-            Mma(a, vh, ph[nt][0], ph[nt][1]);
-            Mma(a, vh, pl[nt][0], pl[nt][1]);
-            Mma(a, vl, ph[nt][0], ph[nt][1]);
-          }
-        }
+      for (int nt = 0; nt < NT; ++nt) {
+        Mma(acc[nt][m], vh, ph[nt][0], ph[nt][1]);
+        Mma(acc[nt][m], vh, pl[nt][0], pl[nt][1]);
+        if constexpr (S::kSplit) Mma(acc[nt][m], vl, ph[nt][0], ph[nt][1]);
       }
     }
     __syncwarp();  // every lane is done with stage i % 2 and with pbuf
@@ -437,9 +395,8 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
       }
   }
 
-  // Output: column c of n-tile nt is vector 8 nt + 2q + c. f32: m-tile 4h + e holds dims 64h + 4g + e (c) and
-  // 64h + 32 + 4g + e (2 + c) of the warp's slice; bf16 and split: m-tile m holds dims 16 m + g (c) and
-  // 16 m + 8 + g (2 + c).
+  // Output: column c of n-tile nt is vector 8 nt + 2q + c; m-tile m holds dims 16 m + g (c) and 16 m + 8 + g
+  // (2 + c) of the warp's slice.
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -460,18 +417,8 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         if (g == 0 && dw == 0) part[0] = l > 0 ? m_run[nt][c] * kLn2 : -INFINITY, part[1] = l;
         o = part + 2 + 128 * dw;
       }
-      if constexpr (S::kPacked) {
 #pragma unroll
-        for (int m = 0; m < 8; ++m) o[16 * m + g] = acc[nt][m][c] * inv, o[16 * m + 8 + g] = acc[nt][m][2 + c] * inv;
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            o[64 * h + 4 * g + e] = acc[nt][4 * h + e][c] * inv;
-            o[64 * h + 32 + 4 * g + e] = acc[nt][4 * h + e][2 + c] * inv;
-          }
-      }
+      for (int m = 0; m < 8; ++m) o[16 * m + g] = acc[nt][m][c] * inv, o[16 * m + 8 + g] = acc[nt][m][2 + c] * inv;
     }
 }
 
@@ -487,9 +434,8 @@ void LaunchDecode(const AttentionParams* descs, const int4* tiles, int64_t num_t
 
 using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
 
-// Block shapes: head_dim 128: two key warps (f32 67 KiB, 3 blocks an SM); head_dim 256: one key warp x
-// two dim warps (67 KiB, 3 blocks an SM). A bf16 cache keeps the shapes (38 KiB: 5 blocks an SM), a
-// split one too (70 KiB, 3 blocks an SM).
+// Block shapes: head_dim 128: two key warps; head_dim 256: one key warp x two dim warps. On a split
+// cache 70 KiB, 3 blocks an SM; on a bf16 cache 38 KiB, 5 blocks an SM.
 template <typename T, int G>
 Launcher PickLauncher(int64_t head_dim) {
   return head_dim == 128 ? LaunchDecode<T, G, 128, 2> : LaunchDecode<T, G, 256, 1>;
@@ -521,7 +467,7 @@ int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / gro
 int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout) {
   const int64_t G = heads / kv_heads;
   int64_t blocks = 1;
-  WithKvType(layout, [&](auto tag) {
+  WithPackedKvType(layout, [&](auto tag) {
     using T = decltype(tag);
     blocks = G == 4 ? ResidentBlocks<T, 4>(head_dim) : G == 8 ? ResidentBlocks<T, 8>(head_dim) : ResidentBlocks<T, 16>(head_dim);
   });
@@ -533,7 +479,7 @@ void AttentionDecode(const AttentionParams* descs, const int4* tiles, int64_t nu
                      float* partial, cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  WithKvType(layout, [&](auto tag) {
+  WithPackedKvType(layout, [&](auto tag) {
     PickLauncher<decltype(tag)>(G, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
   });
 }

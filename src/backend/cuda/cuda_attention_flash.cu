@@ -1,27 +1,24 @@
 // tessera cuda backend: flash-style attention on tensor cores for every attention call whose shape it
-// supports (AttentionFlashSupported). One block serves a tile of query rows of one sequence times all
-// G query heads of one KV head (the MMA's M dimension is (row, head) pairs), so each K/V tile is read
-// from memory once per tile of rows instead of once per row (the grouped kernels of
-// cuda_attention_gqa.cu read it once per row: 32 times for a diffusion block, 4,096 for a prompt).
+// supports (AttentionFlashSupported: a bf16 or split cache). One block serves a tile of query rows of
+// one sequence times all G query heads of one KV head (the MMA's M dimension is (row, head) pairs), so
+// each K/V tile is read from memory once per tile of rows instead of once per row (as the grouped
+// kernels it replaced did: 32 times for a diffusion block, 4,096 for a prompt).
 //
-// Per block: key tiles of NK keys are copied (cp.async, f32 as stored) into two shared-memory stages,
-// the next tile's copy in flight while the current one is used. Each warp owns 16 query vectors and a
+// Per block: key tiles of NK keys are copied (cp.async, as stored) into two shared-memory stages, the
+// next tile's copy in flight while the current one is used. Each warp owns 16 query vectors and a
 // slice of NKW keys of every tile: S = Q K^T on bf16 m16n8k16 MMAs, an online softmax in f32 on the
 // accumulators (base 2: log2(e) is folded into the query scale), O += P V on MMAs. Precision: every
 // f32 operand is split into hi + lo bf16 parts and a product is hi*hi + hi*lo + lo*hi (3 MMAs, ~16
-// mantissa bits; a plain bf16 rounding costs ~1e-3 per layer). Q is split once into shared memory;
-// K and V are split as their fragments are read (cheap next to the copies for few rows; for many
-// rows each of the 4 query warps splits the tile again: a bf16 copy of the tile is a possible step).
+// mantissa bits; a plain bf16 rounding costs ~1e-3 per layer). Q is split once into shared memory.
 //
 // Fragment layouts (lane = 4 g + q): S reads K rows with the MoE kernels' permutation of k
 // (cuda_mma_util.cuh: lane q holds d 8q..8q+7 of a 32-wide chunk, the same for Q), so a lane's K
-// fragment is two 16-byte reads. P V permutes the output columns: B column n of n-tile 4 i + e is
-// d = 32 i + 4 n + e, so lane g reads V as float4s at d = 32 i + 4 g and an accumulator lane holds
-// d = 32 i + 8 q .. 8 q + 7. Staged rows are D + 4 floats apart: both reads are free of bank conflicts.
+// fragment is one 16-byte read (and one more of the lo half on a split cache).
 //
-// A split f32 cache (the default f32 layout, cuda_kv_layout.h) is staged as f32 rows are, and a row's
-// 128-dim chunks hold 128 bf16 hi then 128 bf16 lo: K's B fragments are 16-byte reads of each half and
-// V comes through ldmatrix.trans from each, 3 MMAs a product as for f32, no split of K or V.
+// A split f32 cache (the f32 layout of every row of whole 128-value chunks, cuda_kv_layout.h) is staged
+// as stored, and a row's 128-dim chunks hold 128 bf16 hi then 128 bf16 lo: K's B fragments are 16-byte
+// reads of each half and V comes through ldmatrix.trans from each, 3 MMAs a product, no split of K or V
+// (a plain f32 cache that split K and V in the inner loops was removed: it lost to this layout).
 //
 // A bf16 cache (--kv-cache-dtype bf16; every K/V row the kernel reads is bf16: the cache, and
 // KvStage's copy of the call's uncommitted rows) is staged as stored and fed to the MMAs directly:
@@ -37,7 +34,8 @@
 // 64 / G rows a tile; head_dim 256 adds a second key warp per query warp to keep 8 warps an SM)
 // and few rows (decode: 1 query warp, M = 16 = 16 / G rows, two key warps merged at the end).
 //
-// H200, one layer's AttentionBatch call (host-timed mean, CudaAttention.Timing), flash vs grouped:
+// H200, one layer's AttentionBatch call (host-timed mean, CudaAttention.Timing), flash vs the grouped
+// kernels it replaced (f32 caches, 2026-12-01):
 // 32/4 heads of 128 at 1K context: decode b1 23 vs 24 us, b64 125 vs 206 us, denoise 1x32 50 vs
 // 92 us, 8x32 190 vs 491 us, prefill 4096 2.09 vs 8.16 ms; 16/2 heads of 256: b1 25 vs 28 us, b64
 // 161 vs 178 us, 1x32 59 vs 93 us, 8x32 195 vs 497 us, prefill 4096 2.09 vs 9.76 ms.
@@ -54,23 +52,23 @@ namespace tessera::cuda {
 
 namespace {
 
-// Cache element type T (float, Bf16Bits or KvSplit), G query heads per KV head, head_dim D, QW query
-// warps (16 query vectors each) x KW key warps (NKW keys each of a tile) per block.
+// Cache element type T (Bf16Bits or KvSplit), G query heads per KV head, head_dim D, QW query warps
+// (16 query vectors each) x KW key warps (NKW keys each of a tile) per block.
 template <typename T, int G, int D, int QW, int KW, int NKW>
 struct FlashShape {
   static constexpr bool kBf16 = kKvBf16<T>, kSplit = kKvSplit<T>;
-  static constexpr bool kPacked = kBf16 || kSplit;  // MMA operands as stored (accumulators in bf16's order)
+  static_assert(kBf16 || kSplit, "K and V are read as the MMAs take them");
   static constexpr int kWarps = QW * KW, kThreads = 32 * kWarps;
   static constexpr int M = 16 * QW;    // query vectors (row, head) of a block
   static constexpr int TR = M / G;     // query rows of a tile
   static constexpr int NK = NKW * KW;  // keys of a shared-memory tile
-  static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA; float4 groups of V)
-  // Staged row strides in elements, chosen for conflict-free fragment reads: f32 rows D + 4 apart;
-  // bf16 K rows D + 32 apart (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V rows
-  // D + 8 (ldmatrix's 8 row addresses in distinct 16-byte bank groups); split (4-byte elements, 128 hi
-  // then 128 lo bf16 a 128-dim chunk) K rows D + 16 apart (16 banks again), V rows D + 4 (distinct
-  // 16-byte groups for ldmatrix).
-  static constexpr int SKK = kBf16 ? D + 32 : kSplit ? D + 16 : D + 4;
+  static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA)
+  // Staged row strides in elements, chosen for conflict-free fragment reads: bf16 K rows D + 32 apart
+  // (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V rows D + 8 (ldmatrix's 8 row
+  // addresses in distinct 16-byte bank groups); split (4-byte elements, 128 hi then 128 lo bf16 a
+  // 128-dim chunk) K rows D + 16 apart (16 banks again), V rows D + 4 (distinct 16-byte groups for
+  // ldmatrix).
+  static constexpr int SKK = kBf16 ? D + 32 : D + 16;
   static constexpr int SKV = kBf16 ? D + 8 : D + 4;
   static constexpr int CH = D * int{sizeof(T)} / 16;                           // 16-byte pieces of a row
   static constexpr size_t kStageBytes = size_t{NK} * (SKK + SKV) * sizeof(T);  // a tile's K rows, then V rows
@@ -218,36 +216,20 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
 #pragma unroll
         for (int j = 0; j < NKW / 8; ++j) {
           // B column g = key kb + 8 j + g; d 8q..8q+7 of the chunk, permuted like Q's.
-          const T* kr = Ks + (kb + 8 * j + g) * SKK + 32 * c + 8 * q;
           float* sj = sa[c & 1][j];
-          if constexpr (S::kPacked) {
-            // Words 0, 1: k-step 0's b0, b1; words 2, 3: k-step 1's. bf16 K is exact: hi*K + lo*K; a split
-            // row adds its lo half's words (128 bf16 past the hi of the chunk): hi*hi + hi*lo + lo*hi.
-            const auto* kh = reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) +
-                             KvBf16Index<T>(32 * c) + 8 * q;
-            const uint4 h = *reinterpret_cast<const uint4*>(kh);
-            uint4 l{};
-            if constexpr (S::kSplit) l = *reinterpret_cast<const uint4*>(kh + kKvSplitChunk);
-            Mma(sj, qh0, h.x, h.y);
-            if constexpr (S::kSplit) Mma(sj, qh0, l.x, l.y);
-            Mma(sj, ql0, h.x, h.y);
-            Mma(sj, qh1, h.z, h.w);
-            if constexpr (S::kSplit) Mma(sj, qh1, l.z, l.w);
-            Mma(sj, ql1, h.z, h.w);
-          } else {
-            const float4 x0 = *reinterpret_cast<const float4*>(kr), x1 = *reinterpret_cast<const float4*>(kr + 4);
-            uint32_t bh[4], bl[4];
-            SplitPair(x0.x, x0.y, bh[0], bl[0]);
-            SplitPair(x0.z, x0.w, bh[1], bl[1]);
-            SplitPair(x1.x, x1.y, bh[2], bl[2]);
-            SplitPair(x1.z, x1.w, bh[3], bl[3]);
-            Mma(sj, qh0, bh[0], bh[1]);
-            Mma(sj, qh0, bl[0], bl[1]);
-            Mma(sj, ql0, bh[0], bh[1]);
-            Mma(sj, qh1, bh[2], bh[3]);
-            Mma(sj, qh1, bl[2], bl[3]);
-            Mma(sj, ql1, bh[2], bh[3]);
-          }
+          // Words 0, 1: k-step 0's b0, b1; words 2, 3: k-step 1's. bf16 K is exact: hi*K + lo*K; a split
+          // row adds its lo half's words (128 bf16 past the hi of the chunk): hi*hi + hi*lo + lo*hi.
+          const auto* kh =
+              reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) + KvBf16Index<T>(32 * c) + 8 * q;
+          const uint4 h = *reinterpret_cast<const uint4*>(kh);
+          uint4 l{};
+          if constexpr (S::kSplit) l = *reinterpret_cast<const uint4*>(kh + kKvSplitChunk);
+          Mma(sj, qh0, h.x, h.y);
+          if constexpr (S::kSplit) Mma(sj, qh0, l.x, l.y);
+          Mma(sj, ql0, h.x, h.y);
+          Mma(sj, qh1, h.z, h.w);
+          if constexpr (S::kSplit) Mma(sj, qh1, l.z, l.w);
+          Mma(sj, ql1, h.z, h.w);
         }
       }
       float s[NKW / 8][4];
@@ -298,44 +280,22 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
         SplitPair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
         SplitPair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
         SplitPair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-        if constexpr (S::kPacked) {
-          // B from ldmatrix.trans, the plain n-tile order (accumulator t: d = 8 t + 2 q, + 1): lanes
-          // 0-7 address keys 0-7, lanes 8-15 keys 8-15 of d block 2 tp, lanes 16-31 the same of 2 tp + 1.
-          // A split row: the same from its lo half too (128 bf16 past the hi of the chunk).
-          const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
+        // B from ldmatrix.trans, the plain n-tile order (accumulator t: d = 8 t + 2 q, + 1): lanes
+        // 0-7 address keys 0-7, lanes 8-15 keys 8-15 of d block 2 tp, lanes 16-31 the same of 2 tp + 1.
+        // A split row: the same from its lo half too (128 bf16 past the hi of the chunk).
+        const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
 #pragma unroll
-          for (int tp = 0; tp < D / 16; ++tp) {
-            uint32_t h[4], l[4];
-            const uint16_t* at = vrow + KvBf16Index<T>(16 * tp);
-            LdMatrixX4Trans(h, at);
-            if constexpr (S::kSplit) LdMatrixX4Trans(l, at + kKvSplitChunk);
-            Mma(acc[2 * tp], ph, h[0], h[1]);
-            if constexpr (S::kSplit) Mma(acc[2 * tp], ph, l[0], l[1]);
-            Mma(acc[2 * tp], pl, h[0], h[1]);
-            Mma(acc[2 * tp + 1], ph, h[2], h[3]);
-            if constexpr (S::kSplit) Mma(acc[2 * tp + 1], ph, l[2], l[3]);
-            Mma(acc[2 * tp + 1], pl, h[2], h[3]);
-          }
-        } else {
-          const T* vb = Vs + (kb + 16 * kk + 2 * q) * SKV + 4 * g;
-#pragma unroll
-          for (int i = 0; i < NC; ++i) {
-            const float4 v0 = *reinterpret_cast<const float4*>(vb + 32 * i);
-            const float4 v1 = *reinterpret_cast<const float4*>(vb + SKV + 32 * i);
-            const float4 v8 = *reinterpret_cast<const float4*>(vb + 8 * SKV + 32 * i);
-            const float4 v9 = *reinterpret_cast<const float4*>(vb + 9 * SKV + 32 * i);
-            const float a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
-            const float a8[4] = {v8.x, v8.y, v8.z, v8.w}, a9[4] = {v9.x, v9.y, v9.z, v9.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              uint32_t bh0, bl0, bh1, bl1;
-              SplitPair(a0[e], a1[e], bh0, bl0);  // b0: keys 2q, 2q + 1 of column d = 32 i + 4 g + e
-              SplitPair(a8[e], a9[e], bh1, bl1);  // b1: keys 2q + 8, 2q + 9
-              Mma(acc[4 * i + e], ph, bh0, bh1);
-              Mma(acc[4 * i + e], ph, bl0, bl1);
-              Mma(acc[4 * i + e], pl, bh0, bh1);
-            }
-          }
+        for (int tp = 0; tp < D / 16; ++tp) {
+          uint32_t h[4], l[4];
+          const uint16_t* at = vrow + KvBf16Index<T>(16 * tp);
+          LdMatrixX4Trans(h, at);
+          if constexpr (S::kSplit) LdMatrixX4Trans(l, at + kKvSplitChunk);
+          Mma(acc[2 * tp], ph, h[0], h[1]);
+          if constexpr (S::kSplit) Mma(acc[2 * tp], ph, l[0], l[1]);
+          Mma(acc[2 * tp], pl, h[0], h[1]);
+          Mma(acc[2 * tp + 1], ph, h[2], h[3]);
+          if constexpr (S::kSplit) Mma(acc[2 * tp + 1], ph, l[2], l[3]);
+          Mma(acc[2 * tp + 1], pl, h[2], h[3]);
         }
       }
     }
@@ -398,15 +358,14 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     }
   }
 
-  // Output: row half h of lane (g, q) holds, f32: d = 32 i + 8 q + e (acc[4 i + e][2 h]) and
-  // d = 32 i + 8 q + 4 + e (acc[4 i + e][2 h + 1]); bf16: d = 8 t + 2 q + e in acc[t][2 h + e].
+  // Output: row half h of lane (g, q) holds d = 8 t + 2 q + e in acc[t][2 h + e].
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (rrow[h] >= nr) continue;
     const int64_t hq = kvh * G + head[h];
     float* o;
-    const int lane_d = S::kPacked ? 2 * q : 8 * q;
+    const int lane_d = 2 * q;
     if (splits == 1) {
       o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + lane_d;
     } else {
@@ -416,18 +375,8 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
       o = part + 2 + lane_d;
     }
     const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
-    if constexpr (S::kPacked) {
 #pragma unroll
-      for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
-    } else {
-#pragma unroll
-      for (int i = 0; i < NC; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          o[32 * i + e] = acc[4 * i + e][2 * h] * inv;
-          o[32 * i + 4 + e] = acc[4 * i + e][2 * h + 1] * inv;
-        }
-    }
+    for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
   }
 }
 
@@ -465,8 +414,8 @@ Launcher PickLauncher(int64_t group, bool few_rows, int64_t head_dim) {
 
 }  // namespace
 
-bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  if (kv_heads <= 0 || heads % kv_heads != 0) return false;
+bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout) {
+  if (layout == KvLayout::kF32 || kv_heads <= 0 || heads % kv_heads != 0) return false;
   const int64_t G = heads / kv_heads;
   return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8 || G == 16);
 }
@@ -478,7 +427,7 @@ void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num
                     cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
-  WithKvType(layout, [&](auto tag) {
+  WithPackedKvType(layout, [&](auto tag) {
     PickLauncher<decltype(tag)>(G, few_rows, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
   });
 }

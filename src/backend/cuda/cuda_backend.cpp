@@ -103,30 +103,27 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const long long n = std::atoll(v.c_str());
     first_chunk_commands_ = next_chunk_commands_ = n > 0 ? static_cast<size_t>(n) : SIZE_MAX;
   }
-  // TESSERA_CUDA_MOE_ROUTE_FUSED=0 keeps the routing kernel ahead of the few-token experts (A/B).
-  if (const std::string v = SwitchValue("TESSERA_CUDA_MOE_ROUTE_FUSED"); !v.empty()) moe_route_fused_ = v != "0";
-  // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (comparison runs).
+  // TESSERA_CUDA_MOE_KERNEL=simt keeps the device-grouped experts on CUDA cores (the kernels of shapes
+  // that are not multiples of 32; the conformance tests run them at the models' widths through it).
   moe_tensor_cores_ = SwitchValue("TESSERA_CUDA_MOE_KERNEL") != "simt";
   moe_device_max_slots_ = moe_tensor_cores_ ? kMoeMmaMaxSlots : kMoeSimtMaxSlots;
   // The MMA kernel takes bf16 products of 9..64 rows, and small ones of 65..256 rows (see
-  // UseSkinnyGemm). TESSERA_CUDA_SKINNY_MAX_ROWS / _MAX_WORK move the limits (comparisons, tests);
-  // TESSERA_CUDA_SKINNY_GEMM=0 keeps every product of more than 8 rows on cuBLASLt; the first
-  // kernel (TESSERA_CUDA_SKINNY=v1) takes at most one row tile.
+  // UseSkinnyGemm). TESSERA_CUDA_SKINNY_MAX_ROWS / _MAX_WORK move the limits (tests, and
+  // CudaBench.MatMulRows, which measures the bounds; _MAX_ROWS=0 keeps every product of more than 8
+  // rows on cuBLASLt).
   skinny_max_rows_ = cuda::kSkinnyGemmDefaultRows;
   skinny_tiled_max_work_ = cuda::kSkinnyGemmTiledMaxWork;
   if (const std::string v = SwitchValue("TESSERA_CUDA_SKINNY_MAX_ROWS"); !v.empty())
     skinny_max_rows_ = std::clamp<int64_t>(std::atoll(v.c_str()), 0, cuda::kSkinnyGemmRowLimit);
   if (const std::string v = SwitchValue("TESSERA_CUDA_SKINNY_MAX_WORK"); !v.empty())
     skinny_tiled_max_work_ = std::atoll(v.c_str());
-  if (SwitchValue("TESSERA_CUDA_SKINNY_GEMM") == "0") skinny_max_rows_ = 0;
-  if (!cuda::SkinnyGemmMultiAvailable()) skinny_max_rows_ = std::min(skinny_max_rows_, cuda::kSkinnyGemmMaxRows);
-  // TESSERA_CUDA_ATTENTION=per-head keeps attention on the per-(row, head) kernel (comparisons, tests).
-  gqa_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION") != "per-head";
-  // TESSERA_CUDA_ATTENTION_FLASH=0 keeps attention off the tensor-core flash kernel (comparisons, tests).
+  // TESSERA_CUDA_ATTENTION_FLASH=0 sends every attention call to the per-(row, head) kernel (the
+  // kernel of the shapes the tensor-core ones do not take; the attention tests run it at the models'
+  // shapes through it).
   flash_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_FLASH") != "0";
-  // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead.
+  // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead (the
+  // shape of 2-4-row calls; the attention tests run it on decode calls through it).
   decode_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_DECODE") != "0";
-  kv_split_ = cuda::KvSplitEnabledByEnv();
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const std::string v = SwitchValue("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); !v.empty())
     moe_device_max_slots_ = std::atoll(v.c_str());

@@ -1,7 +1,7 @@
 // tessera cuda backend: backend.h on one CUDA device (Hopper, sm_90a). All ops are queued on one
-// stream; activations are f32 device buffers, weights bf16 (f32 weights are accepted by MatMul);
-// dense GEMMs go through cuBLASLt (activations rounded to bf16, f32 accumulation) except for
-// few-row products, which a bf16 GEMV kernel computes from the f32 activations. Device memory comes
+// stream; activations are f32 device buffers, weights bf16 (f32 weights are accepted by MatMul). Which
+// kernel serves which op at which row count (the GEMV, the few-row MMA kernels, cuBLASLt's hi + lo
+// GEMMs, the attention and MoE kernels) is the table of docs/CUDA.md, "Kernels". Device memory comes
 // from a caching allocator (freed blocks are kept per size and reused in stream order).
 #pragma once
 
@@ -104,8 +104,7 @@ class CudaBackend : public Backend {
   void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts) override;
   void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
                 int32_t* idx, float* weights) override;
-  // Few-token steps route in the gate/up kernel (cuda::MoeGateUpRouted); TESSERA_CUDA_MOE_ROUTE_FUSED=0
-  // keeps the routing kernel (A/B).
+  // Few-token steps route in the gate/up kernel (cuda::MoeGateUpRouted).
   void MoeRouteExperts(const float* logits, const float* x, int64_t rows, int64_t hidden, int64_t k, bool renormalize,
                        int32_t* idx, float* weights, const std::vector<ExpertWeights>& experts, float* out,
                        const ResidualNorm* residual = nullptr) override;
@@ -189,20 +188,17 @@ class CudaBackend : public Backend {
 
   int device_ = 0;
   int sm_count_ = 1;
-  bool moe_route_fused_ = true;  // MoeRouteExperts routes in the few-token gate/up kernel
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpProfiler> profiler_;  // TESSERA_CUDA_PROFILE=1
   std::unique_ptr<cuda::StepGraphs> graphs_;
   bool step_graphs_ = true;                      // TESSERA_CUDA_GRAPHS=0: every op queued at once
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
-  bool gqa_attention_ = true;                    // grouped-query attention kernel where it applies
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
   DType kv_dtype_ = DType::kF32;                 // element type of the paged KV cache (SetKvCacheDType)
-  bool kv_split_ = true;                         // an f32 cache as bf16 hi + lo chunks (cuda_kv_layout.h)
   // The layout of this backend's cache for rows of kv_dim values.
   cuda::KvLayout KvLayoutFor(int64_t kv_dim) const {
-    return kv_dtype_ == DType::kBF16 ? cuda::KvLayout::kBf16 : cuda::F32KvLayout(kv_dim, kv_split_);
+    return kv_dtype_ == DType::kBF16 ? cuda::KvLayout::kBf16 : cuda::F32KvLayout(kv_dim);
   }
   int64_t skinny_max_rows_ = 0;                  // bf16 products of 9..this many rows on the MMA kernel
   int64_t skinny_tiled_max_work_ = 0;            // ... past 64 rows only up to this m n k per weight

@@ -1,6 +1,6 @@
 // tessera cuda backend: the attention layer's ops of CudaBackend: q / k norms + RoPE (with the
 // committed rows' cache writes), the paged KV cache writes and its element type, and the batched
-// attention call with its kernel choice (flash / decode / grouped / per-head) and key-split plan.
+// attention call with its kernel choice (flash / decode / per-head) and key-split plan.
 // See cuda_backend.h.
 #include <cuda_runtime.h>
 
@@ -111,7 +111,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   const bool packed = layout != cuda::KvLayout::kF32;  // reads the cache's layout only
   const size_t elem_bytes = layout == cuda::KvLayout::kBf16 ? 2 : 4;
   auto cached_keys = [&](const AttentionArgs& a) { return packed ? a.first_pos + a.commit_len : a.first_pos; };
-  // The grouped kernel reads f32 K/V rows as float4; the others read only the cache (and its copies).
+  // The tensor-core kernels copy cache rows (and KvStage's copies) in 16-byte pieces.
   const auto aligned = cuda::Aligned16;
   bool rows_aligned = true;
   std::vector<int32_t> pages;
@@ -127,8 +127,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (a.commit_len < 0 || a.commit_len > a.T)
       Fail(ErrorKind::kInvalidArgument, "attention: commit_len {} outside [0, {}]", a.commit_len, a.T);
     const int64_t cached = cached_keys(a);  // keys read from the cache
-    rows_aligned = rows_aligned && (packed || (aligned(a.k) && aligned(a.v) && a.kv_stride % 4 == 0)) &&
-                   (cached == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
+    rows_aligned = rows_aligned && (cached == 0 || (aligned(a.k_cache) && aligned(a.v_cache)));
     page_off[i] = pages.size();
     if (cached > 0) {
       if (!a.pages || a.page_size <= 0 || !a.k_cache || !a.v_cache)
@@ -175,7 +174,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // (cuda_attention_decode.cu, same tiles and partials), or with TESSERA_CUDA_ATTENTION_DECODE=0 the
   // flash kernel's few-row block shape. Tiles are queued longest first (a prompt's last rows see
   // the most keys), so the long blocks do not end up in the last wave.
-  if (flash_attention_ && gqa_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D)) {
+  if (flash_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D, layout)) {
     const int64_t group = heads / kv_heads;
     int64_t max_t = 0;
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
@@ -205,8 +204,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     const int64_t num_tiles = static_cast<int64_t>(sorted.size());
     // Key splits for few tiles; both plans move in steps of the context (graph-friendly), and prompts
     // (many tiles) take every key in one block. Decode calls: whole waves of the decode kernel's
-    // resident blocks (a tile's splits take even shares of its keys); others as for the grouped kernel,
-    // over tiles instead of rows (~4 blocks an SM, at least 128 keys a split for many-row tiles).
+    // resident blocks (a tile's splits take even shares of its keys); others ~4 blocks an SM (at least
+    // 128 keys a split for many-row tiles).
     int splits = 1;
     int64_t chunk = std::numeric_limits<int64_t>::max();
     if (decode)
@@ -232,19 +231,14 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     }
     return;
   }
-  const bool grouped = !packed && rows_aligned && gqa_attention_ && cuda::AttentionGqaSupported(heads, kv_heads, D);
-  // Few blocks over many keys would leave most SMs idle: split each row's keys across blocks and
-  // merge. Grouped blocks are (row, KV head): GqaSplitPlan; per-head blocks (row, head): whole
-  // 128-key groups.
+  // The per-(row, head) kernel for every other shape and cache. Few blocks over many keys would leave
+  // most SMs idle: split each row's keys into whole 128-key groups across blocks and merge. One split
+  // takes every key: its chunk is a constant, not the growing context length, so that decode steps
+  // keep their graph (cuda_step_graph.h).
   const int64_t blocks = R * heads, want = 2 * sm_count_;
-  // One split takes every key: its chunk is a constant, not the growing context length, so that
-  // decode steps keep their graph (cuda_step_graph.h). The grouped kernel's plan also moves in
-  // steps of the context (4 a doubling), not with every 128 keys.
   int splits = 1;
   int64_t chunk = std::numeric_limits<int64_t>::max();
-  if (grouped) {
-    cuda::GqaSplitPlan(R, kv_heads, max_keys, sm_count_, &splits, &chunk);
-  } else if (blocks < want && max_keys > 2 * kKeyChunk) {
+  if (blocks < want && max_keys > 2 * kKeyChunk) {
     const int64_t groups = (max_keys + kKeyChunk - 1) / kKeyChunk;
     splits = static_cast<int>(std::min<int64_t>({64, groups, (want + blocks - 1) / blocks}));
     chunk = (groups + splits - 1) / splits * kKeyChunk;
@@ -255,12 +249,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   const auto* dr = static_cast<const int2*>(drows.data);
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-  if (grouped) {
-    Enqueue("AttentionGqa", cuda::AttentionGqa, dd, dr, R, heads, kv_heads, D, splits, chunk, partial.f32(), stream_);
-    Enqueue("AttentionMerge", cuda::AttentionMerge, dd, dr, R, heads, D, splits, partial.f32(), stream_);
-  } else {
-    Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, layout, splits, chunk, partial.f32(), stream_);
-  }
+  Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, layout, splits, chunk, partial.f32(), stream_);
 }
 
 }  // namespace tessera

@@ -94,13 +94,11 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
       Enqueue("GemvBf16", cuda::GemvBf16, x, m, k, wb, n, y, accumulate, stream_);
       return;
     }
-    if (const int splits = UseSkinnyGemm(m, k, n, 1) ? cuda::SkinnyGemmSplits(m, k, n, sm_count_) : 0;
-        splits > 0 && cuda::SkinnyGemmFits(x, m, k, wb)) {
-      DeviceBuffer partial, x_split;
-      if (splits > 1) partial = DeviceBuffer::Floats(*this, splits * m * n);
+    if (UseSkinnyGemm(m, k, n, 1) && cuda::SkinnyGemmFits(x, m, k, wb)) {
+      DeviceBuffer x_split;
       if (const int64_t bytes = cuda::SkinnySplitBytes(m, k, &n, 1); bytes > 0) x_split = DeviceBuffer(*this, bytes);
-      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, splits, partial.f32(),
-              static_cast<uint16_t*>(x_split.data()), stream_);
+      Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, static_cast<uint16_t*>(x_split.data()),
+              stream_);
       return;
     }
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
@@ -126,8 +124,7 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
   int64_t cols = 0;
   for (const MatMulOut& o : outs) cols += o.w->shape.empty() ? 0 : o.w->shape[0];
   const auto weights = static_cast<int64_t>(outs.size());
-  bool one_launch = (gemv || (UseSkinnyGemm(m, k, cols, weights) && cuda::SkinnyGemmMultiAvailable())) &&
-                    !outs.empty() && outs.size() <= 4;
+  bool one_launch = (gemv || UseSkinnyGemm(m, k, cols, weights)) && !outs.empty() && outs.size() <= 4;
   const uint16_t* w[4] = {};
   float* y[4] = {};
   int64_t n[4] = {};

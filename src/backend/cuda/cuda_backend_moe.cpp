@@ -53,8 +53,7 @@ void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t r
                                   const std::vector<ExpertWeights>& experts, float* out,
                                   const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
-  const ExpertTable* table =
-      moe_route_fused_ && rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 ? &ExpertPointers(experts) : nullptr;
+  const ExpertTable* table = rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 ? &ExpertPointers(experts) : nullptr;
   const int64_t inter = table ? experts[0].gate.dim(0) : 0;
   if (!table || !cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, inter, table->aligned)) {
     MoeRoute(logits, rows, E, k, renormalize, idx, weights);

@@ -116,15 +116,24 @@ __device__ __forceinline__ float KvValue(Bf16Bits x) { return Bf16(x); }
 __device__ __forceinline__ void KvStore(float* dst, float x) { *dst = x; }
 __device__ __forceinline__ void KvStore(Bf16Bits* dst, float x) { *dst = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
-// Host side of a launcher: f(T{}) with T the element type of `layout`.
+// Host side of a tensor-core attention launcher, whose kernels read K and V only as the MMAs take them
+// (a bf16 or split cache): f(T{}) with T the element type of `layout`, nothing for kF32
+// (AttentionFlashSupported refuses it).
 template <typename F>
-void WithKvType(KvLayout layout, F&& f) {
+void WithPackedKvType(KvLayout layout, F&& f) {
   if (layout == KvLayout::kBf16)
     f(Bf16Bits{});
   else if (layout == KvLayout::kSplit)
     f(KvSplit{});
-  else
+}
+
+// Host side of a launcher for every layout: f(T{}) with T the element type of `layout`.
+template <typename F>
+void WithKvType(KvLayout layout, F&& f) {
+  if (layout == KvLayout::kF32)
     f(float{});
+  else
+    WithPackedKvType(layout, f);
 }
 
 // Index (bf16 units from a row's start) of value x's bf16 in a bf16 row, or of its hi part in a split row

@@ -13,17 +13,15 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
-#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
 namespace {
 
-// GEMV v1: one warp per output column n; each lane reads 8 bf16 (16 bytes) of the weight row at a
-// time, one load in flight. Used for unaligned x / w or k % 8 != 0, and for TESSERA_CUDA_GEMV=v1.
-template <bool kVec>
-__global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                               bool accumulate) {
+// The fallback for unaligned x / w or k % 8 != 0: one warp per output column n, one bf16 weight a lane
+// at a time (the tiled kernel below needs 16-byte loads).
+__global__ void GemvBf16ScalarKernel(const float* x, int m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                                     bool accumulate) {
   GridDependencyWait();
   const int lane = threadIdx.x & 31;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -32,33 +30,11 @@ __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t*
   float acc[kGemvMaxRows];
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = 0.0f;
-  if (kVec) {
-    for (int64_t c = lane * 8; c < k; c += 256) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(wr + c);
-      float wf[8];
-      const uint32_t parts[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int64_t c = lane; c < k; c += 32) {
+    const float wf = Bf16(wr[c]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        wf[2 * i] = __uint_as_float(parts[i] << 16);
-        wf[2 * i + 1] = __uint_as_float(parts[i] & 0xffff0000u);
-      }
-#pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r) {
-        if (r < m) {
-          const float4 a = *reinterpret_cast<const float4*>(x + r * k + c);
-          const float4 b = *reinterpret_cast<const float4*>(x + r * k + c + 4);
-          acc[r] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
-                    wf[6] * b.z + wf[7] * b.w;
-        }
-      }
-    }
-  } else {
-    for (int64_t c = lane; c < k; c += 32) {
-      const float wf = Bf16(wr[c]);
-#pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r)
-        if (r < m) acc[r] += wf * x[r * k + c];
-    }
+    for (int r = 0; r < kGemvMaxRows; ++r)
+      if (r < m) acc[r] += wf * x[r * k + c];
   }
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) {
@@ -69,13 +45,13 @@ __global__ void GemvBf16Kernel(const float* x, int m, int64_t k, const uint16_t*
   }
 }
 
-// GEMV v2 (the default; v1 above stays for TESSERA_CUDA_GEMV=v1 and for unaligned / k % 8 != 0).
-// A block is kGemvWarps warps. Each warp owns C adjacent output columns and one of `splits` slices
-// of k; k is walked in segments of 256 (a lane's 16-byte load per column), segment s + j * splits
-// belonging to slice s. Each lane issues all of a step's U x C weight loads before using any, so a
-// warp keeps kGemvLoads * 512 bytes in flight: with one load at a time (v1) the loop waits on HBM
-// latency and q/o_proj reach ~20% of bandwidth. Launches of few columns (the router) split k so that
-// they fill the GPU (LaunchGemvTiled); the slices' partials are summed in slice order through shared
+// The tiled GEMV (every aligned product of m <= kGemvMaxRows rows). A block is kGemvWarps warps. Each
+// warp owns C adjacent output columns and one of `splits` slices of k; k is walked in segments of 256
+// (a lane's 16-byte load per column), segment s + j * splits belonging to slice s. Each lane issues
+// all of a step's U x C weight loads before using any, so a warp keeps kGemvLoads * 512 bytes in
+// flight: with one load at a time (the first GEMV, removed) the loop waited on HBM latency and q /
+// o_proj reached ~20% of the bandwidth. Launches of few columns (the router) split k so that they
+// fill the GPU (LaunchGemvTiled); the slices' partials are summed in slice order through shared
 // memory (deterministic, no atomics). x (f32, read by every warp) comes through L1; the weights,
 // read once, bypass it.
 // A warp requests its first step's weights before GridDependencyWait (weights are never written by
@@ -194,13 +170,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32, M == 1 ? 4 : 1)
   }
 }
 
-// TESSERA_CUDA_GEMV=v1: the previous GEMV (warp per column, one load in flight), for A/B runs.
-// Read once; the choice depends on nothing recorded, so graphs replay what was captured.
-bool GemvV1() {
-  static const bool v1 = SwitchValue("TESSERA_CUDA_GEMV") == "v1";
-  return v1;
-}
-
 // Slices of k per column group, one count for all jobs of a launch: the most (a power of two, at
 // most kGemvWarps and one segment a slice) that keep every warp resident at once. More warps than fit
 // run in a second, partial wave whose ~2 us of latency no other warp hides (ncu, q / k / v at batch
@@ -249,16 +218,13 @@ void GemvBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n
               cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
   const bool vec = k % 8 == 0 && Aligned16(x) && Aligned16(w);
-  if (vec && !GemvV1()) {
+  if (vec) {
     GemvJobs jobs{};
     jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = n, jobs.count = 1;
     if (LaunchGemvTiledRows(x, m, k, jobs, accumulate, s)) return;
   }
   const unsigned blocks = static_cast<unsigned>((n + 7) / 8);
-  if (vec)
-    LaunchKernel(GemvBf16Kernel<true>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
-  else
-    LaunchKernel(GemvBf16Kernel<false>, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
+  LaunchKernel(GemvBf16ScalarKernel, blocks, 256, 0, s)(x, static_cast<int>(m), k, w, n, y, accumulate);
 }
 
 void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
@@ -268,7 +234,7 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
   float* y[kGemvMaxJobs] = {y0, y1, y2, y3};
   const int64_t n[kGemvMaxJobs] = {n0, n1, n2, n3};
   GemvJobs jobs{};
-  bool vec = k % 8 == 0 && Aligned16(x) && !GemvV1();
+  bool vec = k % 8 == 0 && Aligned16(x);
   for (int j = 0; j < kGemvMaxJobs; ++j) {
     if (!w[j] || n[j] <= 0) continue;
     vec = vec && Aligned16(w[j]);

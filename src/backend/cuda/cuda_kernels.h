@@ -69,18 +69,14 @@ void GemvBf16Multi(const float* x, int64_t m, int64_t k, const uint16_t* w0, int
 // weight read once from memory per product (row tiles of one column tile run together and share it
 // through L2); narrow outputs split k over a thread-block cluster summed through distributed shared
 // memory). Beyond the limit, cuBLASLt's hi + lo GEMMs (larger tiles, but every weight read twice).
-// SkinnyGemmSplits: 0 when the shape does not fit (m, k % 32), else how many k splits the caller's
-// `partial` must hold (splits * m * n floats when > 1; only TESSERA_CUDA_SKINNY=v1 asks for more than
-// one). SkinnyGemm returns false (nothing queued) when the shape or alignment (16 bytes for x and w)
-// does not fit.
-constexpr int64_t kSkinnyGemmMaxRows = 64;        // one row tile: the "few-row" products (and all of v1)
+// SkinnyGemm returns false (nothing queued) when the shape or alignment (16 bytes for x and w) does not
+// fit.
+constexpr int64_t kSkinnyGemmMaxRows = 64;        // one row tile: the "few-row" products
 constexpr int64_t kSkinnyGemmDefaultRows = 256;   // default row limit (TESSERA_CUDA_SKINNY_MAX_ROWS)
 constexpr int64_t kSkinnyGemmTiledMaxWork = int64_t{1} << 31;  // past one row tile: m n k a weight (_MAX_WORK)
-constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;  // what the v2 / v3 launchers take at most
-int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count);
+constexpr int64_t kSkinnyGemmRowLimit = 1 << 16;               // what the v2 / v3 launchers take at most
 // Whether SkinnyGemm takes the product (shape, and x and w 16-byte aligned): the host decides before
-// queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer. Rows past
-// kSkinnyGemmMaxRows only with the v2 / v3 kernels (SkinnyGemmMultiAvailable).
+// queueing, so a recorded step (cuda_step_graph.h) never depends on the launcher's answer.
 inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t* w) {
   return m > 0 && m <= kSkinnyGemmRowLimit && k % 32 == 0 && Aligned16(x) && Aligned16(w);
 }
@@ -89,12 +85,11 @@ inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t*
 // may be passed; null where one is needed: the launch splits x in its blocks instead).
 int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count);
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                int splits, float* partial, uint16_t* x_split, cudaStream_t s);
+                uint16_t* x_split, cudaStream_t s);
 // y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of
-// the default (v2 / v3) kernels: the column tiles of all jobs share one grid and one k split. False
-// (nothing queued) under TESSERA_CUDA_SKINNY=v1 or when a weight does not fit (SkinnyGemmFits).
+// the v2 / v3 kernels: the column tiles of all jobs share one grid and one k split. False (nothing
+// queued) when a weight does not fit (SkinnyGemmFits).
 constexpr int kSkinnyMaxJobs = 4;
-bool SkinnyGemmMultiAvailable();  // not TESSERA_CUDA_SKINNY=v1
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
                      const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s);
@@ -199,23 +194,18 @@ void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, i
 // the general one).
 void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t head_dim,
                     int splits, const float* partial, cudaStream_t s);
-// Grouped-query attention (cuda_attention_gqa.cu): one block per (row, KV head, split) serving the
-// G query heads of the KV head, same partial layout; needs 16-byte aligned K/V rows, an f32 cache and
-// a shape AttentionGqaSupported accepts. The caller merges splits > 1 with AttentionMerge. The kernels'
-// key-split plans (GqaSplitPlan, AttentionFlashSplitPlan, AttentionDecodeSplitPlan) are host code:
-// cuda_split_plan.h.
-bool AttentionGqaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
-void AttentionGqa(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t kv_heads,
-                  int64_t head_dim, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
+// The tensor-core kernels' key-split plans (AttentionFlashSplitPlan, AttentionDecodeSplitPlan) are host
+// code: cuda_split_plan.h.
 // Flash-style attention on tensor cores (cuda_attention_flash.cu): one block per (tile of query rows
 // of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
 // K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
 // the call's rows[], rows in the tile <= AttentionFlashTileRows). few_rows picks the decode block shape
 // (AttentionFlashTileRows(G, true) rows a tile), else the prompt / diffusion-block one. Same partial
 // layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
-// K/V rows (kv_stride % 4 == 0) and a shape AttentionFlashSupported accepts; q / out any alignment.
-// layout: the cache's (and k_new / v_new's; AttentionParams).
-bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
+// K/V rows and a shape and cache layout AttentionFlashSupported accepts (4, 8 or 16 query heads per KV
+// head of 128 or 256 dims; a bf16 or split cache: a plain f32 one goes to AttentionBatch); q / out any
+// alignment. layout: the cache's (and k_new / v_new's; AttentionParams).
+bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,

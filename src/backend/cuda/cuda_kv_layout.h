@@ -8,12 +8,12 @@
 // kernel multiplies (hi*hi + hi*lo + lo*hi), so those kernels read their MMA operands as stored instead
 // of splitting every K and V element in their inner loops (half the decode kernel's instructions). A
 // value reads back as hi + lo (~16 significant bits; the f32 products see no difference).
-// TESSERA_CUDA_KV_SPLIT=0 keeps plain f32 (comparisons, and the grouped kernels, which read f32 only).
+// Plain f32 is what a row of other widths holds (e.g. the qwen3_moe fixture's 64 values); a plain f32
+// cache of whole chunks, which the attention kernels split in their inner loops, lost to this layout
+// and is gone.
 #pragma once
 
 #include <cstdint>
-
-#include "backend/cuda/cuda_switches.h"
 
 #if defined(__CUDACC__)
 #define TESSERA_KV_HD __host__ __device__
@@ -27,16 +27,8 @@ enum class KvLayout { kF32, kBf16, kSplit };
 
 constexpr int64_t kKvSplitChunk = 128;  // values a hi + lo chunk holds
 
-// The layout of an f32 cache whose rows hold kv_dim values (split unless switched off or kv_dim is not
-// whole chunks).
-inline KvLayout F32KvLayout(int64_t kv_dim, bool split_enabled) {
-  return split_enabled && kv_dim % kKvSplitChunk == 0 ? KvLayout::kSplit : KvLayout::kF32;
-}
-
-// TESSERA_CUDA_KV_SPLIT (read when a backend is made): anything but "0" leaves the split layout on.
-inline bool KvSplitEnabledByEnv() {
-  return SwitchValue("TESSERA_CUDA_KV_SPLIT") != "0";
-}
+// The layout of an f32 cache whose rows hold kv_dim values (split when kv_dim is whole chunks).
+inline KvLayout F32KvLayout(int64_t kv_dim) { return kv_dim % kKvSplitChunk == 0 ? KvLayout::kSplit : KvLayout::kF32; }
 
 // Index (in bf16 units from the row's start) of value x's hi part; its lo part is 128 further.
 TESSERA_KV_HD inline int64_t KvSplitHiIndex(int64_t x) {

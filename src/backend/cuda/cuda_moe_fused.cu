@@ -9,7 +9,7 @@
 // expert-id -> pointer chain is paid once per warp (ncu on the H200: 16.8 us a layer, was 20.0). Down
 // is written the same way (8 columns a warp: ncu 10.5 -> 9.2 us a layer for Qwen3-30B-A3B, 8.6 -> 7.8
 // for Qwen3.5-35B-A3B). The v1 kernels (a warp per column, one 16-byte load in flight) stay for
-// unaligned shapes and TESSERA_CUDA_MOE_FUSED=v1 (TESSERA_CUDA_MOE_DOWN=v1: down only); a pipelined
+// the shapes the tiled ones do not take (unaligned rows or pointers, top-k > 32); a pipelined
 // down that also summed the slots measured 19.3 us and was removed. MoeGateUpRouted is gate/up with
 // the routing done by its own warps (no routing kernel before it).
 #include <cuda_runtime.h>
@@ -22,7 +22,6 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_moe_route.cuh"
-#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -30,8 +29,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-
-// --- v1 (unaligned shapes, TESSERA_CUDA_MOE_FUSED=v1) ----------------------------------------------
+// --- v1 (unaligned shapes, top-k > 32) --------------------------------------------------------------
 
 // Dot of an f32 row and a bf16 row of length k, summed over the warp (every lane gets it).
 __device__ __forceinline__ float WarpDotBf16(const float* x, const uint16_t* w, int64_t k, bool vec) {
@@ -240,25 +238,11 @@ __global__ void __launch_bounds__(kWarps * 32, kDownBlocksPerSm)
     if (lane == c && live[c]) slot_out[static_cast<int64_t>(pair) * hidden + col0 + c] = acc[c] * scale;
 }
 
-// TESSERA_CUDA_MOE_FUSED=v1: the v1 kernels above, for A/B runs. Read once; the choice depends on
-// nothing recorded, so graphs replay what was captured.
-bool FusedV1() {
-  static const bool v1 = SwitchValue("TESSERA_CUDA_MOE_FUSED") == "v1";
-  return v1;
-}
-
-// TESSERA_CUDA_MOE_DOWN=v1: the v1 down kernel with the v2 gate/up (A/B runs). Read once.
-bool DownV1() {
-  static const bool v1 = SwitchValue("TESSERA_CUDA_MOE_DOWN") == "v1";
-  return v1;
-}
-
 // v2 needs 16-byte rows (length % 8) and pointers, k <= 32 (a lane per slot when routing) and
 // int-sized offsets (the few-token path: <= 16 pairs here).
 bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, int64_t width, int64_t other) {
-  return !FusedV1() && aligned && len % 8 == 0 && Aligned16(a) && k >= 1 && k <= 32 && slots <= 1024 &&
-         slots * width < (int64_t{1} << 31) && slots * other < (int64_t{1} << 31) &&
-         width * other < (int64_t{1} << 31);
+  return aligned && len % 8 == 0 && Aligned16(a) && k >= 1 && k <= 32 && slots <= 1024 &&
+         slots * width < (int64_t{1} << 31) && slots * other < (int64_t{1} << 31) && width * other < (int64_t{1} << 31);
 }
 
 }  // namespace
@@ -305,8 +289,7 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
              const uint16_t* const* ptrs, int64_t num_experts, int64_t hidden, bool ptrs_aligned, float* slot_out,
              cudaStream_t s) {
   if (slots <= 0) return;
-  if (!DownV1() && UseV2(ptrs_aligned, inter, act, /*k=*/1, slots, inter, hidden) &&
-      num_experts < (int64_t{1} << 30)) {
+  if (UseV2(ptrs_aligned, inter, act, /*k=*/1, slots, inter, hidden) && num_experts < (int64_t{1} << 30)) {
     constexpr int C = kDownCols;
     const int64_t warps = slots * ((hidden + C - 1) / C);
     LaunchKernel(MoeDownTiledKernel<C>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
@@ -314,7 +297,7 @@ void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* w
         static_cast<int>(slots), slot_out);
     return;
   }
-  // The one-load-a-lane kernel (unaligned shapes, TESSERA_CUDA_MOE_DOWN=v1): a pipelined variant that
+  // The one-load-a-lane kernel (unaligned shapes): a pipelined variant that
   // also summed the slots measured slower on the H200 (ncu: 19.3 us a layer against 11.2 + 2.9 us for
   // this kernel and MoeSumSlots).
   const dim3 grid(static_cast<unsigned>((hidden + 7) / 8), static_cast<unsigned>(slots));

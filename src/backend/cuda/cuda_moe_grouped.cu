@@ -8,7 +8,7 @@
 // unit it lands in, so the result does not depend on the (atomic) order of the grouping.
 // Tensor cores: the pipelined kernels (cp.async stages in shared memory, a resident grid taking
 // (unit, column tile) items in turn) for decode batches and diffusion blocks, the first ones for
-// prompt chunks (SelectedMoeMma).
+// prompt chunks (MoePipelined).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,7 +24,6 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
-#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -509,31 +508,17 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
   CpAsyncWait<0>();  // nothing is left in flight (only empty groups), but leave no copy behind
 }
 
-// Which tensor-core kernels: v1 = the first ones (one load in flight a lane), v2 = the pipelined
-// ones with 64 of k a stage (128 weight rows an item, 4 stages), v2k128 = pipelined with 128 of k a
-// stage (64 rows, 3 stages). Measured on the H200 (docs/PERFORMANCE.md): v2k128 is fastest for decode
-// batches and diffusion blocks (b64 45 -> 33 ms a step), v1 for 4,096-token prompt chunks (whose
-// units are full: 697 against 753 ms). The down product takes v2 (fourteenth session, same binary,
-// switch: Qwen3-30B-A3B f32 b64 21.05, 21.07 -> 20.86, 20.92 ms, 8x32 27.00, 27.19 -> 25.94, 26.18;
-// Qwen3.5-35B-A3B b64 20.96, 20.93 -> 20.85, 20.85, 8x32 29.54, 29.45 -> 29.13, 29.15): its k (the
-// expert's 768 / 512) is only 6 / 4 stages of 128 an item, and twice the rows an item halves the item
-// epilogues a weight byte. TESSERA_CUDA_MOE_MMA (read once) forces one kernel for both products,
-// TESSERA_CUDA_MOE_MMA_DOWN for down alone (comparisons).
-enum class MoeMma { kV1, kV2, kV2K128 };
+// Which tensor-core kernels: v1 = the first ones (one load in flight a lane) for prompt chunks (more
+// than kMoePipelinedMaxUnits units, all full: 697 against 753 ms for a 4,096-token prefill); the
+// pipelined ones for decode batches and diffusion blocks (b64 45 -> 33 ms a step), gate/up with 128
+// of k a stage (64 weight rows an item, 3 stages), down with 64 of k a stage (128 rows an item, 4
+// stages): down's k (the expert's 768 / 512) is only 6 / 4 stages of 128 an item, and twice the rows
+// an item halves the item epilogues a weight byte (fourteenth session, same binary: Qwen3-30B-A3B f32
+// b64 21.05, 21.07 -> 20.86, 20.92 ms, 8x32 27.00, 27.19 -> 25.94, 26.18; Qwen3.5-35B-A3B b64 20.96,
+// 20.93 -> 20.85, 20.85, 8x32 29.54, 29.45 -> 29.13, 29.15). The other pairings (gate/up on 64 of k,
+// down on 128) lost those measurements and were removed with their switches.
 constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, v1
-
-MoeMma SelectedMoeMma(int64_t max_units, bool down = false) {
-  auto read = [](const char* var) {
-    const std::string name = SwitchValue(var);
-    return name == "v1" ? 1 : name == "v2" ? 2 : name == "v2k128" ? 3 : 0;
-  };
-  static const int forced = read("TESSERA_CUDA_MOE_MMA"), forced_down = read("TESSERA_CUDA_MOE_MMA_DOWN");
-  const int f = down && forced_down ? forced_down : forced;
-  if (f) return f == 1 ? MoeMma::kV1 : f == 2 ? MoeMma::kV2 : MoeMma::kV2K128;
-  if (max_units > kMoePipelinedMaxUnits) return MoeMma::kV1;
-  return down ? MoeMma::kV2 : MoeMma::kV2K128;
-}
-
+bool MoePipelined(int64_t max_units) { return max_units <= kMoePipelinedMaxUnits; }
 
 // The grid: as many blocks as are resident at once, fewer when there are fewer items even with
 // every unit of the bound present (blocks with no item return at once).
@@ -549,16 +534,6 @@ void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const 
   LaunchKernel(kernel, static_cast<unsigned>(grid), kV2Threads, S::kSmem, s)(
       in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
       out);
-}
-
-template <bool kDown>
-void LaunchMoeMmaV2(MoeMma v, const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order,
-                    const int4* units, const int32_t* num_units, int64_t max_units, const float* weights,
-                    const uint16_t* const* ptrs, int64_t E, float* out, cudaStream_t s) {
-  if (v == MoeMma::kV2K128)
-    LaunchMoeMmaV2<kDown, 4, 3>(in, K, n, top_k, order, units, num_units, max_units, weights, ptrs, E, out, s);
-  else
-    LaunchMoeMmaV2<kDown, 2, 4>(in, K, n, top_k, order, units, num_units, max_units, weights, ptrs, E, out, s);
 }
 
 }  // namespace
@@ -579,9 +554,9 @@ void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
                       int64_t num_experts, int64_t inter, float* act, cudaStream_t s) {
   if (max_units <= 0) return;
-  if (tensor_cores && SelectedMoeMma(max_units) != MoeMma::kV1) {
-    LaunchMoeMmaV2<false>(SelectedMoeMma(max_units), x, hidden, inter, k, order, units, num_units, max_units, nullptr,
-                          ptrs, num_experts, act, s);
+  if (tensor_cores && MoePipelined(max_units)) {
+    LaunchMoeMmaV2</*kDown=*/false, 4, 3>(x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
+                                          num_experts, act, s);
     return;
   }
   if (tensor_cores) {
@@ -600,9 +575,9 @@ void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const in
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
                     int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s) {
   if (max_units <= 0) return;
-  if (const MoeMma v = SelectedMoeMma(max_units, /*down=*/true); tensor_cores && v != MoeMma::kV1) {
-    LaunchMoeMmaV2<true>(v, act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs, num_experts,
-                         slot_out, s);
+  if (tensor_cores && MoePipelined(max_units)) {
+    LaunchMoeMmaV2</*kDown=*/true, 2, 4>(act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
+                                         num_experts, slot_out, s);
     return;
   }
   if (tensor_cores) {

@@ -12,7 +12,6 @@
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
-#include "backend/cuda/cuda_switches.h"
 
 namespace tessera::cuda {
 
@@ -181,8 +180,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32) AttentionMergeKernel(const A
   }
 }
 
-// The merge for head_dim 128 / 256 and <= 64 splits (the flash, decode and grouped kernels' plans
-// split at most 64 ways): a block of D threads per (row, head), thread d owns output dim d. Every
+// The merge for head_dim 128 / 256 and <= 64 splits (the flash and decode kernels' plans split at
+// most 64 ways): a block of D threads per (row, head), thread d owns output dim d. Every
 // split's max and sum go to shared memory while each thread loads its dim of every split, all in one
 // round of loads (the kernel above chains rows ->
 // descriptor -> max -> weights -> values: ncu 5.6 us at batch 1, 10.5 us at batch 64); the
@@ -535,12 +534,8 @@ __global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const Gdn
                  vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
 }
 
-// The column kernel for key_dim <= 128 unless TESSERA_CUDA_GDN=v1 (A/B runs; read once, so graphs
-// replay what was captured).
-bool UseGdnColumnKernel(int64_t dk) {
-  static const bool v1 = SwitchValue("TESSERA_CUDA_GDN") == "v1";
-  return !v1 && dk <= kGdnColKeyDim;
-}
+// The column kernel for key_dim <= 128 (both target models); the block kernel above for wider keys.
+bool UseGdnColumnKernel(int64_t dk) { return dk <= kGdnColKeyDim; }
 
 // The attention layer's q / k preparation in one kernel: per-head RmsNorm, then RoPE (rotate-half
 // over the first rotary_dim dims) at the row's position. One warp per (row, head), q heads first;

@@ -5,21 +5,19 @@
 // hi + lo GEMMs read them twice, and its tiles are sized for larger m). The MMA and cp.async helpers
 // are shared with the MoE kernels (cuda_mma_util.cuh).
 //
-// Two kernels here (TESSERA_CUDA_SKINNY=v1, read once, forces the first for comparisons) and a third
-// on Hopper's warpgroup MMA in cuda_skinny_wgmma.cu (v3, the default above 32 rows; SkinnyKernel):
-// - v2 (the default up to 32 rows): weights and activations streamed through cp.async stages in
-//   shared memory (a block keeps 2-3 stages of 16-32 KiB of weights in flight), k split across the blocks of a
-//   thread-block cluster for narrow outputs, the partial tiles summed in rank order through
-//   distributed shared memory in the same kernel (no partial buffer, no second launch).
-// - v1: one 16-byte weight load in flight a lane, k split across blocks with the partial products
-//   in a caller buffer summed by SkinnyReduceKernel. It reaches a fraction of the bandwidth.
-// All three are deterministic: every output element is summed in a fixed order, no atomics.
+// Two kernels: v2 here, and v3 on Hopper's warpgroup MMA in cuda_skinny_wgmma.cu (the default above 32
+// rows where the build has sm_90a code; SkinnyV3InUse).
+// - v2 (the default up to 32 rows, and every row count without sm_90a code or a TMA tensor map):
+//   weights and activations streamed through cp.async stages in shared memory (a block keeps 2-3
+//   stages of 16-32 KiB of weights in flight), k split across the blocks of a thread-block cluster for
+//   narrow outputs, the partial tiles summed in rank order through distributed shared memory in the
+//   same kernel (no partial buffer, no second launch).
+// Both are deterministic: every output element is summed in a fixed order, no atomics.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -36,74 +34,6 @@ namespace tessera::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
-
-// --- v1: block (column tile of 128, k split); every row tile in the same warp.
-constexpr int kMmaWarps = 4;
-constexpr int kMmaTiles = 4;  // n8 tiles per warp: 32 output columns
-constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
-
-// With splits, each block writes its partial product to partial[split] and SkinnyReduceKernel sums
-// them in split order (deterministic, unlike atomics).
-template <int RT>
-__global__ void SkinnyGemmKernel(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                                 bool accumulate, int64_t k_chunk, float* partial) {
-  GridDependencyWait();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
-  if (n_base >= n) return;
-  const uint16_t* wr[kMmaTiles];
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) wr[j] = w + min(n_base + 8 * j + g, n - 1) * k + 8 * q;
-  const float* xr[RT][2];
-  bool ok[RT][2];
-#pragma unroll
-  for (int t = 0; t < RT; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = 16 * t + 8 * h + g;
-      ok[t][h] = row < m;
-      xr[t][h] = x + (ok[t][h] ? row : 0) * k + 8 * q;
-    }
-  float c[RT][kMmaTiles][4] = {};
-  const int64_t k_begin = blockIdx.y * k_chunk, k_end = min(k, k_begin + k_chunk);
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += 32) {
-    uint4 b[kMmaTiles];
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(wr[j] + k0);
-#pragma unroll
-    for (int t = 0; t < RT; ++t) {
-      uint32_t hi[2][4], lo[2][4];
-      LoadA(xr[t][0] + k0, xr[t][1] + k0, ok[t][0], ok[t][1], hi, lo);
-#pragma unroll
-      for (int j = 0; j < kMmaTiles; ++j) MmaChunk(c[t][j], hi, lo, b[j]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < RT; ++t)
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = 16 * t + g + (e >= 2 ? 8 : 0), col = n_base + 8 * j + 2 * q + (e & 1);
-        if (row < m && col < n) {
-          if (partial) {
-            partial[(blockIdx.y * m + row) * n + col] = c[t][j][e];
-          } else {
-            float* out = y + row * n + col;
-            *out = accumulate ? *out + c[t][j][e] : c[t][j][e];
-          }
-        }
-      }
-}
-
-__global__ void SkinnyReduceKernel(const float* partial, int64_t splits, int64_t count, float* y, bool accumulate) {
-  GridDependencyWait();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= count) return;
-  float v = accumulate ? y[i] : 0.0f;
-  for (int64_t s = 0; s < splits; ++s) v += partial[s * count + i];
-  y[i] = v;
-}
 
 // --- v2. Block = W warps, output tile = kRows (32 RG) rows x kCols (32 W) columns, one k range
 // (its rank's share when the cluster splits k). Warp (rw, cw): rows 32 rw .. + 32 (two m16 tiles,
@@ -243,31 +173,14 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
   SkinnyClusterSumStore<S::kCols, S::kRedStride, S::kThreads>(red, blk, accumulate);
 }
 
-// The kernels in use: TESSERA_CUDA_SKINNY=v1 | v2 (read once) forces one for comparisons; by
-// default (3) v3, the wgmma kernel of cuda_skinny_wgmma.cu, takes row tiles of more than 32 rows
-// where this build has sm_90a code, and v2 the rest.
-int SkinnyKernel() {
-  static const int version = [] {
-    const std::string v = SwitchValue("TESSERA_CUDA_SKINNY");
-    if (v == "v1") return 1;
-    if (v == "v2" || !SkinnyWgmmaBuilt()) return 2;
-    return 3;
-  }();
-  return version;
+// The kernels in use: TESSERA_CUDA_SKINNY=v2 (read once) keeps every row count on v2 (it is what
+// builds without sm_90a code run, and the fallback where v3 cannot make a TMA tensor map: the GPU check
+// runs the dense-product tests under it); by default v3 takes row tiles of more than 32 rows where
+// this build has sm_90a code, and v2 the rest.
+bool SkinnyV3InUse() {
+  static const bool v3 = SkinnyWgmmaBuilt() && SwitchValue("TESSERA_CUDA_SKINNY") != "v2";
+  return v3;
 }
-bool SkinnyV1() { return SkinnyKernel() == 1; }
-}  // namespace
-
-int SkinnyMaxSplits() {
-  static const int splits = [] {
-    const std::string e = SwitchValue("TESSERA_CUDA_SKINNY_SPLITS");
-    const int v = e.empty() ? kSkinnyMaxSplits : std::atoi(e.c_str());
-    return v >= 1 && v <= kSkinnyMaxSplits ? v : kSkinnyMaxSplits;
-  }();
-  return splits;
-}
-
-namespace {
 
 template <int RG, int W, int ST>
 void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool accumulate, cudaStream_t s) {
@@ -276,13 +189,12 @@ void LaunchSkinnyV2(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bool 
                    /*programmatic=*/false, x, m, k, jobs, accumulate, s);
 }
 
-// v3 from kSkinnyWgmmaMinRows rows where it is in use (v3's tile is 64 rows whatever m is: at 9..32
-// rows v2 is faster for most of the models' products; docs/PERFORMANCE.md, tenth session). v2: m <= 32:
-// 32 x 128 tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM, half the
-// activation reads from L2 per weight byte) when the tiles alone fill the SMs (lm_head, or many row
-// tiles).
+// v3 from kSkinnyWgmmaMinRows rows where it is in use (v3's tile is 64 rows whatever m is: at 9..32 rows v2 is faster
+// for most of the models' products; tenth session, `git show 5cf9cf6:docs/PERFORMANCE.md`). v2: m <= 32: 32 x 128
+// tiles, 2 blocks an SM. More rows: 64 x 128 tiles, or 64 x 256 (1 block an SM, half the activation reads from L2 per
+// weight byte) when the tiles alone fill the SMs (lm_head, or many row tiles).
 constexpr int64_t kSkinnyWgmmaMinRows = 33;
-bool WgmmaTakes(int64_t m) { return SkinnyKernel() == 3 && m >= kSkinnyWgmmaMinRows; }
+bool WgmmaTakes(int64_t m) { return SkinnyV3InUse() && m >= kSkinnyWgmmaMinRows; }
 void LaunchSkinnyRows(const float* x, int64_t m, int64_t k, const SkinnyJobs& jobs, bool accumulate,
                       uint16_t* x_split, cudaStream_t s) {
   if (WgmmaTakes(m) && LaunchSkinnyWgmma(x, m, k, jobs, accumulate, x_split, s)) return;
@@ -306,48 +218,18 @@ int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count) {
   return WgmmaTakes(m) && m <= kSkinnyGemmRowLimit && SkinnyWgmmaPreSplits(n, count) ? 4 * m * k : 0;
 }
 
-int SkinnyGemmSplits(int64_t m, int64_t k, int64_t n, int sm_count) {
-  if (m <= 0 || m > (SkinnyV1() ? kSkinnyGemmMaxRows : kSkinnyGemmRowLimit) || k % 32 != 0) return 0;
-  if (!SkinnyV1()) return 1;  // v2 splits k inside a cluster: no partial buffer
-  // Few column tiles (narrow outputs) would leave most SMs idle: split k across blocks.
-  const int64_t cols = (n + kMmaColsPerBlock - 1) / kMmaColsPerBlock, chunks = k / 32;
-  return static_cast<int>(std::min<int64_t>({16, chunks, std::max<int64_t>(1, (2 * sm_count + cols - 1) / cols)}));
-}
-
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                int splits, float* partial, uint16_t* x_split, cudaStream_t s) {
-  if (!SkinnyGemmFits(x, m, k, w) || splits < 1) return false;
-  if (!SkinnyV1()) {
-    SkinnyJobs jobs{};
-    jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
-    LaunchSkinnyRows(x, m, k, jobs, accumulate, x_split, s);
-    return true;
-  }
-  const int64_t chunks = k / 32, k_chunk = (chunks + splits - 1) / splits * 32;
-  const int64_t used = (k + k_chunk - 1) / k_chunk;  // splits that get at least one chunk
-  float* part = used > 1 ? partial : nullptr;
-  const dim3 grid(static_cast<unsigned>((n + kMmaColsPerBlock - 1) / kMmaColsPerBlock), static_cast<unsigned>(used));
-  const int tiles = static_cast<int>((m + 15) / 16);
-  if (tiles == 1)
-    LaunchKernel(SkinnyGemmKernel<1>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 2)
-    LaunchKernel(SkinnyGemmKernel<2>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 3)
-    LaunchKernel(SkinnyGemmKernel<3>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (tiles == 4)
-    LaunchKernel(SkinnyGemmKernel<4>, grid, kMmaWarps * 32, 0, s)(x, m, k, w, n, y, accumulate, k_chunk, part);
-  if (part)
-    LaunchKernel(SkinnyReduceKernel, static_cast<unsigned>((m * n + 255) / 256), 256, 0, s)(part, used, m * n, y,
-                                                                                            accumulate);
+                uint16_t* x_split, cudaStream_t s) {
+  if (!SkinnyGemmFits(x, m, k, w)) return false;
+  SkinnyJobs jobs{};
+  jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
+  LaunchSkinnyRows(x, m, k, jobs, accumulate, x_split, s);
   return true;
 }
-
-bool SkinnyGemmMultiAvailable() { return !SkinnyV1(); }
 
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
                      const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s) {
-  if (SkinnyV1()) return false;
   const uint16_t* w[kSkinnyMaxJobs] = {w0, w1, w2, w3};
   float* y[kSkinnyMaxJobs] = {y0, y1, y2, y3};
   const int64_t n[kSkinnyMaxJobs] = {n0, n1, n2, n3};

@@ -1,5 +1,5 @@
 // tessera cuda backend: what the few-row GEMM kernels share (cuda_skinny_gemm.cu: the mma.sync
-// kernels v1 / v2; cuda_skinny_wgmma.cu: the wgmma kernel v3): the jobs of one launch (several
+// kernel v2; cuda_skinny_wgmma.cu: the wgmma kernel v3): the jobs of one launch (several
 // weights of one x), a block's (job, column tile, row tile) from its cluster, and the epilogue that
 // sums a cluster's k-split partial tiles in rank order through distributed shared memory.
 #pragma once
@@ -102,9 +102,6 @@ __device__ __forceinline__ void SkinnyClusterSumStore(float* red, const SkinnyBl
 }
 
 constexpr int kSkinnyMaxSplits = 8;  // the portable cluster size
-// TESSERA_CUDA_SKINNY_SPLITS (1..8, read once; cuda_skinny_gemm.cu): a cap on every launch's k
-// split for comparisons, else kSkinnyMaxSplits.
-int SkinnyMaxSplits();
 
 // How many clusters of `size` blocks of the kernel can be resident at once (per device, kernel and
 // size, cached; not stream-ordered, so allowed while a step is captured). With one block an SM a
@@ -139,7 +136,7 @@ int64_t SkinnyClusterCapacity(Kernel kernel, size_t smem, int threads, int size)
 }
 
 // Launches kernel(x, m, k, jobs, accumulate, k_chunk, row_tiles, extra...) over (column tile of
-// kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits and SkinnyMaxSplits())
+// kCols, row tile of kRows) cells, splitting k (cluster size, up to max_splits)
 // so that cells x splits fills the resident blocks once without exceeding them (a second, partial
 // wave would cost more than a smaller split gains; clusters count as SkinnyClusterCapacity says);
 // the k ranges are whole stages (kt) except the last. programmatic: also a PDL launch
@@ -153,7 +150,7 @@ void LaunchSkinnyGrid(Kernel kernel, size_t smem, int threads, int rows, int col
   for (int j = 0; j < jobs.count; ++j) jobs.first_tile[j + 1] = jobs.first_tile[j] + (jobs.n[j] + cols - 1) / cols;
   const int64_t row_tiles = (m + rows - 1) / rows;
   const int64_t tiles = jobs.first_tile[jobs.count] * row_tiles;
-  int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, std::min(max_splits, SkinnyMaxSplits()));
+  int64_t want = std::clamp<int64_t>(res.blocks / tiles, 1, max_splits);
   while (want > 1) {  // a split whose clusters do not all fit at once would run a second, partial wave
     const int64_t capacity = SkinnyClusterCapacity(kernel, smem, threads, static_cast<int>(want));
     if (capacity <= 0 || tiles <= capacity) break;

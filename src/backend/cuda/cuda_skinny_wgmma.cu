@@ -56,7 +56,8 @@ constexpr int kWgKt = 64;                            // k per stage: four wgmma 
 // k split over up to 8 ranks (the portable cluster size). Clusters of 8 had made Qwen3.5-35B-A3B's
 // b64 step 0.4 ms slower (thirteenth session): 16 column tiles x 8 did not all fit at once with one
 // block an SM, a second wave; LaunchSkinnyGrid now sizes the split by the clusters that fit
-// (SkinnyClusterCapacity), and 8 measured 0.1 ms faster than 4 (docs/PERFORMANCE.md, fourteenth).
+// (SkinnyClusterCapacity), and 8 measured 0.1 ms faster than 4 (fourteenth session; the diary of
+// those sessions: `git show 5cf9cf6:docs/PERFORMANCE.md`).
 constexpr int kWgMaxSplits = kSkinnyMaxSplits;
 constexpr int kWgStages = 6;                         // 193 KiB of shared memory: one block an SM
 constexpr int kWgBStage = kWgCols * kWgKt * 2;       // bytes

@@ -12,10 +12,11 @@ namespace tessera::cuda {
 // that splits and chunk (arguments of the step's graph, cuda_step_graph.h) change 4 times per doubling
 // of the context, not every chunk.
 int64_t SplitPlanKeys(int64_t max_keys);
-// Key splits for AttentionGqa over R = rows query rows of kv_heads KV heads, the longest row seeing
-// max_keys keys: splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses
-// 2^k {1, 1.25, 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys.
-// A split takes min_chunk keys at least.
+// Key splits over R = rows blocks of kv_heads KV heads (named after the grouped-query kernel it was
+// written for; the flash plan below is this over tiles), the longest row seeing max_keys keys:
+// splits == 1 comes with key_chunk = INT64_MAX. Both change only when max_keys crosses 2^k {1, 1.25,
+// 1.5, 1.75}, so decode steps keep their graph; trailing splits may have no keys. A split takes
+// min_chunk keys at least.
 void GqaSplitPlan(int64_t rows, int64_t kv_heads, int64_t max_keys, int sm_count, int* splits, int64_t* key_chunk,
                   int64_t min_chunk = 32);
 // Key splits for AttentionFlash (same contract as GqaSplitPlan, over num_tiles x kv_heads blocks).

@@ -59,7 +59,10 @@ std::string Expected(const SwitchSpec& s) {
 const std::vector<SwitchSpec>& Switches() {
   using K = SwitchKind;
   static const std::vector<SwitchSpec> table = {
-      // Step execution.
+      // Every backend switch selects a measured alternative, reaches a default kernel of another regime
+      // at the models' shapes for a test, or serves measurement (docs/CUDA.md, "Switches").
+      // Step execution: graphs off (comparisons, tests), the chunk size (tests), why a step got a new
+      // graph, PDL off (measured: ~0.2 us a boundary), kernels left out (the knockout study), profiles.
       {"TESSERA_CUDA_GRAPHS", K::kFlag, "", false},
       {"TESSERA_CUDA_GRAPH_CHUNK", K::kInteger, "", false},
       {"TESSERA_CUDA_GRAPHS_DEBUG", K::kFlag, "", false},
@@ -67,29 +70,20 @@ const std::vector<SwitchSpec>& Switches() {
       {"TESSERA_CUDA_SKIP_KERNELS", K::kText, "", false},
       {"TESSERA_CUDA_PROFILE", K::kFlag, "", false},
       {"TESSERA_CUDA_PROFILER_RANGE", K::kFlag, "", false},
-      // Dense products.
-      {"TESSERA_CUDA_GEMV", K::kChoice, "v1", false},
-      {"TESSERA_CUDA_SKINNY", K::kChoice, "v1|v2", false},
-      {"TESSERA_CUDA_SKINNY_GEMM", K::kFlag, "", false},
+      // Dense products: v2 for every row count (the kernel of builds without sm_90a code and the
+      // fallback without a TMA map), the row / work bounds (tests, CudaBench.MatMulRows), v3's two ways
+      // of splitting x (tests).
+      {"TESSERA_CUDA_SKINNY", K::kChoice, "v2", false},
       {"TESSERA_CUDA_SKINNY_MAX_ROWS", K::kInteger, "", false},
       {"TESSERA_CUDA_SKINNY_MAX_WORK", K::kInteger, "", false},
-      {"TESSERA_CUDA_SKINNY_SPLITS", K::kInteger, "", false},
       {"TESSERA_CUDA_WGMMA_PRESPLIT_TILES", K::kInteger, "", false},
-      // Attention and the KV cache.
-      {"TESSERA_CUDA_ATTENTION", K::kChoice, "per-head", false},
+      // Attention: the per-head kernel and the flash kernel's few-row shape at the models' shapes (tests).
       {"TESSERA_CUDA_ATTENTION_FLASH", K::kFlag, "", false},
       {"TESSERA_CUDA_ATTENTION_DECODE", K::kFlag, "", false},
-      {"TESSERA_CUDA_GQA", K::kChoice, "v1", false},
-      {"TESSERA_CUDA_KV_SPLIT", K::kFlag, "", false},
-      // Gated DeltaNet.
-      {"TESSERA_CUDA_GDN", K::kChoice, "v1|chunked", false},
-      // MoE.
-      {"TESSERA_CUDA_MOE_ROUTE_FUSED", K::kFlag, "", false},
-      {"TESSERA_CUDA_MOE_FUSED", K::kChoice, "v1", false},
-      {"TESSERA_CUDA_MOE_DOWN", K::kChoice, "v1", false},
+      // Gated DeltaNet: the chunked form, not yet measured against the recurrent one.
+      {"TESSERA_CUDA_GDN", K::kChoice, "chunked", false},
+      // MoE: the CUDA-core grouped kernels and the host-grouped path at the models' shapes (tests).
       {"TESSERA_CUDA_MOE_KERNEL", K::kChoice, "simt", false},
-      {"TESSERA_CUDA_MOE_MMA", K::kChoice, "v1|v2|v2k128", false},
-      {"TESSERA_CUDA_MOE_MMA_DOWN", K::kChoice, "v1|v2|v2k128", false},
       {"TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS", K::kInteger, "", false},
       // The test suite's benchmarks and multi-GPU tests.
       {"TESSERA_CUDA_BENCH_CONFIG", K::kText, "", true},

@@ -1,8 +1,8 @@
-// tessera cuda backend: the TESSERA_CUDA_* environment switches in one table. Each picks an earlier
-// or alternative kernel for A/B runs and tests (docs/CUDA.md names them where the kernels are
-// described). A switch is read only through SwitchValue, and a backend being made checks the whole
-// environment with CheckSwitches: a misspelt name or value is an error at start-up instead of a
-// benchmark of the default kernel that looks like one of the variant. Host code, in every build.
+// tessera cuda backend: the TESSERA_CUDA_* environment switches in one table. Each picks a measured
+// alternative, another regime's kernel for a test, or a measuring aid (docs/CUDA.md, "Switches"). A
+// switch is read only through SwitchValue, and a backend being made checks the whole environment
+// with CheckSwitches: a misspelt name or value is an error at start-up instead of a benchmark of the
+// default kernel that looks like one of the variant. Host code, in every build.
 #pragma once
 
 #include <string>
@@ -13,7 +13,7 @@ namespace tessera::cuda {
 enum class SwitchKind {
   kFlag,     // "0" or "1"
   kInteger,  // decimal digits
-  kChoice,   // one of `choices` ("v1|chunked")
+  kChoice,   // one of `choices` ("f32|bf16")
   kText,     // anything (a list of kernel names)
 };
 
