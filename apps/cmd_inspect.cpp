@@ -31,19 +31,8 @@ struct InspectFlags {
   int64_t max_num_seqs = 64, max_num_batched_tokens = 4096;
   int64_t num_state_snapshots = 0;     // 0 = max_num_seqs / 4, as serve
   std::string kv_cache_dtype = "f32";  // as serve's --kv-cache-dtype: bf16 halves the KV bytes per token
+  std::string quantization = "none";   // as serve's --quantization: the weights quantized at load
 };
-
-// Weight-only quantisation as deployed (GPTQ / AWQ style): matrices of the linear layers in int8 /
-// int4 with one bf16 scale per group of 128 inputs; embeddings, lm_head, norms and routers bf16.
-constexpr double kGroup = 128.0;
-
-bool IsQuantisable(const ExpectedTensor& t) {
-  if (t.shape.size() != 2) return false;
-  const std::string& n = t.name;
-  if (n.find("embed_tokens") != std::string::npos || n.find("lm_head") != std::string::npos) return false;
-  if (n.find("mlp.gate.weight") != std::string::npos || n.find("shared_expert_gate") != std::string::npos) return false;
-  return true;
-}
 
 std::string HumanCount(double n) {
   if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
@@ -59,24 +48,23 @@ int RunInspect(const InspectFlags& f) {
   if (f.num_state_snapshots < 0) throw UsageError("--num-state-snapshots must be >= 0 (0 = max-num-seqs / 4)");
   HfModelDir dir = LoadHfModelDir(f.model);
   ModelConfig cfg = ModelConfig::FromHf(dir);
-  double bytes_int8 = 0, bytes_int4 = 0;
-  for (const auto& t : ExpectedTensors(cfg)) {
-    double n = 1;
-    for (int64_t d : t.shape) n *= static_cast<double>(d);
-    if (IsQuantisable(t)) {
-      double scales = n / kGroup * 2;
-      bytes_int8 += n + scales;
-      bytes_int4 += n / 2 + scales;
-    } else {
-      bytes_int8 += 2 * n;
-      bytes_int4 += 2 * n;
-    }
-  }
+  cfg.load_quant = ParseLoadQuantization(f.quantization);
+  if (cfg.quant.quantized() && cfg.load_quant != QuantKind::kNone)
+    throw UsageError("--quantization: " + f.model + " is already quantized (" + cfg.quant.Describe() + ")");
+  // The weights in each format quantization at load offers (what the loader would hold).
+  auto bytes_as = [&](QuantKind kind) {
+    ModelConfig c = cfg;
+    c.quant = QuantConfig{};
+    c.load_quant = kind;
+    return WeightCensus::Of(c).weight_bytes;
+  };
+  const double bytes_bf16 = bytes_as(QuantKind::kNone), bytes_fp8 = bytes_as(QuantKind::kFp8),
+               bytes_int8 = bytes_as(QuantKind::kInt8), bytes_int4 = bytes_as(QuantKind::kInt4);
   // Active parameters as model cards count them (the whole embedding table among them); the bytes a
   // token reads are the benchmarks' count (one embedding row, the lm_head, top-k experts).
   const WeightCensus census = WeightCensus::Of(cfg);
   const double total = census.total, active = census.ActiveParams(), embed = census.embedding;
-  const double read_per_token = census.TokenBytes();
+  const double read_per_token = census.FormatTokenBytes();
   const int64_t full = cfg.NumLayersOf(LayerKind::kFullAttention);
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
   int64_t moe = 0;
@@ -85,10 +73,10 @@ int RunInspect(const InspectFlags& f) {
   const DType kv_dtype = ParseKvCacheDType(f.kv_cache_dtype);
   const int64_t kv_per_token = Model::KvBytesPerToken(cfg, kv_dtype);
   const int64_t state_per_seq = Model::StateBytesPerSequence(cfg);
-  const double weights_bf16 = total * 2;
+  const double weights = census.weight_bytes;  // in the model's format
   const double kv = static_cast<double>(kv_per_token) * f.context * f.concurrency;
   const double state = static_cast<double>(state_per_seq) * f.concurrency;
-  const double need = weights_bf16 + kv + state;
+  const double need = weights + kv + state;
   EngineConfig ec;  // the engine's defaults for what the flags do not set, as serve has them
   ec.max_num_seqs = f.max_num_seqs;
   ec.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -110,14 +98,17 @@ int RunInspect(const InspectFlags& f) {
   j["total_params"] = static_cast<int64_t>(total);
   j["active_params"] = static_cast<int64_t>(active);
   j["active_params_no_embedding"] = static_cast<int64_t>(active - embed);
-  j["weight_bytes"] = {{"bf16", static_cast<int64_t>(weights_bf16)}, {"int8", static_cast<int64_t>(bytes_int8)},
+  j["weight_format"] = census.format;
+  j["weight_bytes"] = {{"format", static_cast<int64_t>(weights)}, {"bf16", static_cast<int64_t>(bytes_bf16)},
+                       {"fp8", static_cast<int64_t>(bytes_fp8)}, {"int8", static_cast<int64_t>(bytes_int8)},
                        {"int4", static_cast<int64_t>(bytes_int4)}};
-  j["read_bytes_per_token_bf16"] = static_cast<int64_t>(read_per_token);
+  j["read_bytes_per_token"] = static_cast<int64_t>(read_per_token);
+  j["read_bytes_per_token_bf16"] = static_cast<int64_t>(census.TokenBytes());
   j["kv_cache_dtype"] = DTypeName(kv_dtype);
   j["kv_bytes_per_token"] = kv_per_token;
   j["state_bytes_per_sequence"] = state_per_seq;
   j["memory"] = {{"context", f.context}, {"concurrency", f.concurrency},
-                 {"weights_bytes", static_cast<int64_t>(weights_bf16)}, {"kv_bytes", static_cast<int64_t>(kv)},
+                 {"weights_bytes", static_cast<int64_t>(weights)}, {"kv_bytes", static_cast<int64_t>(kv)},
                  {"state_bytes", static_cast<int64_t>(state)}, {"total_bytes", static_cast<int64_t>(need)}};
   j["state_slots"] = {{"sequences", slots.sequence_slots},
                       {"snapshots", slots.snapshots},
@@ -129,7 +120,7 @@ int RunInspect(const InspectFlags& f) {
       throw UsageError("--gpu-memory-utilization must be in (0, 1]");
     const GpuMemoryPlan plan =
         PlanGpuMemory(ParseByteSize(f.gpu_memory, "--gpu-memory"), f.gpu_memory_utilization,
-                      static_cast<int64_t>(weights_bf16) + kCudaContextBytes, kv_per_token, slots.bytes(),
+                      static_cast<int64_t>(weights) + kCudaContextBytes, kv_per_token, slots.bytes(),
                       ActivationReserveBytes(cfg, ec.max_num_batched_tokens, ec.max_num_seqs));
     j["gpu_plan"] = {{"total_bytes", plan.total_bytes},   {"utilization", plan.utilization},
                      {"budget_bytes", plan.budget_bytes}, {"in_use_bytes", plan.in_use_bytes},
@@ -156,22 +147,24 @@ int RunInspect(const InspectFlags& f) {
                 (long long)cfg.num_experts_per_tok, cfg.shared_expert_intermediate_size > 0 ? " + shared expert" : "");
   std::printf("parameters:       %s total, %s active per token (%s without the input embedding)\n",
               HumanCount(total).c_str(), HumanCount(active).c_str(), HumanCount(active - embed).c_str());
-  std::printf("weights:          %s bf16, %s int8, %s int4 (group-128 scales; embeddings/lm_head bf16)\n",
-              HumanBytes(weights_bf16).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
+  std::printf("weights:          %s as %s (bf16 %s, fp8 %s, int8 %s, int4 %s with --quantization; "
+              "embeddings, lm_head, routers bf16)\n",
+              HumanBytes(weights).c_str(), census.format.c_str(), HumanBytes(bytes_bf16).c_str(),
+              HumanBytes(bytes_fp8).c_str(), HumanBytes(bytes_int8).c_str(), HumanBytes(bytes_int4).c_str());
   const std::string read_what =
       census.experts_per_token > 0 ? fmt::format("one embedding row, lm_head, top-{} experts", census.experts_per_token)
                                    : std::string("one embedding row, lm_head");
-  std::printf("read per token:   %s of weights in bf16 (%s: the decode floor's numerator)\n",
-              HumanBytes(read_per_token).c_str(), read_what.c_str());
+  std::printf("read per token:   %s of weights as %s (%s: the decode floor's numerator)\n",
+              HumanBytes(read_per_token).c_str(), census.format.c_str(), read_what.c_str());
   std::printf("KV cache:         %s per token (%s, %lld attention layers)\n", HumanBytes(kv_per_token).c_str(),
               DTypeName(kv_dtype), (long long)full);
   std::printf("recurrent state:  %s per sequence (f32)\n", HumanBytes(state_per_seq).c_str());
   std::printf("state slots:      %s\n", DescribeStatePlan(slots).c_str());
   std::printf("memory for %lld tokens x %lld sequences: %s = weights %s + KV %s + state %s\n", (long long)f.context,
-              (long long)f.concurrency, HumanBytes(need).c_str(), HumanBytes(weights_bf16).c_str(),
+              (long long)f.concurrency, HumanBytes(need).c_str(), HumanBytes(weights).c_str(),
               HumanBytes(kv).c_str(), HumanBytes(state).c_str());
   if (!plan_line.empty())
-    std::printf("%s (in use: bf16 weights + %s CUDA context estimate)\n", plan_line.c_str(),
+    std::printf("%s (in use: the weights + %s CUDA context estimate)\n", plan_line.c_str(),
                 HumanBytes(static_cast<double>(kCudaContextBytes)).c_str());
   return 0;
 }
@@ -197,6 +190,9 @@ Subcommand AddInspectCommand(CLI::App& root) {
                   "KV cache element type: f32 (default) or bf16: half the KV bytes, twice the tokens; needs "
                   "--device cuda to serve")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app->add_option("--quantization", f->quantization,
+                  "Size the weights as serve --quantization would hold them: none (default), fp8, int8 or int4")
+      ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
   app->add_flag("--json", f->json, "Print JSON for scripts");
   return {app, [f] { return RunInspect(*f); }};
 }

@@ -66,6 +66,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   eos_ids_.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
   info_.name = config_.served_model_name;
   info_.max_model_len = config_.max_model_len;
+  info_.weight_format = mc.WeightFormat();
   info_.vocab_size = mc.vocab_size;
   info_.diffusion = mc.diffusion || config_.force_diffusion;
   info_.default_diffusion = config_.default_diffusion;

@@ -31,6 +31,7 @@ struct EngineModelInfo {
   DiffusionParams default_diffusion;  // block_size, steps, policy, threshold, mask id
   SamplingDefaults sampling_defaults;  // for request fields left out (generation_config.json)
   int64_t num_layers = 0, num_experts = 0;  // for per-expert metrics
+  std::string weight_format;  // ModelConfig::WeightFormat(): "bf16", "gptq int4 group 128 ...", ...
 };
 
 class EngineApi {

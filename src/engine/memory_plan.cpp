@@ -53,7 +53,14 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   const int64_t per_row = 4 * H + std::max({attention, gdn, moe});
   const int64_t logits_rows = std::min(max_num_batched_tokens, max_num_seqs * 32);
   const int64_t floats = max_num_batched_tokens * per_row + logits_rows * mc.vocab_size;
-  return 2 * floats * 4 + (int64_t{256} << 20);
+  // Quantized weights (CUDA): a product of more than a few rows dequantizes its weight into f32
+  // scratch first (cuda_quant.h), the largest quantized matrix at a time.
+  int64_t quant_scratch = 0;
+  if (mc.quant.quantized() || mc.load_quant != QuantKind::kNone)
+    for (const ExpectedTensor& t : ExpectedTensors(mc))
+      if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
+        quant_scratch = std::max(quant_scratch, 4 * t.shape[0] * t.shape[1]);
+  return 2 * floats * 4 + quant_scratch + (int64_t{256} << 20);
 }
 
 GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/model_config.h"
 
@@ -23,6 +24,13 @@ struct WeightCensus {
   int64_t embedding_row = 0;  // hidden: what one token's embedding lookup reads
   int64_t moe_layers = 0;
   int64_t experts_per_token = 0;  // top-k
+  // Bytes in the model's weight format (ModelConfig::quant / load_quant: quantized Linear weights as
+  // the loader holds them, codes + f32 scales + zero points; the embedding, lm_head, routers and
+  // shared-expert gates bf16; vectors at 2 bytes a parameter as in the bf16 counts).
+  double dense_bytes = 0;   // the dense matrices (quantized where the format quantizes them)
+  double expert_bytes = 0;  // one routed expert
+  double weight_bytes = 0;  // the whole model
+  std::string format;       // ModelConfig::WeightFormat()
 
   static WeightCensus Of(const ModelConfig& cfg);
 
@@ -40,6 +48,14 @@ struct WeightCensus {
     return matrix_bytes *
                (dense_matrix + lm_head + experts_touched * expert + static_cast<double>(rows) * embedding_row) +
            vector_bytes * dense_vector;
+  }
+  // StepBytes in the model's weight format.
+  double FormatStepBytes(double experts_touched, int64_t rows) const {
+    return dense_bytes + 2 * (lm_head + static_cast<double>(rows) * embedding_row) + experts_touched * expert_bytes +
+           2 * dense_vector;
+  }
+  double FormatTokenBytes() const {
+    return FormatStepBytes(static_cast<double>(moe_layers * experts_per_token), 1);
   }
   // One token alone (batch-1 decode): top-k routed experts in every MoE layer. In bf16 this is the
   // numerator of the decode floor (docs/PERFORMANCE.md).

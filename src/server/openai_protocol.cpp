@@ -741,6 +741,9 @@ ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
              {"created", created},
              {"owned_by", "tessera"},
              {"max_model_len", model.max_model_len}};
+  // Extension: the weights' format (quantization as published or at load), as vLLM's model card
+  // names it; "bf16" for float checkpoints.
+  if (!model.weight_format.empty()) m["quantization"] = model.weight_format;
   // Extension: how a block-diffusion model decodes by default (clients such as the chat page fill
   // their settings from it); absent for autoregressive models.
   if (model.diffusion) {

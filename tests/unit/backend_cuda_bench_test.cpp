@@ -109,7 +109,8 @@ struct StepCost {
 };
 
 // What one step must read and compute. Assumptions:
-//  - weights are bf16 (2 bytes a parameter, vectors too: WeightCensus::StepBytes, the count `tessera
+//  - weights in the model's format (bf16: 2 bytes a parameter, vectors too; quantized: codes + scales;
+//    WeightCensus::FormatStepBytes, the count `tessera
 //    inspect` prints) and each is read once per step whatever the row count: all non-expert tensors of every layer
 //    (attention or Gated DeltaNet projections, norms, router, shared expert and its gate, dense
 //    FFNs), the routed experts the step touches (`distinct_per_layer` from collect_expert_stats;
@@ -136,7 +137,7 @@ StepCost CountStep(const ModelConfig& c, const WeightCensus& w, DType kv_dtype, 
   const double kv_bytes = static_cast<double>(s.sequences) * (s.cached_keys + s.committed_rows) *
                           Model::KvBytesPerToken(c, kv_dtype);
   const double state_bytes = 2.0 * s.sequences * Model::StateBytesPerSequence(c);
-  cost.bytes = w.StepBytes(touched, rows) + kv_bytes + state_bytes;  // bf16 weights, vectors included
+  cost.bytes = w.FormatStepBytes(touched, rows) + kv_bytes + state_bytes;  // the weights' format, vectors included
 
   const double attention = 4.0 * s.attended_keys * c.num_heads * c.head_dim *
                            c.NumLayersOf(LayerKind::kFullAttention);
@@ -387,6 +388,11 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   o.load_format = "dummy";
   // TESSERA_CUDA_BENCH_KV_DTYPE=bf16: the rows on a bf16 KV cache (--kv-cache-dtype bf16).
   if (const char* kv = std::getenv("TESSERA_CUDA_BENCH_KV_DTYPE"); kv && *kv) o.kv_cache_dtype = kv;
+  // TESSERA_CUDA_BENCH_QUANT=fp8|int8|int4: dummy weights in that format (--quantization).
+  if (const char* q = std::getenv("TESSERA_CUDA_BENCH_QUANT"); q && *q) {
+    o.quantization = q;
+    name += std::string("-") + q;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto model = Model::Load(dir, o);
   std::printf("bench %s: dummy weights ready in %.1f s\n", dir, Seconds(t0));

@@ -297,6 +297,35 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
 }
 
+// Quantization at load: the weights are counted as the loader holds them (codes + f32 scales; the
+// embedding, lm_head and routers bf16). Qwen3-30B-A3B: 30.5B parameters, of which 2 x 151936 x 2048
+// (embedding and lm_head, 1.24 GB in bf16) and the routers stay bf16; the rest is int4 with one 4-byte
+// scale per 128 columns (0.53125 bytes a parameter): about 16.7 GB. It fits a 24 GiB card with a
+// 32K-token bf16 KV cache (98,304 bytes a token) when the step budget is sized for the card (512
+// tokens, 16 sequences: the activation reserve of 4096-token steps alone is ~9 GiB).
+TEST(CliInspect, Int4Qwen3_30BFitsA24GiBCardWith32KTokens) {
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) +
+                      " --json --quantization int4 --kv-cache-dtype bf16 --gpu-memory 24GiB"
+                      " --max-num-batched-tokens 512 --max-num-seqs 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  const int64_t w = j["weight_bytes"]["format"].get<int64_t>();
+  EXPECT_EQ(w, j["weight_bytes"]["int4"].get<int64_t>());
+  EXPECT_GT(w, int64_t{16'000'000'000});
+  EXPECT_LT(w, int64_t{17'500'000'000});
+  EXPECT_LT(j["weight_bytes"]["int4"].get<int64_t>(), j["weight_bytes"]["int8"].get<int64_t>());
+  EXPECT_EQ(j["gpu_plan"]["in_use_bytes"].get<int64_t>(), w + (int64_t{768} << 20));
+  EXPECT_GE(j["gpu_plan"]["kv_tokens"].get<int64_t>(), 32768);
+  EXPECT_NE(j["weight_format"].get<std::string>().find("int4"), std::string::npos);
+  // The per-token read shrinks with the format: int4 experts are ~0.27 of their bf16 bytes.
+  EXPECT_LT(j["read_bytes_per_token"].get<int64_t>(), j["read_bytes_per_token_bf16"].get<int64_t>() / 2);
+  // In bf16 the same card does not hold it.
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --gpu-memory 24GiB");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) + " --quantization int3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
 // --kv-cache-dtype bf16: K and V in 2 bytes instead of 4, so the same GPU plan (same pool bytes) holds
 // twice the tokens; the text output names the element type.
 TEST(CliInspect, Bf16KvCacheHalvesBytesPerToken) {

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Quantized fixtures for tessera's tests, made on the GPU machine (torch + transformers 5.17).
+"""NOT YET RUN (no GPU machine was lent when it was written): the transformers float64 cross-check of
+the quantized fixtures, for the next session with the GPU machine (torch + transformers 5.17).
+The tests today use make_quant_checkpoints.py (numpy) and the engine's own float path as reference.
 
 From each tiny bf16 fixture of tests/data/fixtures/models, writes checkpoints in the layouts their
 producers publish (written here from the formats' own definitions, independently of tessera's reader):

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kv_layout.h"
 #include "backend/cuda/cuda_op_profiler.h"
+#include "backend/cuda/cuda_quant.h"
 #include "backend/cuda/cuda_step_graph.h"
 
 namespace tessera {
@@ -185,6 +186,21 @@ class CudaBackend : public Backend {
   void GemmLt(const void* w, bool w_bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
               bool accumulate);
   const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
+  // Quantized weights (cuda_quant.h): the kernels' view of a Tensor, kept per weight (its host
+  // address is what recorded steps see); products of few rows in registers, larger ones through f32
+  // scratch and cuBLASLt; routed experts of few pairs on the per-pair kernels.
+  const cuda::QuantMatrix* QuantView(const Tensor& w);
+  void QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate);
+  struct QuantExpertTable {
+    std::vector<const void*> codes;  // identity of the layer's experts
+    DeviceBuffer dev;                // [3 * E] cuda::QuantMatrix
+    bool vec = true;
+  };
+  const QuantExpertTable& QuantExperts(const std::vector<ExpertWeights>& experts);
+  void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                          int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out);
+  std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;
+  std::unordered_map<const void*, std::unique_ptr<QuantExpertTable>> quant_expert_tables_;
 
   int device_ = 0;
   int sm_count_ = 1;

@@ -83,6 +83,7 @@ bool CudaBackend::UseSkinnyGemm(int64_t m, int64_t k, int64_t cols, int64_t weig
 void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   if (m == 0) return;
   if (w.shape.size() != 2) Fail(ErrorKind::kInternal, "matmul: weight is not 2-D");
+  if (w.quantized()) return QuantMatMul(x, m, w, y, accumulate);
   const int64_t n = w.shape[0], k = w.shape[1];
   profiler_->Mark(m <= cuda::kGemvMaxRows         ? "MatMul gemv"
                   : !UseSkinnyGemm(m, k, n, 1)    ? "MatMul gemm"
@@ -153,6 +154,53 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
     Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
             w[3], n[3], y[3], static_cast<uint16_t*>(x_split.data()), stream_);
   }
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+const cuda::QuantMatrix* CudaBackend::QuantView(const Tensor& w) {
+  auto& slot = quant_views_[w.data];
+  if (!slot) {
+    auto v = std::make_unique<cuda::QuantMatrix>();
+    const int64_t k = w.dim(1);
+    v->codes = static_cast<const uint8_t*>(w.data);
+    v->scales = w.quant.scales;
+    v->zeros = w.quant.zeros;
+    v->perm = w.quant.perm;
+    v->row_bytes = QuantRowBytes(w.quant.kind, k);
+    v->group = static_cast<int32_t>(w.quant.group);
+    v->groups = static_cast<int32_t>(w.quant.Groups(k));
+    v->kind = static_cast<int8_t>(w.quant.kind);
+    v->act = static_cast<int8_t>(w.quant.act);
+    v->act_scale = w.quant.act_scale;
+    slot = std::move(v);
+  }
+  return slot.get();
+}
+
+void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const cuda::QuantMatrix* q = QuantView(w);
+  if (cuda::QuantGemvFits(m, k)) {
+    profiler_->Mark("MatMul quantized gemv");
+    Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);
+    return;
+  }
+  // Larger products: the weight dequantized to f32 scratch, the input rounded / permuted as the
+  // weight's scheme says, cuBLASLt's f32 GEMM (the same values the CPU backend multiplies).
+  profiler_->Mark("MatMul quantized gemm");
+  DeviceBuffer wf = DeviceBuffer::Floats(*this, n * k);
+  Enqueue("QuantDequantF32", cuda::QuantDequantF32, q, n, k, wf.f32(), stream_);
+  DeviceBuffer xp;
+  const float* xin = x;
+  if (w.quant.act != ActQuant::kNone || w.quant.perm) {
+    xp = DeviceBuffer::Floats(*this, m * k);
+    Enqueue("QuantPrepareInput", cuda::QuantPrepareInput, x, m, k, q, xp.f32(), stream_);
+    xin = xp.f32();
+  }
+  GemmLt(wf.data(), false, xin, m, k, n, y, accumulate);
 }
 
 }  // namespace tessera

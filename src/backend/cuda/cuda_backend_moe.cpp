@@ -53,6 +53,11 @@ void CudaBackend::MoeRouteExperts(const float* logits, const float* x, int64_t r
                                   const std::vector<ExpertWeights>& experts, float* out,
                                   const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  if (E > 0 && experts[0].gate.quantized()) {  // routed, then the quantized expert paths
+    MoeRoute(logits, rows, E, k, renormalize, idx, weights);
+    ExpertsInto(x, rows, hidden, idx, weights, k, experts, out, residual);
+    return;
+  }
   const ExpertTable* table = rows > 0 && slots <= kMoeFusedMaxSlots && E > 0 ? &ExpertPointers(experts) : nullptr;
   const int64_t inter = table ? experts[0].gate.dim(0) : 0;
   if (!table || !cuda::MoeGateUpRoutedFits(x, hidden, rows, k, E, inter, table->aligned)) {
@@ -93,6 +98,25 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   if (rows == 0) return;
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
+  const bool quantized = experts[0].gate.quantized();
+  if (quantized && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) && inter * 4 <= (200 << 10)) {
+    profiler_->Mark("MoeExperts quantized per-pair");
+    const QuantExpertTable& qt = QuantExperts(experts);
+    const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
+    DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+    Enqueue("QuantMoeGateUp", cuda::QuantMoeGateUp, x, hidden, idx, slots, k, table, E, inter, qt.vec, act.f32(),
+            stream_);
+    Enqueue("QuantMoeDown", cuda::QuantMoeDown, act.f32(), inter, idx, weights, slots, table, E, hidden, qt.vec,
+            slot_out.f32(), stream_);
+    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+    return;
+  }
+  if (quantized) {
+    DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32());
+    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+    return;
+  }
   const ExpertTable& table = ExpertPointers(experts);
   const auto* const* ptrs = static_cast<const uint16_t* const*>(table.dev.data());
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
@@ -123,42 +147,77 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
     Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
             weights, ptrs, E, hidden, slot_out.f32(), stream_);
   } else {
-    // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
-    profiler_->Mark("MoeExperts host-grouped");
-    std::vector<int32_t> hidx(slots);
-    Download(hidx.data(), idx, slots * sizeof(int32_t));
-    std::vector<std::vector<int32_t>> by_expert(E);
-    for (int64_t i = 0; i < slots; ++i) {
-      if (hidx[i] < 0 || hidx[i] >= E) Fail(ErrorKind::kInternal, "expert id {} out of range", hidx[i]);
-      by_expert[hidx[i]].push_back(static_cast<int32_t>(i));
-    }
-    std::vector<int32_t> order;
-    std::vector<std::pair<int64_t, int64_t>> spans(E);  // offset, count
-    for (int64_t e = 0; e < E; ++e) {
-      spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
-      order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
-    }
-    const ScratchArray dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
-    DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
-    DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
-    DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);
-    Enqueue("GatherRows", cuda::GatherRows, x, hidden, dorder.i32(), slots, k, xs.f32(), stream_);
-    for (int64_t e = 0; e < E; ++e) {
-      const auto [off, cnt] = spans[e];
-      if (cnt == 0) continue;
-      MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
-      MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
-    }
-    SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
-    for (int64_t e = 0; e < E; ++e) {
-      const auto [off, cnt] = spans[e];
-      if (cnt == 0) continue;
-      MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
-    }
-    Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out.f32(),
-            stream_);
+    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32());
   }
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+}
+
+// (row, slot) pairs sorted by expert on the host (one copy of the routing), gathered, one product per
+// active expert and matrix (MatMul: bf16 or quantized weights), scattered into slot_out weighted.
+void CudaBackend::HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                                     const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                                     float* slot_out_ptr) {
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  const int64_t inter = experts.at(0).gate.dim(0);
+  // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
+  profiler_->Mark("MoeExperts host-grouped");
+  std::vector<int32_t> hidx(slots);
+  Download(hidx.data(), idx, slots * sizeof(int32_t));
+  std::vector<std::vector<int32_t>> by_expert(E);
+  for (int64_t i = 0; i < slots; ++i) {
+    if (hidx[i] < 0 || hidx[i] >= E) Fail(ErrorKind::kInternal, "expert id {} out of range", hidx[i]);
+    by_expert[hidx[i]].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<int32_t> order;
+  std::vector<std::pair<int64_t, int64_t>> spans(E);  // offset, count
+  for (int64_t e = 0; e < E; ++e) {
+    spans[e] = {static_cast<int64_t>(order.size()), static_cast<int64_t>(by_expert[e].size())};
+    order.insert(order.end(), by_expert[e].begin(), by_expert[e].end());
+  }
+  const ScratchArray dorder = UploadScratch(order.data(), order.size() * sizeof(int32_t));
+  DeviceBuffer xs = DeviceBuffer::Floats(*this, slots * hidden);
+  DeviceBuffer g = DeviceBuffer::Floats(*this, slots * inter), u = DeviceBuffer::Floats(*this, slots * inter);
+  DeviceBuffer d = DeviceBuffer::Floats(*this, slots * hidden);
+  Enqueue("GatherRows", cuda::GatherRows, x, hidden, dorder.i32(), slots, k, xs.f32(), stream_);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [off, cnt] = spans[e];
+    if (cnt == 0) continue;
+    MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
+    MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
+  }
+  SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [off, cnt] = spans[e];
+    if (cnt == 0) continue;
+    MatMul(g.f32() + off * inter, cnt, experts[e].down, d.f32() + off * hidden, false);
+  }
+  Enqueue("ScatterScaledRows", cuda::ScatterScaledRows, d.f32(), hidden, dorder.i32(), slots, weights, slot_out_ptr,
+          stream_);
+}
+
+const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector<ExpertWeights>& experts) {
+  const int64_t E = static_cast<int64_t>(experts.size());
+  std::vector<const void*> codes(3 * E);
+  std::vector<cuda::QuantMatrix> mats(3 * E);
+  bool vec = true;
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor* t[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
+    for (int j = 0; j < 3; ++j) {
+      if (!t[j]->quantized()) Fail(ErrorKind::kUnsupported, "cuda MoE: expert {} mixes float and quantized weights", e);
+      codes[j * E + e] = t[j]->data;
+      mats[j * E + e] = *QuantView(*t[j]);
+      vec = vec && cuda::QuantVecOk(mats[j * E + e]);
+    }
+  }
+  auto& slot = quant_expert_tables_[experts.data()];
+  if (!slot || slot->codes != codes) {
+    slot = std::make_unique<QuantExpertTable>();
+    slot->codes = codes;
+    slot->vec = vec;
+    slot->dev = DeviceBuffer(*this, mats.size() * sizeof(cuda::QuantMatrix));
+    Upload(slot->dev.data(), mats.data(), mats.size() * sizeof(cuda::QuantMatrix));
+  }
+  return *slot;
 }
 
 }  // namespace tessera

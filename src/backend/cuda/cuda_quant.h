@@ -1,0 +1,59 @@
+// tessera cuda backend: products with quantized weights (core/quant.h layout), launchers of
+// cuda_quant.cu. Weight-only: codes are dequantized in registers as they stream from memory, so a
+// few-row product reads the compressed bytes once (the regime of decode); larger products
+// dequantize a weight into f32 scratch and run cuBLASLt's f32 GEMM (exact, slower than bf16 tensor
+// cores: the FP8 / int tensor-core prefill path is not built yet). W8A8 schemes round the input rows
+// to the weight's code type first, as the CPU backend does (backend/cpu/gemm_quant.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+// One quantized matrix as the kernels read it (device pointers). The launchers take it by a host
+// pointer that outlives the queued work (the backend keeps one per weight): recorded steps fingerprint
+// their arguments by value, so they must be scalars or pointers.
+struct QuantMatrix {
+  const uint8_t* codes = nullptr;  // [n, row_bytes]
+  const float* scales = nullptr;   // [n, groups]
+  const float* zeros = nullptr;    // [n, groups] or null
+  const int32_t* perm = nullptr;   // [k] or null
+  int64_t row_bytes = 0;
+  int32_t group = 0, groups = 0;
+  int8_t kind = 0;  // core/quant.h QuantKind: 1 fp8, 2 int8, 3 int4
+  int8_t act = 0;   // ActQuant: 0 none, 1 dynamic per token, 2 static
+  float act_scale = 0.f;
+};
+
+// The few-row kernel's limits: m rows of x (f32, staged in shared memory) up to kQuantGemvMaxRows,
+// m * k * 4 bytes of shared memory at most kQuantGemvMaxSmem.
+constexpr int64_t kQuantGemvMaxRows = 8;
+constexpr int64_t kQuantGemvMaxSmem = 160 << 10;
+inline bool QuantGemvFits(int64_t m, int64_t k) {
+  return m >= 1 && m <= kQuantGemvMaxRows && m * k * 4 <= kQuantGemvMaxSmem;
+}
+// y[m, n] (+)= round(x)[m, perm] * dequant(w)[n, k]^T for m rows (QuantGemvFits).
+void QuantGemv(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+               cudaStream_t s);
+// out [n, k] f32 = the dequantized weight, columns in the codes' order.
+void QuantDequantF32(const QuantMatrix* w, int64_t n, int64_t k, float* out, cudaStream_t s);
+// out [m, k] = rows of x rounded as the weight's W8A8 rule says and gathered by its permutation.
+void QuantPrepareInput(const float* x, int64_t m, int64_t k, const QuantMatrix* w, float* out, cudaStream_t s);
+
+// Routed experts of few rows on quantized weights: each (row, slot) pair reads its expert's codes.
+// experts: device array [3 * E] of QuantMatrix (gate..., up..., down...). act [slots, inter] then
+// slot_out [slots, hidden] (weighted by the routing weight), as MoeGateUp / MoeDown do for bf16.
+// vec: every expert matrix takes the 16-byte vector path (QuantVecOk).
+void QuantMoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
+                    const QuantMatrix* experts, int64_t E, int64_t inter, bool vec, float* act, cudaStream_t s);
+void QuantMoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,
+                  const QuantMatrix* experts, int64_t E, int64_t hidden, bool vec, float* slot_out, cudaStream_t s);
+// Whether a matrix's rows take the vector loads (16-byte aligned rows, 16 bytes within one group).
+bool QuantVecOk(const QuantMatrix& w);
+// Rows the few-row MoE kernels take (pairs re-read their expert's codes; past this the host-grouped
+// products read each expert once).
+constexpr int64_t kQuantMoeMaxSlots = 512;
+
+}  // namespace tessera::cuda
