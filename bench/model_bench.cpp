@@ -14,7 +14,7 @@
 // kernels (converted to f32 at load); the checkpoint must be bf16.
 //
 // Usage: model_bench --model DIR [--threads 1,2] [--prompt 512] [--decode 64] [--chunk 512]
-//                    [--reps 3] [--seed 1] [--json FILE]
+//                    [--reps 3] [--seed 1] [--quantization Q] [--json FILE]
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -49,6 +49,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Options {
+  std::string quantization;  // --quantization none|fp8|int8|int4: weights quantized at load
   std::string model, json_path;
   std::vector<int> threads = {1, 2};
   int64_t prompt = 512, decode = 64, chunk = 512, reps = 3;
@@ -58,7 +59,7 @@ struct Options {
 [[noreturn]] void Usage(const std::string& why) {
   fmt::print(stderr,
              "model_bench: {}\nusage: model_bench --model DIR [--threads 1,2] [--prompt 512] [--decode 64]\n"
-             "  [--chunk 512] [--reps 3] [--seed 1] [--json FILE]\n",
+             "  [--chunk 512] [--reps 3] [--seed 1] [--quantization none|fp8|int8|int4] [--json FILE]\n",
              why);
   std::exit(2);
 }
@@ -95,6 +96,8 @@ Options ParseArgs(int argc, char** argv) {
       o.chunk = ParsePositive(a, v);
     } else if (a == "--reps") {
       o.reps = ParsePositive(a, v);
+    } else if (a == "--quantization") {
+      o.quantization = v;
     } else if (a == "--seed") {
       o.seed = static_cast<uint64_t>(ParsePositive(a, v));
     } else {
@@ -197,6 +200,15 @@ double GdnFlopsPerToken(const ModelConfig& c) {
          c.linear_value_head_dim;
 }
 
+// A decode step's weight bytes in the model's format (WeightCensus::FormatStepBytes counts vectors at
+// 2 bytes; the CPU backend holds them in f32: kVectorBytes).
+double StepBytes(const WeightCensus& w, double experts) {
+  return w.FormatStepBytes(experts, 1) + (kVectorBytes - 2) * w.dense_vector;
+}
+double TokenBytes(const WeightCensus& w) {
+  return StepBytes(w, static_cast<double>(w.moe_layers * w.experts_per_token));
+}
+
 // ---- One run: prefill then decode. ----
 
 struct RunResult {
@@ -269,7 +281,7 @@ RunResult RunOnce(Model& model, const WeightCensus& w, const Options& o, const s
       if (d > 0) experts += d;
     r.decode_distinct += distinct_mean(f);
     r.decode_bytes +=
-        w.StepBytes(experts, 1, kMatrixBytes, kVectorBytes) + kv_row * static_cast<double>(P + i + 1) + state;
+        StepBytes(w, experts) + kv_row * static_cast<double>(P + i + 1) + state;
   }
   r.decode_s = Seconds(t1, Clock::now());
   r.decode_distinct /= static_cast<double>(o.decode);
@@ -296,7 +308,8 @@ int main(int argc, char** argv) {
   try {
     const Options o = ParseArgs(argc, argv);
     spdlog::set_level(spdlog::level::warn);  // the loader's info lines would split the table
-    const ModelConfig cfg = ModelConfig::FromHf(LoadHfModelDir(o.model));
+    ModelConfig cfg = ModelConfig::FromHf(LoadHfModelDir(o.model));
+    cfg.load_quant = ParseLoadQuantization(o.quantization);
     const WeightCensus w = WeightCensus::Of(cfg);
     const int64_t gdn_layers = cfg.NumLayersOf(LayerKind::kLinearAttention);
     fmt::print(
@@ -307,7 +320,8 @@ int main(int argc, char** argv) {
     fmt::print(
         "weights {:.3f} GB; per decode token (top-k experts, no KV): {:.1f} MB; gemm kernel {}; "
         "load average {:.2f}; {}\n",
-        2 * w.total / 1e9, w.TokenBytes(kMatrixBytes, kVectorBytes) / 1e6, GemmKernelName(), LoadAverage(), Now());
+        w.weight_bytes / 1e9, TokenBytes(w) / 1e6, GemmKernelName(), LoadAverage(), Now());
+    fmt::print("weight format: {}\n", w.format);
     const double copy_gbps = MemcpyGBps();
     fmt::print("memcpy 1 GiB: {:.2f} GB/s copied\n", copy_gbps);
 
@@ -336,7 +350,9 @@ int main(int argc, char** argv) {
     for (int threads : o.threads) {
       ThreadPool::SetGlobalThreads(threads);
       // The backend keeps a pointer to the global pool: load after resizing it.
-      auto model = Model::Load(o.model);
+      LoadOptions lo;
+      lo.quantization = o.quantization;
+      auto model = Model::Load(o.model, lo);
       const int64_t page = 16;
       const int64_t pages = (o.prompt + o.decode + page - 1) / page + 1;
       model->AllocateCaches(pages, page, gdn_layers > 0 ? 1 : 0);
