@@ -234,6 +234,8 @@ ColumnsFn CurrentF32Columns() {
   return GenericColumns<float>;
 }
 
+bool CurrentHasQuantDot() { return Current() == Kernel::kAvx512 || Current() == Kernel::kAvx512Bf16; }
+
 DequantRowsFn CurrentDequantRows() {
   switch (Current()) {
     case Kernel::kAvx512Bf16:

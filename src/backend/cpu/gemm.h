@@ -96,6 +96,13 @@ using DequantRowsFn = void (*)(const void* codes, const WeightQuant& q, int64_t 
 void DequantRowsGeneric(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
 void DequantRowsAvx512(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
 void DequantRowsAvx2(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out);
+// Few-row products without the tile (AVX-512): each weight row's codes decoded into registers and
+// multiplied into up to kQuantDotMaxRows input rows at once; y[:, j0:j1] (+)=. The decode regime, where
+// writing and re-reading an f32 tile costs more than the compressed read.
+constexpr int64_t kQuantDotMaxRows = 4;
+void QuantDotRowsAvx512(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t j0,
+                        int64_t j1, float* y, int64_t n, bool accumulate);
+bool CurrentHasQuantDot();
 // The ISA's f32 column kernel (gemm.cpp's choice for GemmF32xF32) and dequantizer.
 ColumnsFn CurrentF32Columns();
 DequantRowsFn CurrentDequantRows();

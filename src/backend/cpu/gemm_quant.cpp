@@ -1,6 +1,7 @@
 // tessera cpu backend: products with quantized weights (gemm.h GemmF32xQuant): the W8A8 input
 // rounding and act-order gather done once per call, then column blocks of the weight dequantized into
-// a per-thread f32 tile and multiplied by the f32 column kernel of the instruction set. The tile is a
+// a per-thread f32 tile and multiplied by the f32 column kernel of the instruction set (on AVX-512,
+// products of up to 4 rows skip the tile and decode codes straight into registers). The tile is a
 // few hundred KB (it stays in L2), so memory traffic is the compressed codes; the portable dequantizer
 // here is also the reference the vectorised ones are tested against.
 #include <algorithm>
@@ -97,7 +98,15 @@ void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, cons
   int64_t block = std::max<int64_t>(8, kTileBytes / (k * 4) / 8 * 8);
   if (threads > 1) block = std::min(block, std::max<int64_t>(8, (n + 2 * threads - 1) / (2 * threads) / 8 * 8));
   const int64_t blocks = (n + block - 1) / block;
+  const bool dot = m <= gemm_internal::kQuantDotMaxRows && gemm_internal::CurrentHasQuantDot();
   auto body = [&](size_t b0, size_t b1, int) {
+    if (dot) {  // few rows: codes decoded into registers, no tile
+      for (size_t b = b0; b < b1; ++b) {
+        const int64_t j0 = static_cast<int64_t>(b) * block, j1 = std::min(n, j0 + block);
+        gemm_internal::QuantDotRowsAvx512(static_cast<const float*>(args.x), m, k, codes, q, j0, j1, y, n, accumulate);
+      }
+      return;
+    }
     std::vector<float>& tile = t_tile;
     tile.resize(static_cast<size_t>(block * k));
     for (size_t b = b0; b < b1; ++b) {

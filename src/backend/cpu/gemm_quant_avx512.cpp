@@ -72,4 +72,39 @@ void DequantRowsAvx512(const void* codes, const WeightQuant& q, int64_t k, int64
   }
 }
 
+void QuantDotRowsAvx512(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t j0,
+                        int64_t j1, float* y, int64_t n, bool accumulate) {
+  const int64_t rb = QuantRowBytes(q.kind, k), G = q.Groups(k);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = static_cast<const uint8_t*>(codes) + j * rb;
+    __m512 acc[kQuantDotMaxRows];
+    float tail[kQuantDotMaxRows] = {};
+    for (int64_t i = 0; i < m; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t c0 = g * q.group, c1 = std::min(k, c0 + q.group);
+      const float s = q.scales[j * G + g], z = q.zeros ? q.zeros[j * G + g] : 0.f;
+      int64_t c = c0;
+      if (q.kind != QuantKind::kInt4 || (c0 & 1) == 0) {
+        const __m512 vs = _mm512_set1_ps(q.kind == QuantKind::kFp8 ? s * 256.f : s), vz = _mm512_set1_ps(z);
+        for (; c + 16 <= c1; c += 16) {
+          __m512 w;
+          if (q.kind == QuantKind::kFp8)
+            w = _mm512_mul_ps(Fp8x16(row + c), vs);
+          else
+            w = _mm512_mul_ps(_mm512_sub_ps(q.kind == QuantKind::kInt4 ? Int4x16(row + c / 2) : Int8x16(row + c), vz), vs);
+          for (int64_t i = 0; i < m; ++i) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + i * k + c), acc[i]);
+        }
+      }
+      for (; c < c1; ++c) {
+        const float w = s * (QuantCodeValue(q.kind, row, c) - z);
+        for (int64_t i = 0; i < m; ++i) tail[i] += w * x[i * k + c];
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const float v = _mm512_reduce_add_ps(acc[i]) + tail[i];
+      y[i * n + j] = accumulate ? y[i * n + j] + v : v;
+    }
+  }
+}
+
 }  // namespace tessera::gemm_internal
