@@ -12,6 +12,10 @@ using nlohmann::json;
 class ByteLevelDecoder : public Decoder {
  public:
   void Decode(std::vector<std::string>* tokens) const override {
+    DecodeRaw(tokens);
+    (*tokens)[0] = LossyUtf8((*tokens)[0]);
+  }
+  void DecodeRaw(std::vector<std::string>* tokens) const override {
     std::string bytes;
     for (const auto& t : *tokens) {
       // A token with a character outside the byte alphabet (an added token such as DeepSeek's
@@ -33,19 +37,23 @@ class ByteLevelDecoder : public Decoder {
         bytes += t;
       }
     }
-    tokens->assign(1, LossyUtf8(bytes));
+    tokens->assign(1, std::move(bytes));
   }
 };
 
 class ByteFallbackDecoder : public Decoder {
  public:
-  void Decode(std::vector<std::string>* tokens) const override {
+  void Decode(std::vector<std::string>* tokens) const override { Run(tokens, false); }
+  void DecodeRaw(std::vector<std::string>* tokens) const override { Run(tokens, true); }
+
+ private:
+  void Run(std::vector<std::string>* tokens, bool raw) const {
     std::vector<std::string> out;
     std::string pending;  // bytes from consecutive <0xXX> tokens
     size_t pending_count = 0;
     auto flush = [&] {
       if (pending_count == 0) return;
-      if (FindInvalidUtf8(pending) == std::string::npos) {
+      if (raw || FindInvalidUtf8(pending) == std::string::npos) {
         out.push_back(pending);
       } else {
         for (size_t i = 0; i < pending_count; ++i) out.push_back("\xEF\xBF\xBD");
@@ -67,7 +75,6 @@ class ByteFallbackDecoder : public Decoder {
     *tokens = std::move(out);
   }
 
- private:
   static int ParseByteToken(const std::string& t) {
     if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
     auto hex = [](char c) {
@@ -94,6 +101,7 @@ class StripDecoder : public Decoder {
  public:
   StripDecoder(std::string content, size_t start, size_t stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
+  void DecodeRaw(std::vector<std::string>* tokens) const override {}  // strips only at the ends
   void Decode(std::vector<std::string>* tokens) const override {
     if (content_.empty()) return;
     for (auto& t : *tokens) {
@@ -157,7 +165,11 @@ class MetaspaceDecoder : public Decoder {
     std::string scheme = j.value("prepend_scheme", std::string());
     strip_first_ = scheme.empty() ? j.value("add_prefix_space", true) : scheme != "never";
   }
-  void Decode(std::vector<std::string>* tokens) const override {
+  void Decode(std::vector<std::string>* tokens) const override { Run(tokens, strip_first_); }
+  void DecodeRaw(std::vector<std::string>* tokens) const override { Run(tokens, false); }
+
+ private:
+  void Run(std::vector<std::string>* tokens, bool strip_first) const {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& t = (*tokens)[i];
       std::string out;
@@ -169,12 +181,11 @@ class MetaspaceDecoder : public Decoder {
           out += t[p++];
         }
       }
-      if (i == 0 && strip_first_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+      if (i == 0 && strip_first && !out.empty() && out[0] == ' ') out.erase(0, 1);
       t = std::move(out);
     }
   }
 
- private:
   std::string replacement_;
   bool strip_first_;
 };
@@ -184,6 +195,9 @@ class SequenceDecoder : public Decoder {
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> v) : v_(std::move(v)) {}
   void Decode(std::vector<std::string>* tokens) const override {
     for (const auto& d : v_) d->Decode(tokens);
+  }
+  void DecodeRaw(std::vector<std::string>* tokens) const override {
+    for (const auto& d : v_) d->DecodeRaw(tokens);
   }
 
  private:

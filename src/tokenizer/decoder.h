@@ -17,6 +17,10 @@ class Decoder {
   virtual ~Decoder() = default;
   // Transforms the token strings; the decoded text is their concatenation.
   virtual void Decode(std::vector<std::string>* tokens) const = 0;
+  // The same for tokens taken out of context (Tokenizer::TokenBytes): bytes stay as they are (no
+  // U+FFFD for an incomplete UTF-8 sequence) and nothing is stripped at the start of the text
+  // (Metaspace's leading space, Strip), since the tokens are not at the start.
+  virtual void DecodeRaw(std::vector<std::string>* tokens) const { Decode(tokens); }
 };
 // nullptr for JSON null (tokens are then joined with spaces, as HF does).
 std::unique_ptr<Decoder> MakeDecoder(const nlohmann::json& j);

@@ -27,6 +27,7 @@ class TokenizerImpl {
 
   std::vector<int32_t> Encode(std::string_view text) const;
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const;
+  std::string TokenBytes(int32_t id) const;
   void PostProcess(std::vector<int32_t>* ids) const {
     if (post_) post_->Process(ids);
   }
@@ -45,6 +46,7 @@ class TokenizerImpl {
     auto it = added_by_id_.find(id);
     return it != added_by_id_.end() && it->second->special;
   }
+  bool IsAdded(int32_t id) const { return added_by_id_.count(id) != 0; }
   int64_t vocab_size() const { return vocab_size_; }
 
  private:
@@ -179,6 +181,21 @@ std::string TokenizerImpl::Decode(const std::vector<int32_t>& ids, bool skip_spe
   return out;
 }
 
+std::string TokenizerImpl::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size_)
+    Fail(ErrorKind::kInvalidArgument, "tokenizer: no token bytes for id {}: outside [0, {})", id, vocab_size_);
+  auto it = added_by_id_.find(id);
+  if (it != added_by_id_.end()) return it->second->content;
+  const std::string* t = model_->IdToToken(id);
+  if (!t) Fail(ErrorKind::kInvalidArgument, "tokenizer: no token bytes for id {}: no token has this id", id);
+  if (!decoder_) return *t;
+  std::vector<std::string> tokens(1, *t);
+  decoder_->DecodeRaw(&tokens);
+  std::string out;
+  for (const auto& piece : tokens) out += piece;
+  return out;
+}
+
 }  // namespace tok
 
 namespace {
@@ -296,6 +313,8 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
   return impl_->Decode(ids, skip_special_tokens);
 }
 
+std::string Tokenizer::TokenBytes(int32_t id) const { return impl_->TokenBytes(id); }
+
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size(); }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
@@ -308,6 +327,7 @@ std::string Tokenizer::IdToToken(int32_t id) const {
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const { return impl_->IsSpecial(id); }
+bool Tokenizer::IsAdded(int32_t id) const { return impl_->IsAdded(id); }
 
 // ---- IncrementalDecoder ----
 // Decodes a sliding window of ids: the text of ids_[0, read_offset_) was already emitted; a new id

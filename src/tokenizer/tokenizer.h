@@ -48,10 +48,17 @@ class Tokenizer {
   // Bytes that do not form valid UTF-8 become U+FFFD (as HF does).
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // The bytes token `id` adds to the decoded text in the middle of a sequence, exactly: a token
+  // holding part of a UTF-8 character gives those raw bytes (Decode would give U+FFFD), and nothing
+  // is stripped as at the start of a text. An added token gives its content. Grammar-constrained
+  // decoding (src/grammar) matches these bytes. Throws Error(kInvalidArgument) like Decode.
+  std::string TokenBytes(int32_t id) const;
+
   int64_t vocab_size() const;  // max id + 1 over vocab and added tokens
   std::optional<int32_t> TokenToId(std::string_view token) const;
   std::string IdToToken(int32_t id) const;  // "" when out of range
   bool IsSpecial(int32_t id) const;         // an added token flagged "special"
+  bool IsAdded(int32_t id) const;           // any added token (special or not, e.g. <think>)
   const TokenizerConfig& config() const { return config_; }
 
   // Convenience: ids of config().bos_token / eos_token ... (nullopt when unset or unknown).
