@@ -25,6 +25,7 @@ struct Token {
   bool flag_i = false;
   int min = 0, max = 0;  // kBraces; kNumber uses min
   int line = 0;
+  bool bol = false;  // first token of its line (rule headers start lines)
 };
 
 [[noreturn]] void SyntaxError(int line, const std::string& msg) {
@@ -39,7 +40,8 @@ class Lexer {
     std::vector<Token> out;
     while (true) {
       SkipSpace();
-      Token tok{Token::kEnd, "", false, 0, 0, line_};
+      Token tok{Token::kEnd, "", false, 0, 0, line_, line_ != last_line_};
+      last_line_ = line_;
       if (p_ >= t_.size()) {
         out.push_back(tok);
         return out;
@@ -240,6 +242,7 @@ class Lexer {
   bool gbnf_;
   size_t p_ = 0;
   int line_ = 1;
+  int last_line_ = 0;
 };
 
 // The grammar text's syntax tree, kept until every rule is declared.
@@ -292,10 +295,11 @@ class Parser {
  private:
   const Token& Peek(size_t k = 0) const { return toks_[std::min(i_ + k, toks_.size() - 1)]; }
 
-  // Length of a rule header at position j ([?!] name [. N] :), or 0.
+  // Length of a rule header at position j ([?!] name [. N] :, at the start of a line), or 0.
   size_t RuleStart(size_t j) const {
     size_t k = j;
     auto at = [&](size_t x) -> const Token& { return toks_[std::min(x, toks_.size() - 1)]; };
+    if (!at(k).bol) return 0;
     if (at(k).kind == Token::kQMark || at(k).kind == Token::kBang) ++k;
     if (at(k).kind != Token::kName) return 0;
     ++k;
@@ -519,14 +523,27 @@ Grammar EbnfGrammar(std::string_view text) {
   }
   std::vector<std::pair<int32_t, const char*>> imported;
   for (const auto& [path, line] : parser.imports) {
-    std::string name = path;
+    // `%import common.NAME` or `%import common.NAME -> ALIAS`
+    std::string name = path, alias;
+    size_t arrow = name.find("->");
+    if (arrow != std::string::npos) {
+      alias = name.substr(arrow + 2);
+      name = name.substr(0, arrow);
+      auto trim = [](std::string& x) {
+        while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
+        while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(0, 1);
+      };
+      trim(name);
+      trim(alias);
+    }
     if (name.rfind("common.", 0) != 0) SyntaxError(line, fmt::format("only common.* can be imported, not '{}'", path));
     name = name.substr(7);
     const char* re = CommonTerminal(name);
     if (!re) SyntaxError(line, fmt::format("unknown terminal '{}' in common", name));
-    if (ids.count(name)) continue;
-    ids[name] = g.AddRule(name);
-    imported.emplace_back(ids[name], re);
+    if (alias.empty()) alias = name;
+    if (ids.count(alias)) continue;
+    ids[alias] = g.AddRule(alias);
+    imported.emplace_back(ids[alias], re);
   }
   Builder b(&g, ids);
   for (const auto& r : parser.rules) g.SetBody(ids[r.name], b.ConvertRule(r.name, *r.body));

@@ -191,6 +191,48 @@ TEST_P(RealTokenizer, VocabFactsFromTheFile) {
   EXPECT_FALSE(tok.TokenToId("definitely not a token \x01\x02").has_value());
 }
 
+// TokenBytes (what grammar-constrained decoding matches) against the vocab file: every entry's
+// string mapped back through GPT-2's byte alphabet (ByteChar above, written from its definition),
+// added tokens as their content, and the bytes of an encoded text adding up to the text exactly.
+TEST_P(RealTokenizer, TokenBytesAreTheRawBytesOfEachToken) {
+  LOAD_OR_SKIP(l, GetParam());
+  const Tokenizer& tok = *l->tok;
+  if (l->raw["decoder"].value("type", "") != "ByteLevel") GTEST_SKIP() << "not a byte-level decoder";
+  std::map<std::string, int> byte_of;
+  for (int b = 0; b < 256; ++b) byte_of[ByteChar(b)] = b;
+  const json& vocab = l->raw["model"]["vocab"];
+  int partial_utf8 = 0;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const std::string& s = it.key();
+    std::string want;
+    for (size_t i = 0; i < s.size();) {
+      size_t n = 1;
+      while (i + n < s.size() && (static_cast<unsigned char>(s[i + n]) & 0xC0) == 0x80) ++n;
+      auto f = byte_of.find(s.substr(i, n));
+      ASSERT_NE(f, byte_of.end()) << "vocab entry outside the byte alphabet: " << s;
+      want += static_cast<char>(f->second);
+      i += n;
+    }
+    int32_t id = it.value();
+    if (tok.IsAdded(id)) continue;
+    ASSERT_EQ(tok.TokenBytes(id), want) << "id " << id;
+    if (!ValidUtf8(want)) ++partial_utf8;
+  }
+  EXPECT_GT(partial_utf8, 0);  // such tokens exist, and TokenBytes keeps their bytes
+  for (const auto& a : l->raw["added_tokens"]) {
+    EXPECT_TRUE(tok.IsAdded(a["id"].get<int32_t>()));
+    EXPECT_EQ(tok.TokenBytes(a["id"].get<int32_t>()), a["content"].get<std::string>());
+  }
+  EXPECT_FALSE(tok.IsAdded(tok.Encode("hello")[0]));
+  for (const std::string& text : RoundTripTexts()) {
+    std::string joined;
+    for (int32_t id : tok.Encode(text)) joined += tok.TokenBytes(id);
+    EXPECT_EQ(joined, text);
+  }
+  EXPECT_THROW(tok.TokenBytes(-1), Error);
+  EXPECT_THROW(tok.TokenBytes(static_cast<int32_t>(tok.vocab_size())), Error);
+}
+
 // Streams ids one at a time: every piece is valid UTF-8 and the pieces add up to Decode(ids).
 void CheckStreaming(const Tokenizer& tok, const std::vector<int32_t>& ids, bool skip_special) {
   IncrementalDecoder dec(tok, skip_special);
