@@ -25,14 +25,15 @@ struct CompiledGrammarStats {
   double build_ms = 0;       // grammar text -> automaton
   double precompute_ms = 0;  // token classes of every state
   size_t classes_bytes = 0;  // memory of the token classes
+  int32_t num_walks = 0;     // vocabulary walks the token classes took (equivalent states share one)
 };
 
 class CompiledGrammar {
  public:
   // Computes the token classes of every state that can start a mask (eagerly: the compile pays,
-  // not the first requests). `mask_cache_bytes` bounds the shared mask cache.
+  // not the first requests), on `threads` threads. `mask_cache_bytes` bounds the shared mask cache.
   CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr<const TokenVocabulary> vocab,
-                  int32_t max_parses, size_t mask_cache_bytes);
+                  int32_t max_parses, size_t mask_cache_bytes, int32_t threads = 1);
   ~CompiledGrammar();
 
   const Pda& pda() const { return *pda_; }
@@ -67,7 +68,8 @@ class CompiledGrammar {
   std::shared_ptr<const TokenVocabulary> vocab_;
   int32_t max_parses_;
   CompiledGrammarStats stats_;
-  std::unique_ptr<std::atomic<const StateTokenClasses*>[]> classes_;
+  std::unique_ptr<std::atomic<const StateTokenClasses*>[]> classes_;  // per state; shared by equivalent states
+  mutable std::vector<std::unique_ptr<StateTokenClasses>> owned_;      // by representative state
   mutable std::mutex classes_mu_;  // lazy Classes() of states not precomputed
 
   size_t cache_budget_;

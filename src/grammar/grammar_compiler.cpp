@@ -105,7 +105,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::Compile(GrammarFormat fo
     std::shared_ptr<const Pda> pda = Pda::Build(g, options_.limits);
     double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto compiled = std::make_shared<CompiledGrammar>(pda, vocab_, options_.max_parses,
-                                                      options_.mask_cache_bytes_per_grammar);
+                                                      options_.mask_cache_bytes_per_grammar, options_.compile_threads);
     compiled->mutable_stats().build_ms = build_ms;
     compiled->mutable_stats().num_rules = g.num_rules();
     promise.set_value(compiled);

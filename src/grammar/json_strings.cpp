@@ -87,10 +87,10 @@ ExprId JsonStringBodyExpr(Grammar* g, const ordered_json& s, const std::string& 
     int32_t hi = has_max ? LengthKeyword(s, "maxLength", path) : Grammar::kUnbounded;
     if (hi != Grammar::kUnbounded && hi < lo)
       Fail(ErrorKind::kInvalidArgument, "{}: maxLength {} is below minLength {}", path, hi, lo);
-    // With a pattern or format only the canonical encoding is generated, so counting canonical
-    // characters is enough; alone, every escape counts as the one character it decodes to.
-    ExprId ch = parts.empty() ? JsonAnyCharExpr(g) : JsonCharExpr(g, CodepointSet::Range(0, kMaxCodepoint));
-    parts.push_back(g->Repeat(ch, lo, hi));
+    // A counted character is one canonical encoding (raw UTF-8 or a required escape): the optional
+    // \uXXXX and \/ forms would add states to every one of the up to maxLength positions (and
+    // with a pattern or format only canonical encodings are generated anyway).
+    parts.push_back(g->Repeat(JsonCharExpr(g, CodepointSet::Range(0, kMaxCodepoint)), lo, hi));
   }
   if (parts.empty()) return g->Star(JsonAnyCharExpr(g));
   ExprId acc = parts[0];

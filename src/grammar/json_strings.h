@@ -15,7 +15,8 @@ namespace tessera::grammar {
 
 // Any string body: raw characters, and every escape JSON allows (\" \\ \/ \b \f \n \r \t, \uXXXX
 // for a non-surrogate, or a valid surrogate pair), so decoding never yields a lone surrogate.
-// One "character" of this expression is one code point of the decoded string.
+// One "character" of this expression is one code point of the decoded string. (Strings with a
+// pattern, format or length bound use only the canonical encoding of JsonQuote.)
 ExprId JsonAnyCharExpr(Grammar* g);
 
 // `s` holds the string keywords of one schema (pattern, minLength, maxLength, format). Returns the

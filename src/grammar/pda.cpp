@@ -171,6 +171,9 @@ std::shared_ptr<const Pda> Pda::Build(const Grammar& g, const AutomatonLimits& l
   for (int32_t r : reachable) {
     PdaRule& pr = p.rules_[static_cast<size_t>(r)];
     pr.nullable = dist[static_cast<size_t>(pr.start)] == 0;
+    pr.num_states = static_cast<int32_t>(autos[static_cast<size_t>(r)].states.size());
+    for (int32_t s = pr.start; s < pr.start + pr.num_states; ++s)
+      if (p.states_[static_cast<size_t>(s)].has_calls) pr.call_free = false;
   }
   p.Analyse();
   return pda;

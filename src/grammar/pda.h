@@ -37,6 +37,8 @@ struct PdaRule {
   bool nullable = false;  // derives ""
   ByteSet follow;         // bytes that can come right after the rule ends, in any context
   bool follow_end = false;  // the rule can end the whole text
+  bool call_free = true;    // no state of the rule calls a rule (a plain DFA: strings, numbers)
+  int32_t num_states = 0;   // its states are start .. start + num_states - 1
 };
 
 class Pda {
@@ -48,6 +50,7 @@ class Pda {
   static std::shared_ptr<const Pda> Build(const Grammar& g, const AutomatonLimits& limits);
 
   int32_t num_states() const { return static_cast<int32_t>(states_.size()); }
+  int32_t num_rules() const { return static_cast<int32_t>(rules_.size()); }
   int32_t num_classes() const { return num_classes_; }
   int32_t root_start() const { return rules_[static_cast<size_t>(root_)].start; }
   int32_t root_rule() const { return root_; }

@@ -27,7 +27,9 @@ void StateTokenClasses::OrAccepted(const TokenVocabulary& vocab, uint32_t* words
 }
 
 TrieWalker::TrieWalker(const Pda& pda, const TokenVocabulary& vocab, int32_t max_configs)
-    : pda_(pda), vocab_(vocab), stepper_(pda, max_configs), levels_(258) {}
+    : pda_(pda), vocab_(vocab), stepper_(pda, max_configs), levels_(258) {
+  accepted_.reserve(static_cast<size_t>(vocab.num_positions()));
+}
 
 void TrieWalker::SetLevel(int32_t depth, StackArena* arena, const Config* kernels, size_t n) {
   Level& l = levels_[static_cast<size_t>(depth)];
@@ -88,15 +90,34 @@ void TrieWalker::Walk(StackArena* arena, int32_t node, int32_t depth) {
   }
 }
 
+void TrieWalker::WalkDfa(int32_t node, int32_t depth, int32_t state) {
+  const auto& trie = vocab_.trie();
+  const bool exit = depth > 0 && pda_.state(state).final;
+  const int32_t end = trie[static_cast<size_t>(node)].subtree_end;
+  for (int32_t c = node + 1; c < end; c = trie[static_cast<size_t>(c)].subtree_end) {
+    const TokenVocabulary::Node& child = trie[static_cast<size_t>(c)];
+    if (exit && follow_.Has(child.byte)) uncertain_.emplace_back(child.pos_begin, vocab_.pos_end(c));
+    const int32_t t = pda_.Next(state, child.byte);
+    if (t < 0) continue;
+    for (int32_t p = child.pos_begin; p < child.pos_begin + child.pos_here; ++p) accepted_.push_back(p);
+    if (child.subtree_end > c + 1) WalkDfa(c, depth + 1, t);
+  }
+}
+
 StateTokenClasses TrieWalker::Classify(int32_t state, StackArena* scratch_arena) {
   scratch_arena->Clear();
   classify_ = true;
-  follow_ = pda_.rule(pda_.state(state).rule).follow;
+  const PdaRule& rule = pda_.rule(pda_.state(state).rule);
+  follow_ = rule.follow;
   accepted_.clear();
   uncertain_.clear();
-  Config k{state, StackArena::kBottom};
-  SetLevel(0, scratch_arena, &k, 1);
-  Walk(scratch_arena, 0, 0);
+  if (rule.call_free) {
+    WalkDfa(0, 0, state);
+  } else {
+    Config k{state, StackArena::kBottom};
+    SetLevel(0, scratch_arena, &k, 1);
+    Walk(scratch_arena, 0, 0);
+  }
 
   StateTokenClasses out;
   out.max_push = scratch_arena->max_depth_seen();
@@ -126,19 +147,17 @@ StateTokenClasses TrieWalker::Classify(int32_t state, StackArena* scratch_arena)
     }
   } else if (na <= nr) {
     out.mode = StateTokenClasses::Mode::kAcceptList;
+    out.ids.reserve(accepted_.size());
     for (int32_t p : accepted_) out.ids.push_back(vocab_.pos_to_id(p));
-    std::sort(out.ids.begin(), out.ids.end());
   } else {
     out.mode = StateTokenClasses::Mode::kRejectList;
-    size_t ai2 = 0;
-    for (int32_t p = 0; p < v; ++p) {
-      if (ai2 < accepted_.size() && accepted_[ai2] == p) {
-        ++ai2;
-        continue;
-      }
-      out.ids.push_back(vocab_.pos_to_id(p));
+    out.ids.reserve(static_cast<size_t>(nr));
+    int32_t next = 0;  // positions between accepted ones are the rejected (or uncertain) ones
+    for (int32_t p : accepted_) {
+      for (; next < p; ++next) out.ids.push_back(vocab_.pos_to_id(next));
+      next = p + 1;
     }
-    std::sort(out.ids.begin(), out.ids.end());
+    for (; next < v; ++next) out.ids.push_back(vocab_.pos_to_id(next));
   }
   out.ids.shrink_to_fit();
   out.uncertain.shrink_to_fit();

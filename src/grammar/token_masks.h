@@ -61,6 +61,8 @@ class TrieWalker {
   bool Step(StackArena* arena, int32_t depth, uint8_t b);
   void SetLevel(int32_t depth, StackArena* arena, const Config* kernels, size_t n);
   void Walk(StackArena* arena, int32_t node, int32_t depth);
+  // Walk for a state of a call-free rule at the bottom of the local stack: a plain DFA walk.
+  void WalkDfa(int32_t node, int32_t depth, int32_t state);
 
   const Pda& pda_;
   const TokenVocabulary& vocab_;

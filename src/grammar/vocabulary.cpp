@@ -78,6 +78,7 @@ void TokenVocabulary::Build() {
   std::string_view prev;
   for (size_t pos = 0; pos < ids.size(); ++pos) {
     std::string_view s = token_bytes(ids[pos]);
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int32_t>(s.size()));
     size_t lcp = 0;
     while (lcp < s.size() && lcp < prev.size() && s[lcp] == prev[lcp]) ++lcp;
     while (path.size() > lcp + 1) {

@@ -54,6 +54,7 @@ class TokenVocabulary {
   };
   const std::vector<Node>& trie() const { return trie_; }
   int32_t num_positions() const { return static_cast<int32_t>(pos_to_id_.size()); }
+  int32_t max_token_bytes() const { return max_token_bytes_; }  // longest grammar token
   int32_t pos_end(int32_t node) const {
     int32_t e = trie_[static_cast<size_t>(node)].subtree_end;
     return e < static_cast<int32_t>(trie_.size()) ? trie_[static_cast<size_t>(e)].pos_begin : num_positions();
@@ -73,6 +74,7 @@ class TokenVocabulary {
   std::vector<Node> trie_;
   std::vector<int32_t> pos_to_id_;
   std::vector<uint32_t> grammar_mask_;
+  int32_t max_token_bytes_ = 0;
 };
 
 }  // namespace tessera::grammar

@@ -95,6 +95,8 @@ TEST(GrammarQwen3Masks, EqualBruteForce) {
          "notes":{"type":"string"}},
          "required":["id","name","score","tags","owner"],"additionalProperties":false})"},
       {GrammarFormat::kJsonObject, ""},
+      // A long counted repetition: its far-from-the-end states share token classes (compiled_grammar.cpp).
+      {GrammarFormat::kJson, R"({"type":"array","items":{"type":"string","minLength":3,"maxLength":40},"maxItems":2})"},
       {GrammarFormat::kRegex, "(\\+|-)?[0-9]+(\\.[0-9]+)? (apples|pears)"},
       {GrammarFormat::kGrammar, "start: call (\";\" \" \"? call)*\ncall: NAME \"(\" (arg (\", \" arg)*)? \")\"\n"
                                 "arg: NUMBER | ESCAPED_STRING | call\n%import common.CNAME -> NAME\n"

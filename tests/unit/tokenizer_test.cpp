@@ -204,6 +204,7 @@ TEST_P(RealTokenizer, TokenBytesAreTheRawBytesOfEachToken) {
   int partial_utf8 = 0;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const std::string& s = it.key();
+    if (tok.IsAdded(it.value().get<int32_t>())) continue;  // some files list added tokens in the vocab too
     std::string want;
     for (size_t i = 0; i < s.size();) {
       size_t n = 1;
@@ -214,7 +215,6 @@ TEST_P(RealTokenizer, TokenBytesAreTheRawBytesOfEachToken) {
       i += n;
     }
     int32_t id = it.value();
-    if (tok.IsAdded(id)) continue;
     ASSERT_EQ(tok.TokenBytes(id), want) << "id " << id;
     if (!ValidUtf8(want)) ++partial_utf8;
   }
