@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
     } else if (arg("--json")) {
       json_out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: grammar_bench [--tokenizer DIR] [--suite FILE] [--walks N] [--filter S] [--seed S] [--compile-threads N] [--no-mask-cache] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: grammar_bench [--tokenizer DIR] [--suite FILE] [--walks N] [--filter S] [--seed S] "
+                   "[--compile-threads N] [--no-mask-cache] [--json FILE]\n");
       return 2;
     }
   }

@@ -83,12 +83,15 @@ inline std::shared_ptr<const grammar::TokenVocabulary> Qwen3Vocabulary() {
   }();
   return v;
 }
-#define QWEN3_OR_SKIP(vocab)                                                                  \
-  auto vocab = ::tessera::testing::Qwen3Vocabulary();                                       \
-  if (!vocab) GTEST_SKIP() << ::tessera::testing::NpmTokenizerDir("tokenizer-qwen3")        \
-                           << "/tokenizer.json is missing: run scripts/fetch_test_data.sh"
+#define QWEN3_OR_SKIP(vocab)                                             \
+  auto vocab = ::tessera::testing::Qwen3Vocabulary();                    \
+  if (!vocab)                                                            \
+  GTEST_SKIP() << ::tessera::testing::NpmTokenizerDir("tokenizer-qwen3") \
+               << "/tokenizer.json is missing: run scripts/fetch_test_data.sh"
 
-inline bool BitSet(const std::vector<uint32_t>& words, int32_t id) { return (words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1; }
+inline bool BitSet(const std::vector<uint32_t>& words, int32_t id) {
+  return (words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1;
+}
 
 // PCRE2, the independent reference for regexes. kFull: the whole subject matches; kSearch: a match
 // anywhere (JSON Schema `pattern`); kPrefix: the subject is a prefix of some match (or a match),
@@ -98,7 +101,9 @@ class Pcre2 {
  public:
   enum Mode { kFull, kSearch, kPrefix };
   explicit Pcre2(const std::string& pattern)
-      : plain_(CompileOne(pattern)), prefix_(CompileOne("(?:" + pattern + ")\\z")), data_(pcre2_match_data_create(4, nullptr)) {}
+      : plain_(CompileOne(pattern)),
+        prefix_(CompileOne("(?:" + pattern + ")\\z")),
+        data_(pcre2_match_data_create(4, nullptr)) {}
   ~Pcre2() {
     pcre2_match_data_free(data_);
     pcre2_code_free(plain_);

@@ -26,8 +26,7 @@ class Nfa {
     std::vector<std::pair<int32_t, int32_t>> calls;  // (rule, target)
   };
 
-  Nfa(const Grammar& g, const AutomatonLimits& limits, std::string_view what)
-      : g_(g), limits_(limits), what_(what) {}
+  Nfa(const Grammar& g, const AutomatonLimits& limits, std::string_view what) : g_(g), limits_(limits), what_(what) {}
 
   int32_t NewNode() {
     if (static_cast<int32_t>(nodes.size()) >= limits_.max_nfa_states)
@@ -250,8 +249,7 @@ RuleAutomaton Determinize(const Nfa& nfa, int32_t start, int32_t end, const Auto
 
 }  // namespace
 
-RuleAutomaton BuildRuleAutomaton(const Grammar& g, ExprId body, const AutomatonLimits& limits,
-                                 std::string_view what) {
+RuleAutomaton BuildRuleAutomaton(const Grammar& g, ExprId body, const AutomatonLimits& limits, std::string_view what) {
   Nfa nfa(g, limits, what);
   int32_t start = nfa.NewNode(), end = nfa.NewNode();
   nfa.Build(body, start, end);
@@ -313,7 +311,8 @@ ByteDfa Trim(const ByteDfa& d) {
   for (int32_t s : order)
     for (const auto& e : d.edges[static_cast<size_t>(s)])
       if (live[static_cast<size_t>(e.target)])
-        out.edges[static_cast<size_t>(map[static_cast<size_t>(s)])].push_back({e.bytes, map[static_cast<size_t>(e.target)]});
+        out.edges[static_cast<size_t>(map[static_cast<size_t>(s)])].push_back(
+            {e.bytes, map[static_cast<size_t>(e.target)]});
   out.start = 0;
   return out;
 }

@@ -31,8 +31,7 @@ struct RuleAutomaton {
 };
 
 // Throws Error(kInvalidArgument) naming `what` when a limit is exceeded.
-RuleAutomaton BuildRuleAutomaton(const Grammar& g, ExprId body, const AutomatonLimits& limits,
-                                 std::string_view what);
+RuleAutomaton BuildRuleAutomaton(const Grammar& g, ExprId body, const AutomatonLimits& limits, std::string_view what);
 
 // The DFA of a call-free expression (Error(kInternal) if it calls a rule).
 ByteDfa BuildByteDfa(const Grammar& g, ExprId expr, const AutomatonLimits& limits, std::string_view what);

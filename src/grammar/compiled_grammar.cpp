@@ -124,7 +124,8 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr
       next.store(todo.size());
     }
   };
-  const size_t num_threads = std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, todo.size() / 16));
+  const size_t num_threads =
+      std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, todo.size() / 16));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < num_threads; ++t) pool.emplace_back(work, t);
   work(0);
@@ -134,7 +135,8 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr
   for (int32_t r : todo) stats_.classes_bytes += owned_[static_cast<size_t>(r)]->MemoryBytes();
   stats_.num_walks = static_cast<int32_t>(todo.size());
   for (int32_t s = 0; s < n; ++s)
-    if (rootable[static_cast<size_t>(s)]) classes_[static_cast<size_t>(s)].store(owned_[static_cast<size_t>(rep[static_cast<size_t>(s)])].get());
+    if (rootable[static_cast<size_t>(s)])
+      classes_[static_cast<size_t>(s)].store(owned_[static_cast<size_t>(rep[static_cast<size_t>(s)])].get());
   stats_.precompute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -32,8 +32,8 @@ class CompiledGrammar {
  public:
   // Computes the token classes of every state that can start a mask (eagerly: the compile pays,
   // not the first requests), on `threads` threads. `mask_cache_bytes` bounds the shared mask cache.
-  CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr<const TokenVocabulary> vocab,
-                  int32_t max_parses, size_t mask_cache_bytes, int32_t threads = 1);
+  CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr<const TokenVocabulary> vocab, int32_t max_parses,
+                  size_t mask_cache_bytes, int32_t threads = 1);
   ~CompiledGrammar();
 
   const Pda& pda() const { return *pda_; }
@@ -69,8 +69,8 @@ class CompiledGrammar {
   int32_t max_parses_;
   CompiledGrammarStats stats_;
   std::unique_ptr<std::atomic<const StateTokenClasses*>[]> classes_;  // per state; shared by equivalent states
-  mutable std::vector<std::unique_ptr<StateTokenClasses>> owned_;      // by representative state
-  mutable std::mutex classes_mu_;  // lazy Classes() of states not precomputed
+  mutable std::vector<std::unique_ptr<StateTokenClasses>> owned_;     // by representative state
+  mutable std::mutex classes_mu_;                                     // lazy Classes() of states not precomputed
 
   size_t cache_budget_;
   mutable std::mutex cache_mu_;

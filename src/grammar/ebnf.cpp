@@ -18,8 +18,28 @@ namespace {
 
 struct Token {
   enum Kind {
-    kName, kString, kRegex, kClass, kColon, kPipe, kLParen, kRParen, kLBrack, kRBrack, kStar, kPlus,
-    kQMark, kBang, kTilde, kNumber, kDotDot, kDot, kBraces, kImport, kArrow, kEnd
+    kName,
+    kString,
+    kRegex,
+    kClass,
+    kColon,
+    kPipe,
+    kLParen,
+    kRParen,
+    kLBrack,
+    kRBrack,
+    kStar,
+    kPlus,
+    kQMark,
+    kBang,
+    kTilde,
+    kNumber,
+    kDotDot,
+    kDot,
+    kBraces,
+    kImport,
+    kArrow,
+    kEnd
   } kind;
   std::string text;  // name, decoded string, regex / class source, import path
   bool flag_i = false;
@@ -106,7 +126,8 @@ class Lexer {
         p_ = e == std::string_view::npos ? t_.size() : e;
         while (!d.empty() && std::isspace(static_cast<unsigned char>(d.back()))) d.pop_back();
         if (d.rfind("%import ", 0) != 0)
-          SyntaxError(line_, fmt::format("directive '{}' is not supported (%ignore: write the whitespace into the rules)", d));
+          SyntaxError(line_,
+                      fmt::format("directive '{}' is not supported (%ignore: write the whitespace into the rules)", d));
         tok.kind = Token::kImport;
         tok.text = d.substr(8);
         while (!tok.text.empty() && tok.text[0] == ' ') tok.text.erase(0, 1);
@@ -182,20 +203,36 @@ class Lexer {
       auto hex = [&](int n) {
         uint32_t v = 0;
         for (int i = 0; i < n; ++i) {
-          if (p_ >= t_.size() || !std::isxdigit(static_cast<unsigned char>(t_[p_]))) SyntaxError(line_, "bad hex escape");
+          if (p_ >= t_.size() || !std::isxdigit(static_cast<unsigned char>(t_[p_])))
+            SyntaxError(line_, "bad hex escape");
           char h = t_[p_++];
-          v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+          v = v * 16 + static_cast<uint32_t>(
+                           std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
         }
         return v;
       };
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case '0': out += '\0'; break;
-        case 'x': out += static_cast<char>(hex(2)); break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case 'x':
+          out += static_cast<char>(hex(2));
+          break;
         case 'u': {
           uint32_t cp = hex(4);
           if (cp >= 0xD800 && cp <= 0xDFFF) SyntaxError(line_, "a surrogate \\u escape");

@@ -58,7 +58,8 @@ Grammar GrammarCompiler::BuildGrammar(GrammarFormat format, std::string_view tex
       } catch (const nlohmann::json::exception& e) {
         Fail(ErrorKind::kInvalidArgument, "choice: not a JSON array of strings: {}", e.what());
       }
-      if (!list.is_array() || list.empty()) Fail(ErrorKind::kInvalidArgument, "choice: expected a non-empty array of strings");
+      if (!list.is_array() || list.empty())
+        Fail(ErrorKind::kInvalidArgument, "choice: expected a non-empty array of strings");
       Grammar g;
       int32_t r = g.AddRule("root");
       g.set_root(r);

@@ -22,7 +22,9 @@ ExprId AnyDigits(Grammar* g, int min, int max) { return g->Repeat(Digit(g, 0, 9)
 
 // ---- unsigned canonical integers ----
 
-ExprId UAny(Grammar* g) { return g->Alt({g->Literal("0"), g->Seq({Digit(g, 1, 9), AnyDigits(g, 0, Grammar::kUnbounded)})}); }
+ExprId UAny(Grammar* g) {
+  return g->Alt({g->Literal("0"), g->Seq({Digit(g, 1, 9), AnyDigits(g, 0, Grammar::kUnbounded)})});
+}
 
 ExprId UGreater(Grammar* g, const std::string& I) {
   const int n = static_cast<int>(I.size());
@@ -30,7 +32,8 @@ ExprId UGreater(Grammar* g, const std::string& I) {
   for (int i = 0; i < n; ++i) {
     int d = I[static_cast<size_t>(i)] - '0';
     if (d == 9) continue;
-    alts.push_back(g->Seq({g->Literal(I.substr(0, static_cast<size_t>(i))), Digit(g, d + 1, 9), AnyDigits(g, n - i - 1, n - i - 1)}));
+    alts.push_back(g->Seq(
+        {g->Literal(I.substr(0, static_cast<size_t>(i))), Digit(g, d + 1, 9), AnyDigits(g, n - i - 1, n - i - 1)}));
   }
   return g->Alt(std::move(alts));
 }
@@ -48,7 +51,8 @@ ExprId ULess(Grammar* g, const std::string& I, bool allow_zero) {
     int d = I[static_cast<size_t>(i)] - '0';
     int lo = (i == 0 && (n > 1 || !allow_zero)) ? 1 : 0;
     if (d - 1 < lo) continue;
-    alts.push_back(g->Seq({g->Literal(I.substr(0, static_cast<size_t>(i))), Digit(g, lo, d - 1), AnyDigits(g, n - i - 1, n - i - 1)}));
+    alts.push_back(g->Seq(
+        {g->Literal(I.substr(0, static_cast<size_t>(i))), Digit(g, lo, d - 1), AnyDigits(g, n - i - 1, n - i - 1)}));
   }
   return g->Alt(std::move(alts));
 }
@@ -155,7 +159,7 @@ Decimal IntegerAtMost(const NumberBound& b) {
   Decimal x = b.value;
   if (!x.IsInteger()) {
     x.frac_digits.clear();
-    if (!x.negative) return x;                          // floor of a positive non-integer
+    if (!x.negative) return x;  // floor of a positive non-integer
     return x.int_digits == "0" ? Decimal{true, "1", ""} : SubOne(x);
   }
   return b.exclusive ? SubOne(x) : x;

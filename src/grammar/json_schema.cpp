@@ -26,18 +26,19 @@ namespace {
 using nlohmann::ordered_json;
 
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> s = {"title",    "description", "default",   "examples",        "$comment",
-                                          "$schema",  "deprecated",  "readOnly",  "writeOnly",       "discriminator",
-                                          "$id",      "contentEncoding", "contentMediaType", "$defs", "definitions"};
+  static const std::set<std::string> s = {
+      "title",   "description",     "default",          "examples",  "$comment",
+      "$schema", "deprecated",      "readOnly",         "writeOnly", "discriminator",
+      "$id",     "contentEncoding", "contentMediaType", "$defs",     "definitions"};
   return s;
 }
 
 const std::set<std::string>& Handled() {
   static const std::set<std::string> s = {
-      "type",        "enum",      "const",     "properties", "required",         "additionalProperties",
-      "items",       "prefixItems", "minItems", "maxItems",  "uniqueItems",      "anyOf",
-      "oneOf",       "allOf",     "$ref",      "pattern",    "minLength",        "maxLength",
-      "format",      "minimum",   "maximum",   "exclusiveMinimum", "exclusiveMaximum", "nullable",
+      "type",          "enum",         "const",    "properties",       "required",         "additionalProperties",
+      "items",         "prefixItems",  "minItems", "maxItems",         "uniqueItems",      "anyOf",
+      "oneOf",         "allOf",        "$ref",     "pattern",          "minLength",        "maxLength",
+      "format",        "minimum",      "maximum",  "exclusiveMinimum", "exclusiveMaximum", "nullable",
       "minProperties", "maxProperties"};
   return s;
 }
@@ -112,14 +113,16 @@ class SchemaCompiler {
   ExprId Ws() {
     if (options_.max_whitespace <= 0) return g_.Empty();
     return Cached("ws", "ws", [&] {
-      return g_.Repeat(g_.Bytes(ByteSet::Single(' ') | ByteSet::Single('\t') | ByteSet::Single('\n') |
-                                ByteSet::Single('\r')),
-                       0, options_.max_whitespace);
+      return g_.Repeat(
+          g_.Bytes(ByteSet::Single(' ') | ByteSet::Single('\t') | ByteSet::Single('\n') | ByteSet::Single('\r')), 0,
+          options_.max_whitespace);
     });
   }
   ExprId Comma() { return g_.Seq({Ws(), g_.Literal(","), Ws()}); }
   ExprId AnyStringCall() {
-    return Cached("string", "string", [&] { return g_.Seq({g_.Literal("\""), g_.Star(JsonAnyCharExpr(&g_)), g_.Literal("\"")}); });
+    return Cached("string", "string", [&] {
+      return g_.Seq({g_.Literal("\""), g_.Star(JsonAnyCharExpr(&g_)), g_.Literal("\"")});
+    });
   }
   ExprId AnyValueCall() {
     return Cached("any", "value", [&] {
@@ -146,8 +149,7 @@ class SchemaCompiler {
   void CheckKeywords(const ordered_json& s, const std::string& path) const {
     for (auto it = s.begin(); it != s.end(); ++it) {
       const std::string& k = it.key();
-      if (!Annotations().count(k) && !Handled().count(k))
-        Error(path, fmt::format("unsupported keyword '{}'", k));
+      if (!Annotations().count(k) && !Handled().count(k)) Error(path, fmt::format("unsupported keyword '{}'", k));
     }
     if (s.contains("uniqueItems") && s["uniqueItems"] != false)
       Error(path, "unsupported keyword 'uniqueItems' (true cannot be enforced while generating)");
@@ -211,9 +213,8 @@ class SchemaCompiler {
       OnlyWith(s, path, "$ref");
       if (!s["$ref"].is_string()) Error(path, "'$ref' must be a string");
       std::string ref = s["$ref"].get<std::string>();
-      return Cached("ref:" + ref, "ref " + ref, [&, ref] {
-        return Value(Resolve(ref, path), ref.size() > 1 ? ref.substr(1) : "", depth + 1);
-      });
+      return Cached("ref:" + ref, "ref " + ref,
+                    [&, ref] { return Value(Resolve(ref, path), ref.size() > 1 ? ref.substr(1) : "", depth + 1); });
     }
     if (s.contains("allOf")) {
       OnlyWith(s, path, "allOf");
@@ -306,7 +307,8 @@ class SchemaCompiler {
     auto read = [&](const char* key, bool excl) {
       if (!s.contains(key)) return;
       const ordered_json& v = s[key];
-      if (v.is_boolean()) Error(path, fmt::format("boolean '{}' (draft 4) is not supported: give the bound itself", key));
+      if (v.is_boolean())
+        Error(path, fmt::format("boolean '{}' (draft 4) is not supported: give the bound itself", key));
       if (!v.is_number()) Error(path, fmt::format("'{}' must be a number", key));
       NumberBound b;
       b.exclusive = excl;
@@ -334,9 +336,9 @@ class SchemaCompiler {
       auto hi = Bound(s, path, "maximum", "exclusiveMaximum", false);
       bool integer = t == "integer";
       if (!lo && !hi) return Cached(t, t, [&] { return integer ? JsonIntegerExpr(&g_) : JsonNumberExpr(&g_); });
-      std::string key = fmt::format("{}:{}{}:{}{}", t, lo ? (lo->exclusive ? "(" : "[") : "",
-                                    lo ? lo->value.ToString() : "", hi ? hi->value.ToString() : "",
-                                    hi ? (hi->exclusive ? ")" : "]") : "");
+      std::string key =
+          fmt::format("{}:{}{}:{}{}", t, lo ? (lo->exclusive ? "(" : "[") : "", lo ? lo->value.ToString() : "",
+                      hi ? hi->value.ToString() : "", hi ? (hi->exclusive ? ")" : "]") : "");
       return Cached(key, key, [&] {
         return integer ? IntegerRangeExpr(&g_, lo, hi, limits_, "json schema: " + (path.empty() ? "(root)" : path))
                        : NumberRangeExpr(&g_, lo, hi, limits_, "json schema: " + (path.empty() ? "(root)" : path));
@@ -348,11 +350,12 @@ class SchemaCompiler {
         if (s.contains(k)) keys[k] = s[k];
       if (keys.empty()) return AnyStringCall();
       return Cached("string:" + keys.dump(), "string " + keys.dump(), [&] {
-        return g_.Seq({g_.Literal("\""), JsonStringBodyExpr(&g_, s, path.empty() ? "(root)" : path, limits_),
-                       g_.Literal("\"")});
+        return g_.Seq(
+            {g_.Literal("\""), JsonStringBodyExpr(&g_, s, path.empty() ? "(root)" : path, limits_), g_.Literal("\"")});
       });
     }
-    if (t == "object") return Cached("object:" + s.dump(), "object " + path, [&] { return ObjectBody(s, path, depth); });
+    if (t == "object")
+      return Cached("object:" + s.dump(), "object " + path, [&] { return ObjectBody(s, path, depth); });
     return Cached("array:" + s.dump(), "array " + path, [&] { return ArrayBody(s, path, depth); });
   }
 
@@ -438,14 +441,16 @@ class SchemaCompiler {
     }
     if (s.contains("maxProperties")) {
       const auto& v = s["maxProperties"];
-      if (!v.is_number_integer() || max_possible == SIZE_MAX || v.get<long long>() < static_cast<long long>(max_possible))
+      if (!v.is_number_integer() || max_possible == SIZE_MAX ||
+          v.get<long long>() < static_cast<long long>(max_possible))
         Error(path, "unsupported keyword 'maxProperties' (only when the declared properties cannot exceed it)");
     }
   }
 
   int32_t Count(const ordered_json& s, const char* key, const std::string& path) const {
     const auto& v = s[key];
-    if (!v.is_number_integer() || v.get<long long>() < 0) Error(path, fmt::format("'{}' must be a non-negative integer", key));
+    if (!v.is_number_integer() || v.get<long long>() < 0)
+      Error(path, fmt::format("'{}' must be a non-negative integer", key));
     if (v.get<long long>() > 100000) Error(path, fmt::format("'{}' is too large to enforce", key));
     return static_cast<int32_t>(v.get<long long>());
   }
@@ -491,7 +496,8 @@ class SchemaCompiler {
     if (depth > 32) return kAll;
     if (s.is_boolean()) return s.get<bool>() ? kAll : 0;
     if (!s.is_object()) return kAll;
-    if (s.contains("$ref") && s["$ref"].is_string()) return BranchTypes(Resolve(s["$ref"].get<std::string>(), ""), depth + 1);
+    if (s.contains("$ref") && s["$ref"].is_string())
+      return BranchTypes(Resolve(s["$ref"].get<std::string>(), ""), depth + 1);
     if (s.contains("const")) return ValueBit(s["const"]);
     if (s.contains("enum") && s["enum"].is_array()) {
       uint32_t m = 0;
@@ -504,7 +510,8 @@ class SchemaCompiler {
         for (const auto& b : s[k]) m |= BranchTypes(b, depth + 1);
         return m;
       }
-    if (s.contains("allOf") && s["allOf"].is_array() && s["allOf"].size() == 1) return BranchTypes(s["allOf"][0], depth + 1);
+    if (s.contains("allOf") && s["allOf"].is_array() && s["allOf"].size() == 1)
+      return BranchTypes(s["allOf"][0], depth + 1);
     uint32_t m = 0;
     for (const auto& t : TypesOf(s, "")) m |= TypeBit(t);
     return m ? m : kAll;

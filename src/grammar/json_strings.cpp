@@ -34,7 +34,8 @@ const char* FormatRegex(const std::string& format) {
   if (format == "date-time") return kDateTime.c_str();
   if (format == "uuid") return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
   if (format == "email") return kEmail.c_str();
-  if (format == "ipv4") return "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  if (format == "ipv4")
+    return "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
   if (format == "uri") return kUri.c_str();
   return nullptr;
 }
@@ -60,7 +61,8 @@ ExprId JsonAnyCharExpr(Grammar* g) {
                           ByteSet::Range('e', 'f') | ByteSet::Range('E', 'F'));
   ExprId d = g->Bytes(ByteSet::Single('d') | ByteSet::Single('D'));
   ExprId bmp = g->Seq({u, g->Alt({g->Seq({not_d, hex, hex2}), g->Seq({d, g->Bytes(ByteSet::Range('0', '7')), hex2})})});
-  ExprId high = g->Seq({u, d, g->Bytes(ByteSet::Range('8', '9') | ByteSet::Range('a', 'b') | ByteSet::Range('A', 'B')), hex2});
+  ExprId high =
+      g->Seq({u, d, g->Bytes(ByteSet::Range('8', '9') | ByteSet::Range('a', 'b') | ByteSet::Range('A', 'B')), hex2});
   ExprId low = g->Seq({u, d, g->Bytes(ByteSet::Range('c', 'f') | ByteSet::Range('C', 'F')), hex2});
   return g->Alt({canonical, g->Literal("\\/"), bmp, g->Seq({high, low})});
 }
@@ -78,8 +80,8 @@ ExprId JsonStringBodyExpr(Grammar* g, const ordered_json& s, const std::string& 
   }
   if (s.contains("pattern")) {
     if (!s["pattern"].is_string()) Fail(ErrorKind::kInvalidArgument, "{}: 'pattern' must be a string", path);
-    parts.push_back(CompileRegex(g, s["pattern"].get<std::string>(), {RegexOptions::Target::kJsonString, true},
-                                 path + "/pattern"));
+    parts.push_back(
+        CompileRegex(g, s["pattern"].get<std::string>(), {RegexOptions::Target::kJsonString, true}, path + "/pattern"));
   }
   bool has_min = s.contains("minLength"), has_max = s.contains("maxLength");
   if (has_min || has_max) {

@@ -4,9 +4,8 @@
 // are intersected as automata, so every generated string satisfies all of them.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"

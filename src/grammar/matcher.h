@@ -87,7 +87,7 @@ class GrammarMatcher {
   PdaStepper stepper_;
   TrieWalker walker_;
   std::deque<Position> history_;  // history_.front() is the oldest kept position
-  int32_t pinned_ = 0;  // steps Push must keep even beyond max_rollback_tokens (FillBitmaskAfter)
+  int32_t pinned_ = 0;            // steps Push must keep even beyond max_rollback_tokens (FillBitmaskAfter)
   size_t live_nodes_after_compact_ = 0;
   // Scratch.
   std::vector<Config> kernels_, scan_a_, scan_b_;

@@ -21,7 +21,8 @@ std::vector<int32_t> ReachableRules(const Grammar& g) {
     int32_t r = todo.back();
     todo.pop_back();
     order.push_back(r);
-    if (g.rule(r).body < 0) Fail(ErrorKind::kInvalidArgument, "grammar: rule '{}' is used but not defined", g.rule(r).name);
+    if (g.rule(r).body < 0)
+      Fail(ErrorKind::kInvalidArgument, "grammar: rule '{}' is used but not defined", g.rule(r).name);
     std::vector<ExprId> exprs{g.rule(r).body};
     while (!exprs.empty()) {
       const Expr& e = g.expr(exprs.back());

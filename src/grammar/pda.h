@@ -34,8 +34,8 @@ struct PdaCall {
 struct PdaRule {
   std::string name;
   int32_t start = -1;
-  bool nullable = false;  // derives ""
-  ByteSet follow;         // bytes that can come right after the rule ends, in any context
+  bool nullable = false;    // derives ""
+  ByteSet follow;           // bytes that can come right after the rule ends, in any context
   bool follow_end = false;  // the rule can end the whole text
   bool call_free = true;    // no state of the rule calls a rule (a plain DFA: strings, numbers)
   int32_t num_states = 0;   // its states are start .. start + num_states - 1

@@ -50,7 +50,8 @@ class Parser {
       int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
       if (n == 0 || i + static_cast<size_t>(n) > pattern.size()) Error("the pattern is not valid UTF-8");
       char32_t cp = n == 1 ? c : c & (0x7F >> n);
-      for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(pattern[i + static_cast<size_t>(k)]) & 0x3F);
+      for (int k = 1; k < n; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(pattern[i + static_cast<size_t>(k)]) & 0x3F);
       text_.push_back(cp);
       i += static_cast<size_t>(n);
     }
@@ -63,9 +64,7 @@ class Parser {
   }
   std::vector<Node> nodes;
 
-  [[noreturn]] void Error(const std::string& msg) const {
-    Fail(ErrorKind::kInvalidArgument, "{}: {}", what_, msg);
-  }
+  [[noreturn]] void Error(const std::string& msg) const { Fail(ErrorKind::kInvalidArgument, "{}: {}", what_, msg); }
 
  private:
   bool AtEnd() const { return pos_ >= text_.size(); }
@@ -256,7 +255,7 @@ class Parser {
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
       char32_t h = Take();
-      int d = h >= '0' && h <= '9' ? static_cast<int>(h - '0')
+      int d = h >= '0' && h <= '9'   ? static_cast<int>(h - '0')
               : h >= 'a' && h <= 'f' ? static_cast<int>(h - 'a' + 10)
               : h >= 'A' && h <= 'F' ? static_cast<int>(h - 'A' + 10)
                                      : -1;
@@ -341,7 +340,8 @@ class Parser {
         break;
     }
     if (c >= '1' && c <= '9') Error("backreferences are not supported");
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) Error(fmt::format("unknown escape \\{}", static_cast<char>(c)));
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+      Error(fmt::format("unknown escape \\{}", static_cast<char>(c)));
     return Single(c);  // escaped punctuation or any other character stands for itself
   }
 

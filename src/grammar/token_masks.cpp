@@ -177,8 +177,8 @@ void TrieWalker::CheckPositions(StackArena* arena, Config root, const std::vecto
   classify_ = false;
   SetLevel(0, arena, &root, 1);
   std::string_view prev;
-  size_t valid = 0;              // levels_[0..valid] hold the prefixes of prev
-  size_t dead_len = SIZE_MAX;    // prev's prefix of this length cannot be read
+  size_t valid = 0;            // levels_[0..valid] hold the prefixes of prev
+  size_t dead_len = SIZE_MAX;  // prev's prefix of this length cannot be read
   for (int32_t pos : positions) {
     int32_t id = vocab_.pos_to_id(pos);
     if (words[id >> 5] & (1u << (id & 31))) continue;

@@ -30,9 +30,7 @@ struct StateTokenClasses {
 
   // words |= accepted. `scratch` holds BitmaskWords(vocab) words (used by kRejectList).
   void OrAccepted(const TokenVocabulary& vocab, uint32_t* words, std::vector<uint32_t>* scratch) const;
-  size_t MemoryBytes() const {
-    return sizeof(*this) + 4 * (ids.capacity() + bits.capacity() + uncertain.capacity());
-  }
+  size_t MemoryBytes() const { return sizeof(*this) + 4 * (ids.capacity() + bits.capacity() + uncertain.capacity()); }
 };
 
 // Walks the vocabulary trie from a set of parse configs, stepping the automaton byte by byte and
@@ -72,7 +70,7 @@ class TrieWalker {
   // Walk outputs.
   bool classify_ = false;
   ByteSet follow_;
-  std::vector<int32_t> accepted_;                      // positions
+  std::vector<int32_t> accepted_;                       // positions
   std::vector<std::pair<int32_t, int32_t>> uncertain_;  // position ranges
   uint32_t* words_ = nullptr;
 };

@@ -132,7 +132,8 @@ ExprId Utf8Expr(Grammar* g, const CodepointSet& set) {
       for (const auto& p : pieces) {
         auto a = Encode(p.first, n), b = Encode(p.second, n);
         std::vector<ExprId> seq;
-        for (int k = 0; k < n; ++k) seq.push_back(g->Bytes(ByteSet::Range(a[static_cast<size_t>(k)], b[static_cast<size_t>(k)])));
+        for (int k = 0; k < n; ++k)
+          seq.push_back(g->Bytes(ByteSet::Range(a[static_cast<size_t>(k)], b[static_cast<size_t>(k)])));
         alts.push_back(g->Seq(std::move(seq)));
       }
     }

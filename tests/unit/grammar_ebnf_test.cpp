@@ -18,7 +18,8 @@ TEST(GrammarEbnf, LarkConstructs) {
     name: /[A-Z][a-z]+/
   )g");
   for (const char* s : {"hello Ann", "HI Bob!", "Hi Ann,Bob, Cy!", "hello Zed,Al"}) EXPECT_ACCEPTS(g, s);
-  for (const char* s : {"hello ann", "hey Ann", "hello Ann,", "hello  Ann", "hello Ann!!", "hello"}) EXPECT_REJECTS(g, s);
+  for (const char* s : {"hello ann", "hey Ann", "hello Ann,", "hello  Ann", "hello Ann!!", "hello"})
+    EXPECT_REJECTS(g, s);
 }
 
 TEST(GrammarEbnf, OptionalRepetitionAndModifiers) {
@@ -112,11 +113,12 @@ TEST(GrammarChoice, ExactlyOneOfTheStrings) {
 
 TEST(GrammarFormats, VllmFieldNames) {
   using grammar::GrammarFormat;
-  for (auto [name, f] : std::vector<std::pair<const char*, GrammarFormat>>{{"json", GrammarFormat::kJson},
-                                                                           {"regex", GrammarFormat::kRegex},
-                                                                           {"choice", GrammarFormat::kChoice},
-                                                                           {"grammar", GrammarFormat::kGrammar},
-                                                                           {"json_object", GrammarFormat::kJsonObject}}) {
+  for (auto [name, f] :
+       std::vector<std::pair<const char*, GrammarFormat>>{{"json", GrammarFormat::kJson},
+                                                          {"regex", GrammarFormat::kRegex},
+                                                          {"choice", GrammarFormat::kChoice},
+                                                          {"grammar", GrammarFormat::kGrammar},
+                                                          {"json_object", GrammarFormat::kJsonObject}}) {
     EXPECT_EQ(grammar::GrammarFormatFromName(name), f);
     EXPECT_EQ(grammar::GrammarFormatName(f), name);
   }

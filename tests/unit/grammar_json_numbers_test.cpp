@@ -1,8 +1,7 @@
 // tessera tests: numeric ranges (minimum / maximum / exclusive*) compiled digit by digit, checked
 // against plain integer arithmetic on many random bounds and values.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <random>
 
@@ -36,7 +35,8 @@ TEST(GrammarJsonNumbers, IntegerRangesMatchArithmetic) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 40; ++trial) {
     bool has_lo = trial % 4 != 1, has_hi = trial % 4 != 2;
-    Dec lo = RandomDec(rng, 1200, trial % 3 == 0 ? false : true), hi = RandomDec(rng, 1200, trial % 5 == 0 ? false : true);
+    Dec lo = RandomDec(rng, 1200, trial % 3 == 0 ? false : true),
+        hi = RandomDec(rng, 1200, trial % 5 == 0 ? false : true);
     if (has_lo && has_hi && lo.milli > hi.milli) std::swap(lo, hi);
     bool lo_ex = rng() % 2, hi_ex = rng() % 2;
     std::string schema = R"({"type":"integer")";

@@ -51,15 +51,18 @@ TEST(GrammarJsonSchema, Objects) {
        {"{}", R"({"a":1})", R"({"a":1,"c":2})", R"({"zz":3,"q":4})", R"({"a\"":5})"},
        {R"({"a":1,"c":"x"})", R"({"c":null})"}},
       {R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})",
-       {R"({"a":1,"z":[1,{"q":null}],"y":"s"})", R"({"x":{}})"}, {R"({"a":"1"})"}},
+       {R"({"a":1,"z":[1,{"q":null}],"y":"s"})", R"({"x":{}})"},
+       {R"({"a":"1"})"}},
       {R"({"type":"object"})", {"{}", R"({"x":1})", R"({"x":{"y":[true,null,"s",1.5]}})"}, {"[]", "null"}},
       // All optional: any subset, in the order of `properties`.
       {R"({"type":"object","properties":{"a":{"type":"null"},"b":{"type":"null"},"c":{"type":"null"}}})",
-       {"{}", R"({"a":null})", R"({"b":null})", R"({"c":null})", R"({"a":null,"c":null})", R"({"a":null,"b":null,"c":null})"},
+       {"{}", R"({"a":null})", R"({"b":null})", R"({"c":null})", R"({"a":null,"c":null})",
+        R"({"a":null,"b":null,"c":null})"},
        {R"({"a":1})", R"({,"b":null})"}},
       // Required after optional ones.
       {R"({"properties":{"a":{"type":"null"},"b":{"type":"null"},"c":{"type":"null"}},"required":["b"]})",
-       {R"({"b":null})", R"({"a":null,"b":null})", R"({"b":null,"c":null})"}, {"{}", R"({"a":null})", R"({"c":null})"}},
+       {R"({"b":null})", R"({"a":null,"b":null})", R"({"b":null,"c":null})"},
+       {"{}", R"({"a":null})", R"({"c":null})"}},
       // A property whose schema is false can never appear.
       {R"({"properties":{"a":false,"b":{"type":"null"}}})", {R"({"b":null})", "{}"}, {R"({"a":null})"}},
   });
@@ -98,9 +101,11 @@ TEST(GrammarJsonSchema, Arrays) {
        {"[]", "[1]", "[1,\"a\"]"},
        {"[\"a\"]", "[1,2]", "[1,\"a\",3]"}},
       {R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2})",
-       {"[1,\"a\"]"}, {"[1]", "[]"}},
+       {"[1,\"a\"]"},
+       {"[1]", "[]"}},
       {R"({"type":"array","items":{"type":"array","items":{"type":"boolean"}}})",
-       {"[[true],[],[false,true]]"}, {"[[1]]", "[true]"}},
+       {"[[true],[],[false,true]]"},
+       {"[[1]]", "[true]"}},
   });
 }
 
@@ -133,9 +138,11 @@ TEST(GrammarJsonSchema, ReferencesAndRecursion) {
        {R"({"v":1,"children":[]})", R"({"v":1,"children":[{"v":2,"children":[{"v":3,"children":[]}]}]})"},
        {R"({"v":1})", R"({"v":1,"children":[{"v":2}]})"}},
       {R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["next"]})",
-       {R"({"next":null})", R"({"next":{"next":{"next":null}}})"}, {R"({"next":{}})"}},
+       {R"({"next":null})", R"({"next":{"next":{"next":null}}})"},
+       {R"({"next":{}})"}},
       {R"({"definitions":{"id":{"type":"string","pattern":"^[0-9]+$"}},"properties":{"a":{"$ref":"#/definitions/id"}},"required":["a"]})",
-       {R"({"a":"123"})"}, {R"({"a":"12a"})", R"({"a":123})"}},
+       {R"({"a":"123"})"},
+       {R"({"a":"12a"})", R"({"a":123})"}},
       {R"({"$defs":{"a/b":{"type":"integer"}},"$ref":"#/$defs/a~1b"})", {"1"}, {"\"1\""}},
   });
 }
@@ -156,11 +163,17 @@ TEST(GrammarJsonSchema, StringKeywords) {
       {R"({"type":"string","format":"date"})",
        {"\"2024-02-28\"", "\"1999-12-31\"", "\"2023-04-30\""},
        {"\"2024-13-01\"", "\"2024-02-30\"", "\"2023-04-31\"", "\"24-01-01\"", "\"2024-1-1\""}},
-      {R"({"type":"string","format":"time"})", {"\"23:59:59Z\"", "\"08:30:00.5+02:00\""}, {"\"24:00:00Z\"", "\"12:60:00Z\""}},
+      {R"({"type":"string","format":"time"})",
+       {"\"23:59:59Z\"", "\"08:30:00.5+02:00\""},
+       {"\"24:00:00Z\"", "\"12:60:00Z\""}},
       {R"({"type":"string","format":"date-time"})", {"\"2024-01-15T10:30:00Z\""}, {"\"2024-01-15 10:30:00Z\""}},
-      {R"({"type":"string","format":"uuid"})", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567e89b12d3a456426614174000\""}},
+      {R"({"type":"string","format":"uuid"})",
+       {"\"123e4567-e89b-12d3-a456-426614174000\""},
+       {"\"123e4567e89b12d3a456426614174000\""}},
       {R"({"type":"string","format":"email"})", {"\"a.b@example.com\""}, {"\"ab.example.com\"", "\"a@b\""}},
-      {R"({"type":"string","format":"ipv4"})", {"\"192.168.0.1\"", "\"0.0.0.0\""}, {"\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""}},
+      {R"({"type":"string","format":"ipv4"})",
+       {"\"192.168.0.1\"", "\"0.0.0.0\""},
+       {"\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""}},
   });
 }
 

@@ -22,12 +22,14 @@ using testing::BitSet;
 const std::vector<std::string>& SmallTokens() {
   static const std::vector<std::string> t = [] {
     std::vector<std::string> v = {
-        "{", "}", "[", "]", "\"", "\",", "\"}", "\"]", "\":", "\": \"", ",", ":", " ", "  ", "\n", "\n  ", "a", "ab",
-        "abc", "b", "x", "1", "12", "0", "-", ".", "5e", "e", "+", "true", "null", "false", "}}", "]}", "}]", "},",
-        "\"a\"", "\"a\":", "{\"", "\"name", "name", "\":\"", "\"}}", "1}", "2,", "\\", "\\n", "\\\"", "\xC3\xA9",
-        "\xC3", "\xA9", "yes", "no", "y"};
+        "{",  "}",  "[",   "]",     "\"",       "\",",  "\"}",    "\"]",  "\":",   "\": \"", ",",
+        ":",  " ",  "  ",  "\n",    "\n  ",     "a",    "ab",     "abc",  "b",     "x",      "1",
+        "12", "0",  "-",   ".",     "5e",       "e",    "+",      "true", "null",  "false",  "}}",
+        "]}", "}]", "},",  "\"a\"", "\"a\":",   "{\"",  "\"name", "name", "\":\"", "\"}}",   "1}",
+        "2,", "\\", "\\n", "\\\"",  "\xC3\xA9", "\xC3", "\xA9",   "yes",  "no",    "y"};
     for (int c = 0x20; c < 0x7F; ++c)
-      if (std::find(v.begin(), v.end(), std::string(1, static_cast<char>(c))) == v.end()) v.emplace_back(1, static_cast<char>(c));
+      if (std::find(v.begin(), v.end(), std::string(1, static_cast<char>(c))) == v.end())
+        v.emplace_back(1, static_cast<char>(c));
     v.emplace_back("<|special|>");
     v.emplace_back("</s>");
     return v;
@@ -65,7 +67,9 @@ const std::vector<std::pair<GrammarFormat, std::string>>& Grammars() {
          "$ref":"#/$defs/t"})"},
       {GrammarFormat::kRegex, "(ab|a)*(b|x)?[0-9]{1,3}"},
       {GrammarFormat::kChoice, R"(["yes","no","y","abc"])"},
-      {GrammarFormat::kGrammar, "start: \"{\" (item (\",\" item)*)? \"}\"\nitem: \"\\\"\" /[a-c]*/ \"\\\"\" | NUMBER | start\n%import common.INT -> NUMBER"},
+      {GrammarFormat::kGrammar,
+       "start: \"{\" (item (\",\" item)*)? \"}\"\nitem: \"\\\"\" /[a-c]*/ \"\\\"\" | NUMBER | start\n%import "
+       "common.INT -> NUMBER"},
   };
   return g;
 }
@@ -83,7 +87,8 @@ TEST(GrammarMatcher, MaskEqualsBruteForceAlongRandomWalks) {
         m.FillNextTokenBitmask(mask.data());
         ASSERT_EQ(mask, BruteForce(&m)) << "walk " << walk << " step " << step;
         ++checked;
-        for (const auto& c : SmallTokens()) with_uncertain += c.size() > 1 && c[0] == '"' && BitSet(mask, static_cast<int32_t>(&c - &SmallTokens()[0]));
+        for (const auto& c : SmallTokens())
+          with_uncertain += c.size() > 1 && c[0] == '"' && BitSet(mask, static_cast<int32_t>(&c - &SmallTokens()[0]));
         EXPECT_FALSE(BitSet(mask, SmallSpecial()));
         EXPECT_EQ(BitSet(mask, SmallStop()), m.CanTerminate());
         std::vector<int32_t> allowed;
@@ -126,12 +131,12 @@ TEST(GrammarMatcher, RollbackRestoresEveryPosition) {
 TEST(GrammarMatcher, StopAndExcludedTokens) {
   auto g = SmallCompiler().Compile(GrammarFormat::kChoice, R"(["yes","y"])");
   GrammarMatcher m(g);
-  EXPECT_FALSE(m.AcceptToken(SmallStop()));       // nothing complete yet
-  EXPECT_FALSE(m.AcceptToken(SmallSpecial()));    // never inside a structure
+  EXPECT_FALSE(m.AcceptToken(SmallStop()));     // nothing complete yet
+  EXPECT_FALSE(m.AcceptToken(SmallSpecial()));  // never inside a structure
   EXPECT_FALSE(m.AcceptToken(-1));
   EXPECT_FALSE(m.AcceptToken(static_cast<int32_t>(m.vocab_size())));
   ASSERT_TRUE(m.AcceptBytes("y"));
-  EXPECT_TRUE(m.CanTerminate());                  // "y" is a choice, and a prefix of "yes"
+  EXPECT_TRUE(m.CanTerminate());  // "y" is a choice, and a prefix of "yes"
   EXPECT_FALSE(m.IsTerminated());
   ASSERT_TRUE(m.AcceptToken(SmallStop()));
   EXPECT_TRUE(m.IsTerminated());
@@ -163,7 +168,8 @@ TEST(GrammarMatcher, MasksAfterAHypotheticalPrefix) {
   EXPECT_EQ(after, direct);
   m.Reset();
   for (int32_t t = 0; t < m.vocab_size(); ++t)
-    EXPECT_EQ(m.IsValidAfter(prefix.data(), prefix.size(), t), BitSet(direct, t)) << SmallTokens()[static_cast<size_t>(t)];
+    EXPECT_EQ(m.IsValidAfter(prefix.data(), prefix.size(), t), BitSet(direct, t))
+        << SmallTokens()[static_cast<size_t>(t)];
   const std::vector<int32_t> bad = {id("{\""), id("}")};
   std::vector<uint32_t> untouched(after.size(), 7u);
   EXPECT_FALSE(m.FillBitmaskAfter(bad.data(), bad.size(), untouched.data()));
@@ -178,7 +184,8 @@ TEST(GrammarMatcher, NestingDeeperThanTheLimitIsNeverOffered) {
   opts.max_stack_depth = 12;
   GrammarMatcher m(g, opts);
   std::vector<uint32_t> mask(grammar::BitmaskWords(m.vocab_size()));
-  int32_t open = static_cast<int32_t>(std::find(SmallTokens().begin(), SmallTokens().end(), "[") - SmallTokens().begin());
+  int32_t open =
+      static_cast<int32_t>(std::find(SmallTokens().begin(), SmallTokens().end(), "[") - SmallTokens().begin());
   ASSERT_TRUE(m.AcceptBytes("{\"a\":"));
   int depth = 0;
   while (true) {

@@ -98,29 +98,31 @@ TEST(GrammarQwen3Masks, EqualBruteForce) {
       // A long counted repetition: its far-from-the-end states share token classes (compiled_grammar.cpp).
       {GrammarFormat::kJson, R"({"type":"array","items":{"type":"string","minLength":3,"maxLength":40},"maxItems":2})"},
       {GrammarFormat::kRegex, "(\\+|-)?[0-9]+(\\.[0-9]+)? (apples|pears)"},
-      {GrammarFormat::kGrammar, "start: call (\";\" \" \"? call)*\ncall: NAME \"(\" (arg (\", \" arg)*)? \")\"\n"
-                                "arg: NUMBER | ESCAPED_STRING | call\n%import common.CNAME -> NAME\n"
-                                "%import common.INT -> NUMBER\n%import common.ESCAPED_STRING"},
+      {GrammarFormat::kGrammar,
+       "start: call (\";\" \" \"? call)*\ncall: NAME \"(\" (arg (\", \" arg)*)? \")\"\n"
+       "arg: NUMBER | ESCAPED_STRING | call\n%import common.CNAME -> NAME\n"
+       "%import common.INT -> NUMBER\n%import common.ESCAPED_STRING"},
   };
   int states = 0;
   for (size_t i = 0; i < grammars.size(); ++i) {
     SCOPED_TRACE(grammars[i].second);
     auto g = Qwen3Compiler().Compile(grammars[i].first, grammars[i].second);
     for (uint32_t seed : {1u, 2u}) {
-      Walk(g, seed + static_cast<uint32_t>(i) * 10, {0, 1, 2, 4, 7, 11, 16, 24}, [&](GrammarMatcher& m, const std::vector<uint32_t>& mask, const std::string& text) {
-        SCOPED_TRACE("after '" + text + "'");
-        std::vector<uint32_t> want = BruteForce(g, text);
-        size_t n_want = 0, n_got = 0;
-        for (int32_t id = 0; id < m.vocab_size(); ++id) n_want += BitSet(want, id), n_got += BitSet(mask, id);
-        EXPECT_EQ(n_got, n_want);
-        for (int32_t id = 0; id < m.vocab_size(); ++id)
-          if (BitSet(want, id) != BitSet(mask, id)) {
-            ADD_FAILURE() << "token " << id << " '" << g->vocab().token_bytes(id) << "': mask " << BitSet(mask, id)
-                          << ", brute force " << BitSet(want, id);
-            break;
-          }
-        ++states;
-      });
+      Walk(g, seed + static_cast<uint32_t>(i) * 10, {0, 1, 2, 4, 7, 11, 16, 24},
+           [&](GrammarMatcher& m, const std::vector<uint32_t>& mask, const std::string& text) {
+             SCOPED_TRACE("after '" + text + "'");
+             std::vector<uint32_t> want = BruteForce(g, text);
+             size_t n_want = 0, n_got = 0;
+             for (int32_t id = 0; id < m.vocab_size(); ++id) n_want += BitSet(want, id), n_got += BitSet(mask, id);
+             EXPECT_EQ(n_got, n_want);
+             for (int32_t id = 0; id < m.vocab_size(); ++id)
+               if (BitSet(want, id) != BitSet(mask, id)) {
+                 ADD_FAILURE() << "token " << id << " '" << g->vocab().token_bytes(id) << "': mask " << BitSet(mask, id)
+                               << ", brute force " << BitSet(want, id);
+                 break;
+               }
+             ++states;
+           });
     }
   }
   EXPECT_GE(states, 40);
@@ -139,29 +141,32 @@ TEST(GrammarQwen3Masks, RegexMasksEqualPcre2PartialMatching) {
     SCOPED_TRACE(patterns[i].first);
     auto g = Qwen3Compiler().Compile(GrammarFormat::kRegex, patterns[i].first);
     testing::Pcre2 ref(patterns[i].second.empty() ? patterns[i].first : patterns[i].second);
-    Walk(g, 100 + static_cast<uint32_t>(i), {0, 1, 3, 6, 10}, [&](GrammarMatcher& m, const std::vector<uint32_t>& mask, const std::string& text) {
-      SCOPED_TRACE("after '" + text + "'");
-      int diffs = 0, compared = 0;
-      for (int32_t id = 0; id < m.vocab_size() && diffs < 3; ++id) {
-        bool want;
-        if (vocab->is_grammar_token(id) && !ValidUtf8(text + std::string(vocab->token_bytes(id)))) continue;
-        ++compared;
-        if (vocab->is_stop(id)) {
-          want = ref.Match(text, testing::Pcre2::kFull);
-        } else if (!vocab->is_grammar_token(id)) {
-          want = false;
-        } else {
-          want = ref.Match(text + std::string(vocab->token_bytes(id)), testing::Pcre2::kPrefix);
-        }
-        if (want != BitSet(mask, id)) {
-          ++diffs;
-          ADD_FAILURE() << "token " << id << " '" << vocab->token_bytes(id) << "': mask " << BitSet(mask, id)
-                        << ", pcre2 " << want;
-        }
-      }
-      EXPECT_GT(compared, 100000);
-      ++states;
-    }, /*whole_chars=*/true);
+    Walk(
+        g, 100 + static_cast<uint32_t>(i), {0, 1, 3, 6, 10},
+        [&](GrammarMatcher& m, const std::vector<uint32_t>& mask, const std::string& text) {
+          SCOPED_TRACE("after '" + text + "'");
+          int diffs = 0, compared = 0;
+          for (int32_t id = 0; id < m.vocab_size() && diffs < 3; ++id) {
+            bool want;
+            if (vocab->is_grammar_token(id) && !ValidUtf8(text + std::string(vocab->token_bytes(id)))) continue;
+            ++compared;
+            if (vocab->is_stop(id)) {
+              want = ref.Match(text, testing::Pcre2::kFull);
+            } else if (!vocab->is_grammar_token(id)) {
+              want = false;
+            } else {
+              want = ref.Match(text + std::string(vocab->token_bytes(id)), testing::Pcre2::kPrefix);
+            }
+            if (want != BitSet(mask, id)) {
+              ++diffs;
+              ADD_FAILURE() << "token " << id << " '" << vocab->token_bytes(id) << "': mask " << BitSet(mask, id)
+                            << ", pcre2 " << want;
+            }
+          }
+          EXPECT_GT(compared, 100000);
+          ++states;
+        },
+        /*whole_chars=*/true);
   }
   EXPECT_GE(states, 12);
 }

@@ -58,10 +58,11 @@ TEST(GrammarSchemaSuite, RandomWalksValidateWithPythonJsonschema) {
 // The validator itself must reject what the schemas forbid (a check of the checker).
 TEST(GrammarSchemaSuite, ValidatorRejectsInvalidDocuments) {
   ordered_json cases = ordered_json::array();
-  cases.push_back({{"name", "bad"},
-                   {"schema", ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"integer","maximum":3},
+  cases.push_back(
+      {{"name", "bad"},
+       {"schema", ordered_json::parse(R"({"type":"object","properties":{"a":{"type":"integer","maximum":3},
                       "d":{"type":"string","format":"date"}},"required":["a"]})")},
-                   {"documents", {R"j({"a":4})j", R"j({"a":1,"d":"2024-02-30"})j", R"j({"a":1,"a":2})j", "{\"a\":1", "{}"}}});
+       {"documents", {R"j({"a":4})j", R"j({"a":1,"d":"2024-02-30"})j", R"j({"a":1,"a":2})j", "{\"a\":1", "{}"}}});
   std::string dir = testing::ScratchDir("schema_suite_bad");
   testing::WriteFile(dir + "/cases.json", cases.dump());
   testing::CommandResult r = testing::RunCommand("python3 " + std::string(TESSERA_SOURCE_DIR) +
