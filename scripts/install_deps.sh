@@ -12,7 +12,7 @@ PKGS=(
 # Test-only tools; `--no-test-deps` (container builds, deploy/Dockerfile.*) leaves them out.
 TEST_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-jinja2 python3-numpy
+  python3 python3-jinja2 python3-numpy python3-jsonschema
   chromium yamllint
 )
 with_tests=1

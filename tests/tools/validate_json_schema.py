@@ -37,7 +37,7 @@ def main():
         schema = case["schema"]
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        validator = cls(schema, format_checker=jsonschema.FormatChecker())
         for text in case["documents"]:
             checked += 1
             try:
