@@ -10,6 +10,8 @@
 namespace tessera::grammar {
 namespace {
 
+constexpr int64_t kRefineBudget = int64_t{1} << 28;  // signature entries over all rounds
+
 struct VecHash {
   size_t operator()(const std::vector<int32_t>& v) const {
     uint64_t h = 1469598103934665603ull;
@@ -42,6 +44,9 @@ std::vector<int32_t> Representatives(const Pda& pda, int32_t depth) {
         if (columns.emplace(std::move(col), b).second) reps.push_back(static_cast<uint8_t>(b));
       }
     }
+    // Refinement may only stop when stable (stopping early would merge states a token can tell
+    // apart), so a rule too big to refine `depth` times is left unshared: slower, still exact.
+    if (static_cast<int64_t>(m) * static_cast<int64_t>(reps.size() + 1) * depth > kRefineBudget) continue;
     // Round 0: final or not (numbered densely, so counting blocks tells when refinement stops).
     std::vector<int32_t> block(static_cast<size_t>(m)), next(static_cast<size_t>(m));
     const bool first_final = pda.state(a).final;

@@ -34,7 +34,7 @@ class GrammarMatcher {
   int64_t vocab_size() const { return grammar_->vocab().vocab_size(); }
 
   // Writes the allowed next tokens into words[0, BitmaskWords(vocab_size())): bit i of word i/32 =
-  // token i. Stop tokens are allowed exactly when CanTerminate(); added tokens never. Returns false
+  // token i (ids past vocab_size(), such as a padded lm_head's, are the caller's to mask). Stop tokens are allowed exactly when CanTerminate(); added tokens never. Returns false
   // when no token at all is allowed (after termination; otherwise only for a grammar whose every
   // continuation exceeds max_stack_depth).
   bool FillNextTokenBitmask(uint32_t* words);
