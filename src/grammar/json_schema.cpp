@@ -218,9 +218,20 @@ class SchemaCompiler {
     }
     if (s.contains("allOf")) {
       OnlyWith(s, path, "allOf");
-      if (!s["allOf"].is_array() || s["allOf"].size() != 1)
-        Error(path, "unsupported keyword 'allOf' with more than one schema (merge them into one)");
-      return Value(s["allOf"][0], path + "/allOf/0", depth + 1);
+      if (!s["allOf"].is_array() || s["allOf"].empty()) Error(path, "'allOf' must be a non-empty array");
+      // Trivial only: every member but one allows anything (true, {}, or annotations alone).
+      int kept = -1;
+      for (size_t i = 0; i < s["allOf"].size(); ++i) {
+        const ordered_json& m = s["allOf"][i];
+        bool anything = m.is_boolean() ? m.get<bool>() : m.is_object();
+        if (m.is_object())
+          for (auto it = m.begin(); it != m.end(); ++it) anything = anything && Annotations().count(it.key());
+        if (anything) continue;
+        if (kept >= 0) Error(path, "unsupported keyword 'allOf' with more than one constraining schema (merge them)");
+        kept = static_cast<int>(i);
+      }
+      if (kept < 0) return AnyValueCall();
+      return Value(s["allOf"][static_cast<size_t>(kept)], fmt::format("{}/allOf/{}", path, kept), depth + 1);
     }
     for (const char* kw : {"anyOf", "oneOf"}) {
       if (!s.contains(kw)) continue;

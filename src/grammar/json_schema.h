@@ -4,7 +4,7 @@
 // nullable field), properties, required, additionalProperties (false, true or a schema), items,
 // prefixItems (without further items), minItems, maxItems, enum, const, anyOf, oneOf (only when
 // its branches cannot overlap: different types, or a required property with distinct const / enum
-// values), allOf with a single schema, $ref to "#..." pointers ($defs, definitions, "#" for
+// values), allOf whose members but one allow anything, $ref to "#..." pointers ($defs, definitions, "#" for
 // recursion), string pattern / minLength / maxLength / format (json_strings.h), numeric minimum /
 // maximum / exclusiveMinimum / exclusiveMaximum (exact, json_numbers.h). Annotations (title,
 // description, default, examples, $comment, $schema, deprecated, readOnly, writeOnly,

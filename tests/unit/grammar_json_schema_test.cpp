@@ -126,6 +126,7 @@ TEST(GrammarJsonSchema, EnumConstAndCombinators) {
        {R"({"kind":"a","x":1})", R"({"kind":"b","y":"s"})"},
        {R"({"kind":"a","y":"s"})", R"({"kind":"c","x":1})"}},
       {R"({"allOf":[{"type":"integer","maximum":5}],"description":"x"})", {"5"}, {"6"}},
+      {R"({"allOf":[{"description":"only words"},{"type":"integer","minimum":2},true]})", {"2"}, {"1"}},
       {R"({"anyOf":[{"type":"string"},{"type":"null"}],"default":null,"title":"T"})", {"null", "\"x\""}, {"0"}},
   });
 }
