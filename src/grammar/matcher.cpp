@@ -104,6 +104,11 @@ bool GrammarMatcher::IsTokenAllowed(int32_t id) {
   return ok;
 }
 
+bool GrammarMatcher::IsValidContinuation(std::string_view bytes) {
+  Position p;
+  return Advance(bytes, &p);
+}
+
 void GrammarMatcher::Rollback(int32_t n) {
   if (n < 0 || n > num_steps_kept())
     Fail(ErrorKind::kInvalidArgument, "grammar matcher: cannot roll back {} steps ({} kept)", n, num_steps_kept());

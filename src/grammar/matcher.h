@@ -34,9 +34,9 @@ class GrammarMatcher {
   int64_t vocab_size() const { return grammar_->vocab().vocab_size(); }
 
   // Writes the allowed next tokens into words[0, BitmaskWords(vocab_size())): bit i of word i/32 =
-  // token i (ids past vocab_size(), such as a padded lm_head's, are the caller's to mask). Stop tokens are allowed exactly when CanTerminate(); added tokens never. Returns false
-  // when no token at all is allowed (after termination; otherwise only for a grammar whose every
-  // continuation exceeds max_stack_depth).
+  // token i (ids past vocab_size(), such as a padded lm_head's, are the caller's to mask). Stop tokens are allowed
+  // exactly when CanTerminate(); added tokens never. Returns false when no token at all is allowed (after termination;
+  // otherwise only for a grammar whose every continuation exceeds max_stack_depth).
   bool FillNextTokenBitmask(uint32_t* words);
   // Advances by one token; false (and no change) when the grammar does not allow it here. A stop
   // token is accepted when CanTerminate() and terminates the matcher.
@@ -44,8 +44,9 @@ class GrammarMatcher {
   // Advances by raw bytes (all or nothing; counts as one step for Rollback). For tests and for
   // forcing text that is not a whole token sequence.
   bool AcceptBytes(std::string_view bytes);
-  // Would AcceptToken(id) succeed? (No change to the state.)
+  // Would AcceptToken(id) / AcceptBytes(bytes) succeed? (No change to the state.)
   bool IsTokenAllowed(int32_t id);
+  bool IsValidContinuation(std::string_view bytes);
 
   // The text so far is a complete structure (a stop token may come next).
   bool CanTerminate() const { return cur().accepting && !cur().terminated; }

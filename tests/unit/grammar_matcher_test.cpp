@@ -146,6 +146,11 @@ TEST(GrammarMatcher, StopAndExcludedTokens) {
   EXPECT_EQ(std::count(mask.begin(), mask.end(), 0u), static_cast<long>(mask.size()));
   EXPECT_FALSE(m.AcceptBytes("es"));
   m.Rollback(1);
+  EXPECT_TRUE(m.IsValidContinuation("es"));
+  EXPECT_TRUE(m.IsValidContinuation(""));
+  EXPECT_FALSE(m.IsValidContinuation("ex"));
+  EXPECT_FALSE(m.IsValidContinuation("ess"));
+  EXPECT_EQ(m.num_steps_kept(), 1);  // the checks changed nothing
   EXPECT_TRUE(m.AcceptBytes("es"));
 }
 

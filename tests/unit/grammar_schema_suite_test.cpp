@@ -17,8 +17,9 @@ namespace {
 
 using nlohmann::ordered_json;
 
-TEST(GrammarSchemaSuite, RandomWalksValidateWithPythonJsonschema) {
-  QWEN3_OR_SKIP(vocab);
+// Walks every schema of the suite over `vocab` and has the Python validator check the documents.
+void CheckSuite(const std::shared_ptr<const grammar::TokenVocabulary>& vocab, int walks, int max_free_steps,
+                const std::string& scratch) {
   ordered_json suite = ordered_json::parse(testing::ReadFile(testing::DataPath("grammar/schema_suite.json")));
   ASSERT_GE(suite.size(), 50u);
   grammar::GrammarCompiler compiler(vocab);
@@ -32,10 +33,11 @@ TEST(GrammarSchemaSuite, RandomWalksValidateWithPythonJsonschema) {
     std::shared_ptr<const grammar::CompiledGrammar> g;
     ASSERT_NO_THROW(g = compiler.Compile(grammar::GrammarFormat::kJson, entry["schema"].dump()));
     ordered_json docs = ordered_json::array();
-    for (int walk = 0; walk < 4; ++walk) {
+    for (int walk = 0; walk < walks; ++walk) {
       grammar::RandomWalkOptions opts;
-      opts.min_free_steps = 5 + 20 * walk;
-      opts.max_free_steps = 30 + 40 * walk;
+      opts.min_free_steps = 5 + max_free_steps * walk / 4;
+      opts.max_free_steps = 5 + max_free_steps * (walk + 1) / 2;
+      opts.max_steps = 20000;
       grammar::RandomWalkResult r = grammar::RandomWalk(g, opts, &rng);
       ASSERT_TRUE(r.complete) << r.failure << " after: " << r.text;
       docs.push_back(r.text);
@@ -46,13 +48,23 @@ TEST(GrammarSchemaSuite, RandomWalksValidateWithPythonJsonschema) {
   }
   EXPECT_GT(distinct.size(), documents * 3 / 4);  // walks explore, not repeat
 
-  std::string dir = testing::ScratchDir("schema_suite");
-  std::string file = dir + "/cases.json";
+  std::string file = testing::ScratchDir(scratch) + "/cases.json";
   testing::WriteFile(file, cases.dump(1));
   testing::CommandResult r = testing::RunCommand("python3 " + std::string(TESSERA_SOURCE_DIR) +
                                                  "/tests/tools/validate_json_schema.py " + file);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(std::to_string(documents) + " documents checked, 0 invalid"), std::string::npos) << r.out;
+}
+
+TEST(GrammarSchemaSuite, RandomWalksValidateWithPythonJsonschema) {
+  QWEN3_OR_SKIP(vocab);
+  CheckSuite(vocab, 4, 80, "schema_suite");
+}
+
+// The same schemas one byte a token: walks reach escapes, digits and UTF-8 sequences byte by byte
+// (and this runs even without the npm tokenizer data).
+TEST(GrammarSchemaSuite, ByteLevelWalksValidateWithPythonJsonschema) {
+  CheckSuite(testing::ByteVocabulary(), 3, 400, "schema_suite_bytes");
 }
 
 // The validator itself must reject what the schemas forbid (a check of the checker).
