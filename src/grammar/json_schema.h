@@ -32,7 +32,7 @@
 namespace tessera::grammar {
 
 struct JsonGrammarOptions {
-  int32_t max_whitespace = 16;  // bytes of whitespace allowed in one gap between tokens (0: compact)
+  int32_t max_whitespace = 32;  // bytes of whitespace allowed in one gap between tokens (0: compact)
 };
 
 // Throws Error(kInvalidArgument) for text that is not JSON, an invalid schema or an unsupported

@@ -77,15 +77,16 @@ TEST(GrammarJsonSchema, DocumentedGenerationPolicies) {
   EXPECT_REJECTS(g, R"({"a":1,"b":2,"c":3})");
   auto add = Schema(R"({"properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"integer"}})");
   EXPECT_REJECTS(add, R"({"a":1,"a":2})");
-  // Whitespace: at most 16 bytes in one gap, none around the document.
+  // Whitespace: at most 32 bytes in one gap (room for indentation 8 levels deep), none around the
+  // document.
   auto ws = Schema(R"({"type":"array","items":{"type":"integer"}})");
-  std::string gap16 = "[", gap17 = "[", tabs = "[1,\n";
-  gap16.append(16, ' ').append("1]");
-  gap17.append(17, ' ').append("1]");
-  tabs.append(15, '\t').append("2]");
-  EXPECT_ACCEPTS(ws, gap16);
-  EXPECT_REJECTS(ws, gap17);
-  EXPECT_ACCEPTS(ws, tabs);
+  std::string gap32 = "[", gap33 = "[", indented = "[1,\n";
+  gap32.append(32, ' ').append("1]");
+  gap33.append(33, ' ').append("1]");
+  indented.append(31, ' ').append("2]");
+  EXPECT_ACCEPTS(ws, gap32);
+  EXPECT_REJECTS(ws, gap33);
+  EXPECT_ACCEPTS(ws, indented);
   EXPECT_REJECTS(ws, " [1]");
   EXPECT_REJECTS(ws, "[1] ");
 }
