@@ -45,10 +45,10 @@ std::optional<GrammarFormat> GrammarFormatFromName(std::string_view name);
 struct GrammarCompilerOptions {
   JsonGrammarOptions json;
   AutomatonLimits limits;
-  int32_t max_parses = 1024;                       // parses alive at one position (ambiguity bound)
-  size_t mask_cache_bytes_per_grammar = 16 << 20;  // CompiledGrammar's shared mask cache
-  size_t max_cached_grammars = 64;                 // LRU of compiled grammars
-  int32_t compile_threads = 1;                     // threads computing token classes at compile time
+  int32_t max_parses = 1024;                      // parses alive at one position (ambiguity bound)
+  size_t mask_cache_bytes_per_grammar = 8 << 20;  // CompiledGrammar's shared mask cache (~400 Qwen3 masks)
+  size_t max_cached_grammars = 64;                // LRU of compiled grammars
+  int32_t compile_threads = 1;                    // threads computing token classes at compile time
 };
 
 class GrammarCompiler {
