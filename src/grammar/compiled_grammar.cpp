@@ -102,6 +102,18 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Pda> pda, std::shared_ptr
     for (const PdaCall* c = pda_->calls_begin(s); c != pda_->calls_end(s); ++c)
       rootable[static_cast<size_t>(c->ret)] = true;
   }
+  {
+    PdaStepper stepper(*pda_, max_parses_);
+    StackArena arena(1 << 20);
+    std::vector<Config> scan;
+    for (int32_t s = 0; s < n; ++s) {
+      if (!pda_->state(s).has_calls) continue;
+      arena.Clear();
+      Config k{s, StackArena::kBottom};
+      stepper.Closure(&arena, &k, 1, &scan, nullptr);
+      max_closure_push_ = std::max(max_closure_push_, arena.max_depth_seen());
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> rep = Representatives(*pda_, vocab_->max_token_bytes());
   std::vector<int32_t> todo;  // representatives whose classes are needed

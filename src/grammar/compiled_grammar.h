@@ -45,6 +45,9 @@ class CompiledGrammar {
 
   // The token classes of a state (computed now if the state was not precomputed; thread-safe).
   const StateTokenClasses& Classes(int32_t state) const;
+  // The deepest stack (above a config) the expansion of any single state pushes before a byte is
+  // read: what continuing after a rule's end may need beyond the token classes' max_push.
+  int32_t max_closure_push() const { return max_closure_push_; }
 
   // The shared mask cache: a key is a parse position written as integers (matcher.cpp).
   bool LookupMask(const std::vector<int32_t>& key, uint32_t* words) const;
@@ -67,6 +70,7 @@ class CompiledGrammar {
   std::shared_ptr<const Pda> pda_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   int32_t max_parses_;
+  int32_t max_closure_push_ = 0;
   CompiledGrammarStats stats_;
   std::unique_ptr<std::atomic<const StateTokenClasses*>[]> classes_;  // per state; shared by equivalent states
   mutable std::vector<std::unique_ptr<StateTokenClasses>> owned_;     // by representative state

@@ -138,8 +138,9 @@ void GrammarMatcher::ComputeMask(const Position& p, uint32_t* words) {
   for (const Config& r : p.roots) {
     const StateTokenClasses& tc = grammar_->Classes(r.state);
     // Near the depth limit the precomputed classes may offer a token whose parse would need to
-    // go deeper than allowed: such roots are walked exactly instead.
-    if (arena_.depth(r.node) + tc.max_push > options_.max_stack_depth) {
+    // go deeper than allowed, reading it (max_push) or going on after a rule it ends (the closure
+    // of the state returned to, from a lower level): such roots are walked exactly instead.
+    if (arena_.depth(r.node) + std::max(tc.max_push, grammar_->max_closure_push()) > options_.max_stack_depth) {
       exact.push_back(r);
       continue;
     }

@@ -67,9 +67,10 @@ TEST(GrammarCore, Utf8ExpressionsMatchExactlyTheValidEncodings) {
     for (int b = 0; b < 256; ++b) check(std::string{static_cast<char>(a), static_cast<char>(b)});
   }
   std::mt19937 rng(9);
-  const std::vector<std::string> edges = {"\xE0\xA0\x80", "\xE0\x9F\xBF", "\xED\x9F\xBF", "\xED\xA0\x80",
-                                          "\xEF\xBF\xBF", "\xF0\x90\x80\x80", "\xF0\x8F\xBF\xBF", "\xF4\x8F\xBF\xBF",
-                                          "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xEE\x80\x80"};
+  const std::vector<std::string> edges = {"\xE0\xA0\x80",     "\xE0\x9F\xBF",     "\xED\x9F\xBF",
+                                          "\xED\xA0\x80",     "\xEF\xBF\xBF",     "\xF0\x90\x80\x80",
+                                          "\xF0\x8F\xBF\xBF", "\xF4\x8F\xBF\xBF", "\xF4\x90\x80\x80",
+                                          "\xF5\x80\x80\x80", "\xEE\x80\x80"};
   for (const auto& e : edges) check(e);
   for (int i = 0; i < 200000; ++i) {
     // Lead bytes of 3- and 4-byte forms with random (mostly continuation) bytes after them.
@@ -86,7 +87,8 @@ TEST(GrammarCore, VocabularyTrieHoldsEveryTokenOnceInOrder) {
   // Grammar tokens: not empty, not excluded (8), not stop (9).
   std::vector<std::pair<std::string, int32_t>> want;
   for (int32_t i = 0; i < static_cast<int32_t>(tokens.size()); ++i)
-    if (!tokens[static_cast<size_t>(i)].empty() && i != 8 && i != 9) want.emplace_back(tokens[static_cast<size_t>(i)], i);
+    if (!tokens[static_cast<size_t>(i)].empty() && i != 8 && i != 9)
+      want.emplace_back(tokens[static_cast<size_t>(i)], i);
   std::sort(want.begin(), want.end());
   ASSERT_EQ(v->num_positions(), static_cast<int32_t>(want.size()));
   // Rebuild each position's string from the trie: the path of bytes from the root.
