@@ -39,7 +39,9 @@ class GrammarMatcher {
   // otherwise only for a grammar whose every continuation exceeds max_stack_depth).
   bool FillNextTokenBitmask(uint32_t* words);
   // Advances by one token; false (and no change) when the grammar does not allow it here. A stop
-  // token is accepted when CanTerminate() and terminates the matcher.
+  // token is accepted when CanTerminate() and terminates the matcher. Throws Error(kInvalidArgument)
+  // when the token would keep more parses alive than GrammarCompilerOptions::max_parses (a grammar
+  // too ambiguous to follow: the request should fail with that message); so can the mask calls.
   bool AcceptToken(int32_t id);
   // Advances by raw bytes (all or nothing; counts as one step for Rollback). For tests and for
   // forcing text that is not a whole token sequence.
