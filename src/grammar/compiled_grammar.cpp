@@ -165,11 +165,15 @@ const StateTokenClasses& CompiledGrammar::Classes(int32_t state) const {
   std::lock_guard<std::mutex> lock(classes_mu_);
   c = classes_[static_cast<size_t>(state)].load(std::memory_order_acquire);
   if (c) return *c;
-  TrieWalker walker(*pda_, *vocab_, max_parses_);
-  StackArena arena(1 << 20);
-  owned_[static_cast<size_t>(state)] = std::make_unique<StateTokenClasses>(walker.Classify(state, &arena));
-  classes_[static_cast<size_t>(state)].store(owned_[static_cast<size_t>(state)].get(), std::memory_order_release);
-  return *owned_[static_cast<size_t>(state)];
+  // A state no root uses was not precomputed (it may still own the classes of equivalent states).
+  std::unique_ptr<StateTokenClasses>& own = owned_[static_cast<size_t>(state)];
+  if (!own) {
+    TrieWalker walker(*pda_, *vocab_, max_parses_);
+    StackArena arena(1 << 20);
+    own = std::make_unique<StateTokenClasses>(walker.Classify(state, &arena));
+  }
+  classes_[static_cast<size_t>(state)].store(own.get(), std::memory_order_release);
+  return *own;
 }
 
 size_t CompiledGrammar::KeyHash::operator()(const std::vector<int32_t>& k) const {
