@@ -300,7 +300,9 @@ TEST(BackendOps, DivideRowsDividesEachRowByItsOwn) {
     for (int64_t j = 0; j < dim; ++j) {
       const float want = x[r * dim + j] / d[r];
       EXPECT_EQ(y[r * dim + j], want) << r << "," << j;
-      if (d[r] == 1.f) EXPECT_EQ(std::memcmp(&y[r * dim + j], &x[r * dim + j], sizeof(float)), 0);
+      if (d[r] == 1.f) {
+        EXPECT_EQ(std::memcmp(&y[r * dim + j], &x[r * dim + j], sizeof(float)), 0);
+      }
     }
   EXPECT_NE(y[dim], x[dim]);  // the 0.3 row changed
 }
