@@ -254,8 +254,10 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
               fmt::format("'stream_options.{}' must be a boolean, got {}", key, TypeName(*f)));
         (std::string_view(key) == "include_usage" ? r.include_usage : r.continuous_usage) = f->get<bool>();
       }
-    // vLLM's rule: the running usage goes into every chunk when both are set.
-    r.continuous_usage = r.continuous_usage && r.include_usage;
+    // The running usage rides on the usage field include_usage adds (vLLM's rule): alone it would
+    // do nothing.
+    if (r.continuous_usage && !r.include_usage)
+      Bad("stream_options.continuous_usage_stats", "'stream_options.continuous_usage_stats' requires 'include_usage'");
   }
   if (auto v = GetNumber(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
   if (auto v = GetNumber(body, "top_p", 0.0, 1.0)) {

@@ -196,6 +196,10 @@ TEST_F(ServerSamplingApi, ContinuousUsageStats) {
   ExpectApiError(
       Post("/v1/chat/completions", Chat({{"stream", true}, {"stream_options", {{"continuous_usage_stats", "yes"}}}})),
       400, "stream_options.continuous_usage_stats");
+  // Without include_usage there is no usage field to carry it: refused rather than ignored.
+  ExpectApiError(
+      Post("/v1/chat/completions", Chat({{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}})),
+      400, "stream_options.continuous_usage_stats");
 }
 
 TEST_F(ServerSamplingApi, ParallelToolCallsFalseKeepsTheFirstCall) {
