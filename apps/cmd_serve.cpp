@@ -194,6 +194,7 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   ec.enable_chunked_prefill = cfg.engine.enable_chunked_prefill;
   ec.enable_prefix_caching = cfg.engine.enable_prefix_caching;
   ec.num_state_snapshots = cfg.engine.num_state_snapshots;
+  ec.router_temperature = static_cast<float>(cfg.engine.router_temperature);
   const std::string& pol = cfg.engine.scheduling_policy;
   ec.policy = pol == "priority"                ? SchedulingPolicy::kPriority
               : pol == "shortest_prompt_first" ? SchedulingPolicy::kShortestPromptFirst

@@ -246,6 +246,10 @@ class Backend {
                            int64_t gate_stride) = 0;
   // x[r, :] *= sigmoid(s[r]) (the shared-expert gate).
   virtual void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) = 0;
+  // x[r, :] /= divisors[r] (rows of dim, contiguous): the MoE router's per-request temperature,
+  // applied to each request's rows of the router logits. `divisors` is host metadata ([rows]), like
+  // positions: the engine sets it per segment, so it changes from step to step.
+  virtual void DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) = 0;
   // out = silu(gate) * up, n elements.
   virtual void SiluMul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // out[r, :] = silu(gate[r, :]) * up[r, :] * sigmoid(s[r]), rows of dim (the shared expert's

@@ -21,6 +21,7 @@ DiffusionDecoder::DiffusionDecoder(const DiffusionParams& params, const std::vec
   schedule_ = StaticSchedule(params.block_size, params.steps);
   block_start_ = (prompt_len_ / params.block_size) * params.block_size;
   block_.assign(params.block_size, params.mask_token_id);
+  conf_.assign(params.block_size, 0.f);
   for (int64_t p = block_start_; p < prompt_len_; ++p) block_[p - block_start_] = prompt[p];
 }
 
@@ -99,6 +100,7 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
     std::sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& c) { return a.index < c.index; });
     for (const auto& c : chosen) {
       block_[c.index] = c.token;
+      conf_[c.index] = c.conf;
       view.unmasked.push_back(block_start_ + c.index);
       view.conf.push_back(c.conf);
     }
@@ -110,6 +112,7 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
       int32_t x0 = pick(i, &conf);
       if (x0 != block_[i] && conf > params_.edit_threshold) {
         block_[i] = x0;
+        conf_[i] = conf;
         view.unmasked.push_back(block_start_ + i);
         view.conf.push_back(conf);
       }
@@ -130,11 +133,13 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
   return view;
 }
 
-std::vector<int32_t> DiffusionDecoder::AdvanceBlock() {
+std::vector<int32_t> DiffusionDecoder::AdvanceBlock(std::vector<float>* confidence) {
   TESSERA_CHECK(done_);
   std::vector<int32_t> finished = block_;
+  if (confidence) *confidence = conf_;
   block_start_ += params_.block_size;
   block_.assign(params_.block_size, params_.mask_token_id);
+  conf_.assign(params_.block_size, 0.f);
   step_ = 0;
   edit_steps_ = 0;
   done_ = false;

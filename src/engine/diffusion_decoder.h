@@ -46,8 +46,9 @@ class DiffusionDecoder {
   bool block_done() const { return done_; }
 
   // Moves to the next block (all masks) after a completed block; returns the completed block's
-  // tokens, which the caller commits with the next forward.
-  std::vector<int32_t> AdvanceBlock();
+  // tokens, which the caller commits with the next forward. `confidence` (optional) receives each
+  // position's confidence when its token was unmasked or last edited (0 for the prompt's tail).
+  std::vector<int32_t> AdvanceBlock(std::vector<float>* confidence = nullptr);
 
  private:
   // The step itself; pick(i, &conf) draws row i's x0 (called in row order, only for the rows read).
@@ -60,6 +61,7 @@ class DiffusionDecoder {
   int64_t prompt_len_ = 0;
   int64_t block_start_ = 0;
   std::vector<int32_t> block_;
+  std::vector<float> conf_;  // per block position: the confidence its current token was chosen with
   int64_t step_ = 0;
   int64_t edit_steps_ = 0;
   bool done_ = false;

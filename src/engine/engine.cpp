@@ -42,6 +42,9 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   if (config_.max_num_seqs <= 0) Fail(ErrorKind::kInvalidArgument, "max_num_seqs must be positive");
   if (config_.max_num_batched_tokens <= 0)
     Fail(ErrorKind::kInvalidArgument, "max_num_batched_tokens must be positive");
+  if (!(config_.router_temperature >= kMinRouterTemperature && config_.router_temperature <= kMaxRouterTemperature))
+    Fail(ErrorKind::kInvalidArgument, "router temperature must be in [{}, {}], got {}", kMinRouterTemperature,
+         kMaxRouterTemperature, config_.router_temperature);
   int64_t pages = config_.num_pages;
   const int64_t kv_per_token = Model::KvBytesPerToken(mc, model_->KvCacheDType());  // bf16 pages: half the bytes
   if (pages <= 0) {
@@ -158,6 +161,18 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
   if (r.sampling.repetition_penalty <= 0) return *error = "repetition_penalty must be > 0", false;
   if (r.sampling.min_tokens < 0 || r.sampling.min_tokens > r.sampling.max_tokens)
     return *error = "min_tokens must be in [0, max_tokens]", false;
+  if (r.n < 1 || r.n > kMaxChoices)
+    return *error = fmt::format("n must be in [1, {}], got {}", kMaxChoices, r.n), false;
+  for (const auto& [t, bias] : r.sampling.logit_bias) {
+    if (t < 0 || t >= mc.vocab_size)
+      return *error = fmt::format("logit_bias token id {} is out of range [0, {})", t, mc.vocab_size), false;
+    if (!std::isfinite(bias)) return *error = fmt::format("logit_bias of token {} is not finite", t), false;
+  }
+  if (r.router_temperature &&
+      !(*r.router_temperature >= kMinRouterTemperature && *r.router_temperature <= kMaxRouterTemperature))
+    return *error = fmt::format("router temperature must be in [{}, {}], got {}", kMinRouterTemperature,
+                                kMaxRouterTemperature, *r.router_temperature),
+           false;
   if (info_.diffusion != r.diffusion.has_value())
     return *error = info_.diffusion ? "this is a diffusion model: the request needs diffusion settings"
                                  : "diffusion settings were given but this model is autoregressive", false;
@@ -170,7 +185,9 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
       return *error = fmt::format("threshold must be in (0, 1], got {}", d.threshold), false;
     if (d.mask_token_id < 0 || d.mask_token_id >= mc.vocab_size)
       return *error = fmt::format("mask token id {} is out of range [0, {})", d.mask_token_id, mc.vocab_size), false;
-    if (r.sampling.top_logprobs >= 0) return *error = "logprobs are not available for diffusion models", false;
+    // A committed token's log-probability is its confidence when it was unmasked; the alternatives
+    // at that step are not kept.
+    if (r.sampling.top_logprobs > 0) return *error = "top_logprobs are not available for diffusion models", false;
   }
   int64_t need = static_cast<int64_t>(r.prompt.size()) + (r.diffusion ? 2 * r.diffusion->block_size : 1);
   if (pool_->PagesFor(need) > pool_->num_pages())
@@ -186,29 +203,55 @@ void Engine::Intake() {
     fresh.swap(incoming_);
   }
   for (auto& req : fresh) {
-    auto seq = std::make_unique<Sequence>();
-    seq->req = std::move(req);
-    seq->arrival = arrival_counter_++;
-    seq->arrived_at = Clock::now();
+    auto first = std::make_unique<Sequence>();
+    first->req = std::move(req);
+    first->arrived_at = Clock::now();
     std::string error;
-    if (!Validate(*seq, &error)) {
+    if (!Validate(*first, &error)) {
       GenerationEvent ev;
       ev.kind = GenerationEvent::Kind::kError;
       ev.error = error;
-      if (seq->req.on_event) seq->req.on_event(ev);
+      if (first->req.on_event) first->req.on_event(ev);
       continue;
     }
-    seq->tokens = seq->req.prompt;
-    seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
-    seq->stats.prompt_tokens = seq->prompt_len;
-    std::vector<int32_t> end_ids = seq->req.sampling.stop_token_ids;
-    if (!seq->req.sampling.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
-    seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt, std::move(end_ids));
-    if (seq->req.diffusion) seq->diffusion.emplace(*seq->req.diffusion, seq->req.prompt);
-    if (tokenizer_) seq->detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
-    seq->stop = std::make_unique<StopMatcher>(seq->req.sampling.stop);
-    waiting_.push_back(std::move(seq));
+    // One sequence per choice: the later ones are copies of the request with seeds of their own.
+    const int64_t n = first->req.n;
+    std::shared_ptr<ChoiceGroup> group;
+    GenerationRequest base;
+    if (n > 1) {
+      group = std::make_shared<ChoiceGroup>();
+      base = first->req;
+    }
+    const Clock::time_point arrived = first->arrived_at;
+    for (int64_t i = 0; i < n; ++i) {
+      std::unique_ptr<Sequence> seq = i == 0 ? std::move(first) : std::make_unique<Sequence>();
+      if (i > 0) {
+        seq->req = base;
+        seq->arrived_at = arrived;
+        if (base.sampling.seed) seq->req.sampling.seed = ChoiceSeed(*base.sampling.seed, i);
+      }
+      seq->index = static_cast<int32_t>(i);
+      seq->group = group;
+      InitSequence(*seq);
+      // Nothing of the prompt to share (caching off, a prompt shorter than a page): no waiting.
+      if (i == 0 && group && !PromptShareable(*seq)) group->prompt_ready = true;
+      waiting_.push_back(std::move(seq));
+    }
   }
+}
+
+void Engine::InitSequence(Sequence& seq) {
+  seq.arrival = arrival_counter_++;
+  seq.router_temperature = seq.req.router_temperature.value_or(config_.router_temperature);
+  seq.tokens = seq.req.prompt;
+  seq.prompt_len = static_cast<int64_t>(seq.tokens.size());
+  seq.stats.prompt_tokens = seq.prompt_len;
+  std::vector<int32_t> end_ids = seq.req.sampling.stop_token_ids;
+  if (!seq.req.sampling.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
+  seq.sampler = std::make_unique<Sampler>(seq.req.sampling, seq.req.prompt, std::move(end_ids));
+  if (seq.req.diffusion) seq.diffusion.emplace(*seq.req.diffusion, seq.req.prompt);
+  if (tokenizer_) seq.detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+  seq.stop = std::make_unique<StopMatcher>(seq.req.sampling.stop);
 }
 
 void Engine::ReleaseResources(Sequence& seq) {
@@ -227,8 +270,10 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   if (seq.finished) return;
   seq.finished = true;
   ReleaseResources(seq);
+  if (seq.group && seq.index == 0) seq.group->prompt_ready = true;  // the other choices go on alone
   if (reason == FinishReason::kError) {
     GenerationEvent ev;
+    ev.index = seq.index;
     ev.kind = GenerationEvent::Kind::kError;
     ev.error = error;
     if (seq.req.on_event) seq.req.on_event(ev);
@@ -241,6 +286,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
     tail += seq.stop->Flush();
     if (!tail.empty() && seq.req.on_event) {
       GenerationEvent ev;
+      ev.index = seq.index;
       ev.kind = GenerationEvent::Kind::kTokens;
       ev.text = tail;
       seq.req.on_event(ev);
@@ -250,6 +296,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   seq.stats.completion_tokens = seq.output_tokens;
   seq.stats.total_seconds = Seconds(seq.arrived_at, now);
   GenerationEvent ev;
+  ev.index = seq.index;
   ev.kind = GenerationEvent::Kind::kFinished;
   ev.finish_reason = reason;
   ev.stats = seq.stats;
@@ -259,6 +306,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
 
 void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs) {
   GenerationEvent ev;
+  ev.index = seq.index;
   ev.kind = GenerationEvent::Kind::kTokens;
   for (size_t i = 0; i < tokens.size() && !seq.stop->stopped(); ++i) {
     ev.tokens.push_back(tokens[i]);
@@ -322,11 +370,17 @@ void Engine::Admit() {
     return a->arrival < b->arrival;
   };
   waiting_.sort(order);
-  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence& s = *waiting_.front();
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
+    Sequence& s = **it;
     if (s.req.cancelled->load()) {
       Finish(s, FinishReason::kCancelled);
-      waiting_.pop_front();
+      it = waiting_.erase(it);
+      continue;
+    }
+    // A later choice of an n > 1 request waits for the first one's prompt pages; others pass it.
+    if (s.waits_for_prompt()) {
+      ++it;
       continue;
     }
     // The cached prefix first (its pages may leave the evictable LRU), then admit only when the
@@ -360,8 +414,8 @@ void Engine::Admit() {
       s.started_at = Clock::now();
       s.stats.queue_seconds = Seconds(s.arrived_at, s.started_at);
     }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
   }
 }
 
@@ -401,6 +455,7 @@ bool Engine::Step() {
     Segment seg;
     seg.cache = &s->cache;
     seg.first_pos = s->num_cached;
+    seg.router_temperature = s->router_temperature;
     bool prompt_chunk = false;
     if (!s->diffusion) {
       int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
@@ -483,8 +538,10 @@ bool Engine::Step() {
     for (auto& p : plan) {
       Sequence& s = *p.seq;
       if (p.prompt_chunk || p.segment.logits_rows.empty()) continue;
-      if (s.diffusion) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
-      else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0)
+      if (s.diffusion) {
+        // A logit bias changes the block's rows before the draw: those come back to the host.
+        if (!s.sampler->has_logit_bias()) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
+      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0)
         p.segment.sample = {s.sampler->RowRule()};
     }
     Batch batch;
@@ -515,6 +572,9 @@ bool Engine::Step() {
       (sampled ? pick : row) += seg.logits_rows.size();
       s.num_cached += seg.commit_len;
       if (prefix_cache_ && seg.commit_len > 0) OnCommitted(s);
+      // The first choice's prompt is committed (its full pages are now in the prefix cache): the
+      // other choices may start and take them.
+      if (!p.prompt_chunk && s.group && s.index == 0) s.group->prompt_ready = true;
       s.stats.forwards++;
       s.stats.expert_distinct_sum += distinct_sum;
       s.stats.expert_layer_steps += moe_layers;
@@ -551,6 +611,7 @@ bool Engine::Step() {
         }
         if (s.req.emit_steps && s.req.on_event) {
           GenerationEvent ev;
+          ev.index = s.index;
           ev.kind = GenerationEvent::Kind::kDiffusionStep;
           ev.step = std::move(view);
           s.req.on_event(ev);
@@ -558,11 +619,13 @@ bool Engine::Step() {
         if (!d.block_done()) continue;
         s.stats.steps_per_block.push_back(d.steps_in_block());
         int64_t start = d.block_start();
-        std::vector<int32_t> block = d.AdvanceBlock();
-        // The new tokens of the block (the prompt's tail is not output).
+        std::vector<float> confidence;
+        std::vector<int32_t> block = d.AdvanceBlock(&confidence);
+        // The new tokens of the block (the prompt's tail is not output), with their confidences.
         std::vector<int32_t> fresh;
+        std::vector<float> fresh_conf;
         for (int64_t i = 0; i < static_cast<int64_t>(block.size()); ++i)
-          if (start + i >= s.prompt_len) fresh.push_back(block[i]);
+          if (start + i >= s.prompt_len) fresh.push_back(block[i]), fresh_conf.push_back(confidence[i]);
         s.tokens.insert(s.tokens.end(), fresh.begin(), fresh.end());
         // Stream the block, cut at eos / stop ids / max_tokens.
         std::vector<int32_t> emit;
@@ -579,7 +642,14 @@ bool Engine::Step() {
           }
           emit.push_back(t);
         }
-        if (!emit.empty()) EmitTokens(s, emit, {});
+        // Log-probabilities: each token's confidence when it was unmasked (or last edited), as
+        // the step events report it. -9999 stands for a zero probability (OpenAI's floor; JSON
+        // has no -inf).
+        std::vector<TokenLogprob> lps;
+        if (s.req.sampling.top_logprobs >= 0)
+          for (size_t i = 0; i < emit.size(); ++i)
+            lps.push_back({emit[i], fresh_conf[i] > 0.f ? std::max(std::log(fresh_conf[i]), -9999.f) : -9999.f, {}});
+        if (!emit.empty()) EmitTokens(s, emit, std::move(lps));
         if (eos || s.stop->stopped()) Finish(s, FinishReason::kStop);
         else if (s.generated() >= s.req.sampling.max_tokens ||
                  static_cast<int64_t>(s.tokens.size()) + d.block_size() > config_.max_model_len)

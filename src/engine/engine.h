@@ -48,6 +48,9 @@ struct EngineConfig {
   // Per-step distinct experts and cumulative routed tokens per (layer, expert) in the snapshot
   // (costs a little per forward).
   bool collect_expert_stats = false;
+  // MoE router temperature of requests that do not set one (router logits / T before the softmax
+  // and top-k; 1 = the model as trained). In [kMinRouterTemperature, kMaxRouterTemperature].
+  float router_temperature = 1.f;
 };
 
 class Engine : public EngineApi {
@@ -78,6 +81,8 @@ class Engine : public EngineApi {
  private:
   void Intake();
   bool Validate(Sequence& seq, std::string* error) const;
+  // Sampler, decoders and router temperature of a validated sequence (one choice of a request).
+  void InitSequence(Sequence& seq);
   void Admit();
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void ReleaseResources(Sequence& seq);
@@ -99,6 +104,9 @@ class Engine : public EngineApi {
   // the state snapshot when the planned boundary is reached.
   void OnCommitted(Sequence& seq);
   void ExtendPageKeys(Sequence& seq, int64_t pages);
+  // Whether later choices of `seq`'s request can take any of its prompt from the cache (a whole
+  // aligned page of it): if not, they need not wait for the first choice's prompt.
+  bool PromptShareable(const Sequence& seq) const;
 
   Model* model_;
   const Tokenizer* tokenizer_;

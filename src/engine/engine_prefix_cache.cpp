@@ -30,10 +30,16 @@ int64_t CommitLimit(const Sequence& s) {
 
 }  // namespace
 
+bool Engine::PromptShareable(const Sequence& s) const {
+  return prefix_cache_ && CommitLimit(s) >= PrefixAlign(s, pool_->page_size());
+}
+
 void Engine::ExtendPageKeys(Sequence& s, int64_t pages) {
   const int64_t ps = pool_->page_size();
+  // The router temperature changes every layer's K/V after the first MoE layer: part of the root.
   if (s.page_keys.empty() && pages > 0)
-    s.cache_root = PrefixCache::RootKey(s.req.cache_namespace, s.diffusion ? s.diffusion->block_size() : 0);
+    s.cache_root =
+        PrefixCache::RootKey(s.req.cache_namespace, s.diffusion ? s.diffusion->block_size() : 0, s.router_temperature);
   while (static_cast<int64_t>(s.page_keys.size()) < pages) {
     const int64_t i = static_cast<int64_t>(s.page_keys.size());
     const PageKey& parent = i == 0 ? s.cache_root : s.page_keys[i - 1];

@@ -26,7 +26,7 @@ PrefixCache::PrefixCache(PagePool* pool, std::vector<int32_t> snapshot_slots)
   pool_->SetEvictionHandler([this](int32_t page) { OnEvict(page); });
 }
 
-PageKey PrefixCache::RootKey(const std::string& cache_namespace, int64_t block_size) {
+PageKey PrefixCache::RootKey(const std::string& cache_namespace, int64_t block_size, float router_temperature) {
   // A tag keeps roots apart from page keys; the namespace length keeps ("ab", 1) and ("a", ...)
   // from running together.
   XXH3_state_t state;
@@ -39,6 +39,12 @@ PageKey PrefixCache::RootKey(const std::string& cache_namespace, int64_t block_s
   XXH3_128bits_update(st, &len, sizeof(len));
   XXH3_128bits_update(st, cache_namespace.data(), cache_namespace.size());
   XXH3_128bits_update(st, &block_size, sizeof(block_size));
+  // Only a temperature other than 1 is mixed in, so plain requests keep the keys they always had.
+  if (router_temperature != 1.f) {
+    const char rt[] = "router-temperature";
+    XXH3_128bits_update(st, rt, sizeof(rt));
+    XXH3_128bits_update(st, &router_temperature, sizeof(router_temperature));
+  }
   return FromXxh(XXH3_128bits_digest(st));
 }
 

@@ -35,7 +35,8 @@ class PrefixCache {
   // models (then no lookup needs a snapshot). Registers itself as the pool's eviction handler.
   PrefixCache(PagePool* pool, std::vector<int32_t> snapshot_slots);
 
-  static PageKey RootKey(const std::string& cache_namespace, int64_t block_size);
+  // router_temperature: a request's MoE router temperature (1: the key of a plain request).
+  static PageKey RootKey(const std::string& cache_namespace, int64_t block_size, float router_temperature = 1.f);
   static PageKey ChainKey(const PageKey& parent, const int32_t* tokens, int64_t n);
 
   bool keeps_snapshots() const { return num_snapshot_slots_ > 0; }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera {
@@ -35,7 +36,21 @@ struct SamplingParams {
   bool ignore_eos = false;
   int64_t min_tokens = 0;                 // eos and stop ids are suppressed until this many exist
   int top_logprobs = -1;                  // -1: no logprobs; 0..20: logprob of the chosen token + top N
+  // OpenAI logit_bias: (token id, bias) added to the logits before sampling (ids distinct, in the
+  // vocabulary). Rows with a bias are sampled on the host (Sampler::NextIsPlainRule is false).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+
+// Most choices one request may ask for (the server's own limit is lower).
+constexpr int64_t kMaxChoices = 128;
+
+// The range of router temperatures a request or the engine's default may take.
+constexpr float kMinRouterTemperature = 0.05f, kMaxRouterTemperature = 20.f;
+
+// The seed of choice `index` of a request with `n` choices and seed `seed`: choice 0 keeps the
+// seed itself (so n=1 and the first of n choices agree), the others get well-mixed distinct seeds,
+// so the choices differ while the whole response is reproducible.
+uint64_t ChoiceSeed(uint64_t seed, int64_t index);
 
 enum class DiffusionPolicy { kStatic, kThreshold, kEditing };
 
@@ -78,9 +93,11 @@ struct RequestStats {
 
 struct GenerationEvent {
   enum class Kind { kTokens, kDiffusionStep, kFinished, kError } kind = Kind::kTokens;
+  int32_t index = 0;                   // the choice (0..n-1) this event belongs to
   std::vector<int32_t> tokens;         // kTokens: newly final output tokens
   std::string text;                    // kTokens: newly final text (never a broken UTF-8 sequence)
-  std::vector<TokenLogprob> logprobs;  // kTokens when requested
+  std::vector<TokenLogprob> logprobs;  // kTokens when requested (diffusion: log of each token's
+                                       // confidence when it was unmasked; no alternatives)
   DiffusionStepView step;              // kDiffusionStep
   FinishReason finish_reason = FinishReason::kNone;  // kFinished
   RequestStats stats;                  // kFinished
@@ -97,6 +114,14 @@ struct GenerationRequest {
   bool emit_steps = false;                   // send kDiffusionStep events
   int priority = 0;                          // lower runs first (vLLM convention) when policy uses it
   std::string cache_namespace;               // prefix-cache isolation key (API key id)
+  // Choices: n independent continuations of the prompt (events carry their index). The first
+  // computes the prompt; the others start once its pages are in the prefix cache and share them.
+  // With a seed, choice i samples with ChoiceSeed(seed, i). The choices share on_event and
+  // `cancelled`; a request that fails validation gets one kError (index 0) and no choice runs.
+  int64_t n = 1;
+  // MoE router temperature of this request (router logits / T before the softmax and top-k);
+  // unset: EngineConfig::router_temperature.
+  std::optional<float> router_temperature;
   std::function<void(const GenerationEvent&)> on_event;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };

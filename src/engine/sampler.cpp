@@ -43,6 +43,15 @@ TokenLogprob ComputeLogprobs(const float* logits, int64_t vocab, int32_t chosen,
   return r;
 }
 
+uint64_t ChoiceSeed(uint64_t seed, int64_t index) {
+  if (index == 0) return seed;
+  // SplitMix64 of the seed and the index: neighbouring seeds and indices give unrelated streams.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt, std::vector<int32_t> end_ids)
     : params_(params), end_ids_(std::move(end_ids)), seen_(prompt) {
   if (params.seed) {
@@ -60,6 +69,10 @@ void Sampler::Observe(int32_t token) {
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
+  // OpenAI's logit_bias: added to the model's logits before anything else (-100 / 100 in effect
+  // ban / force a token); ids were checked against the vocabulary at intake.
+  for (const auto& [t, bias] : params_.logit_bias)
+    if (t >= 0 && t < vocab) logits[t] += bias;
   if (generated_ < params_.min_tokens)
     for (int32_t t : end_ids_)
       if (t >= 0 && t < vocab) logits[t] = -std::numeric_limits<float>::infinity();
@@ -100,7 +113,7 @@ double Sampler::NextUniform() {
 bool Sampler::NextIsPlainRule() const {
   const bool suppressing_end = generated_ < params_.min_tokens && !end_ids_.empty();
   return !suppressing_end && params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.f &&
-         params_.frequency_penalty == 0.f;
+         params_.frequency_penalty == 0.f && params_.logit_bias.empty();
 }
 
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
@@ -111,6 +124,12 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
 }
 
 int32_t Sampler::SampleWithConfidence(const float* logits, int64_t vocab, float* confidence, int32_t exclude) {
+  if (!params_.logit_bias.empty()) {
+    biased_.assign(logits, logits + vocab);
+    for (const auto& [t, bias] : params_.logit_bias)
+      if (t >= 0 && t < vocab) biased_[t] += bias;
+    logits = biased_.data();
+  }
   return SampleRowReference(logits, vocab, RowRule(exclude), confidence, &candidates_);
 }
 

@@ -27,9 +27,9 @@ class Sampler {
   int32_t Sample(float* logits, int64_t vocab);
 
   // Draws x0 for a diffusion position and returns its probability under the distribution it was
-  // drawn from (greedy: softmax(logits)[argmax]). No penalties: diffusion scores whole blocks.
-  // `exclude` (the mask token) is never chosen; greedy confidence is still the model's probability
-  // softmax(logits)[x0] over the whole vocabulary.
+  // drawn from (greedy: softmax(logits)[argmax]). No penalties: diffusion scores whole blocks; the
+  // logit bias applies (to a copy of the row). `exclude` (the mask token) is never chosen; greedy
+  // confidence is still the model's probability softmax(logits)[x0] over the whole vocabulary.
   int32_t SampleWithConfidence(const float* logits, int64_t vocab, float* confidence, int32_t exclude = -1);
 
   bool greedy() const { return params_.temperature <= 0.f; }
@@ -42,8 +42,11 @@ class Sampler {
   // SampleWithConfidence's on the same logits when NextIsPlainRule().
   RowSampling RowRule(int32_t exclude = -1);
   // True when the next Sample(logits) is RowRule() applied to the raw logits: no repetition /
-  // presence / frequency penalty and no end-token suppression by min_tokens at this point.
+  // presence / frequency penalty, no logit bias and no end-token suppression by min_tokens at this
+  // point.
   bool NextIsPlainRule() const;
+  // Whether rows must reach the host for this request's logit bias (diffusion blocks too).
+  bool has_logit_bias() const { return !params_.logit_bias.empty(); }
 
  private:
   void ApplyPenalties(float* logits, int64_t vocab) const;
@@ -56,6 +59,7 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<int32_t> seen_;  // prompt + output tokens, for the repetition penalty
   SamplingCandidates candidates_;  // scratch of the sampled rule (backend/sampling.h)
+  std::vector<float> biased_;      // scratch: a diffusion row with the logit bias added
 };
 
 // Index of the largest value; ties go to the lowest index (as torch.argmax).

@@ -21,8 +21,17 @@ namespace tessera {
 
 using Clock = std::chrono::steady_clock;
 
+// The choices of one request with n > 1 (GenerationRequest::n): the first computes the prompt; the
+// others wait in the queue until its pages are in the prefix cache, then take them from there.
+struct ChoiceGroup {
+  bool prompt_ready = false;  // the first choice committed its prompt (or ended): the others may start
+};
+
 struct Sequence {
   GenerationRequest req;
+  int32_t index = 0;                   // the choice this sequence produces
+  std::shared_ptr<ChoiceGroup> group;  // n > 1 only
+  float router_temperature = 1.f;      // the request's, or the engine's default
   uint64_t arrival = 0;
   Clock::time_point arrived_at, started_at;
   bool started = false;       // admitted at least once (queue time measured)
@@ -53,6 +62,8 @@ struct Sequence {
   bool finished = false;
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+  // A choice other than the first whose prompt is not in the cache yet: not admitted.
+  bool waits_for_prompt() const { return group && index > 0 && !group->prompt_ready; }
 };
 
 }  // namespace tessera

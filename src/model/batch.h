@@ -30,6 +30,9 @@ struct Segment {
   // logits row: the backend draws the tokens where the logits are (Backend::SampleRows) and only the
   // tokens and their probabilities come back (ForwardResult::picks), not the [rows, vocab] logits.
   std::vector<RowSampling> sample;
+  // MoE models: the router logits of this segment's rows are divided by it before the softmax and
+  // top-k (a request's router temperature; 1 = unchanged). Must be finite and > 0.
+  float router_temperature = 1.f;
 };
 
 struct Batch {

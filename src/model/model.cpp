@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/communicator.h"
@@ -49,6 +50,7 @@ struct Model::Prepared {
   int64_t full_rows = 0;
   std::vector<RowSampling> rules;
   std::vector<SegmentRows> segments;
+  std::vector<float> router_temperature;  // [rows] when a segment's is not 1, else empty
 };
 
 Model::Model() = default;
@@ -284,7 +286,17 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
         Fail(ErrorKind::kInvalidArgument, "segment {}: bad sampling rule", si);
     for (int32_t lr : s.logits_rows)
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
+    if (!(s.router_temperature > 0.f && std::isfinite(s.router_temperature)))
+      Fail(ErrorKind::kInvalidArgument, "segment {}: router temperature {} must be finite and > 0", si,
+           s.router_temperature);
   }
+  // Router temperatures per row, only when some segment's is not 1.
+  for (const Segment& s : batch.segments)
+    if (s.router_temperature != 1.f) {
+      for (const Segment& t : batch.segments)
+        p.router_temperature.insert(p.router_temperature.end(), t.tokens.size(), t.router_temperature);
+      break;
+    }
   // Logits rows: the returned ones first, then the sampled ones (each class in segment order).
   for (int pass = 0; pass < 2; ++pass)
     for (size_t si = 0; si < batch.segments.size(); ++si) {
@@ -343,6 +355,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   const int64_t R = static_cast<int64_t>(p.tokens.size());
   ctx.rows = R;
   ctx.positions = p.positions.data();
+  ctx.router_temperature = p.router_temperature.empty() ? nullptr : p.router_temperature.data();
   if (res) res->rows_processed = R;
 
   // Activations live in the backend's memory; token ids and positions stay on the host.

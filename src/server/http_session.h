@@ -163,19 +163,30 @@ struct HttpServer::Impl {
   std::set<std::shared_ptr<Link>> links;
 };
 
-// One generation request's state (lives on the session strand).
-struct Gen {
-  ParsedRequest req;
-  std::vector<int32_t> prompt;
-  std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
-  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
-  std::shared_ptr<Link> link;
-  ResponseHeader hdr;
+// One choice of a generation (n of them; one engine sequence each).
+struct GenChoice {
   std::optional<ToolCallParser> parser;
   std::string content, raw_text;
   std::vector<ToolCall> calls;
   std::vector<TokenLogprob> logprobs;
   int64_t completion_tokens = 0, text_offset = 0;
+  bool finished = false;
+  const char* finish_reason = nullptr;
+  RequestStats stats;
+};
+
+// One generation request's state (lives on the session strand).
+struct Gen {
+  ParsedRequest req;
+  std::vector<int32_t> prompt;
+  std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
+  std::string echo;           // completions with echo: the prompt's text, opening every choice
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<Link> link;
+  ResponseHeader hdr;
+  std::vector<GenChoice> choices;  // req.n of them
+  int64_t completion_tokens = 0;   // over all choices
+  int64_t choices_left = 0;        // not finished yet
   bool done = false, queued = false, admitted = false, first_token_seen = false;
   bool stream_started = false;  // the 200 and the SSE head are out (StartStream)
   uint64_t ticket = 0;
@@ -227,9 +238,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void SendFailure(std::exception_ptr e);
   void Submit(const std::shared_ptr<Gen>& g);
   void StartStream(const std::shared_ptr<Gen>& g);
-  void EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs);
-  void EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs, const ojson& logprobs);
-  void FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reason, const RequestStats& stats);
+  void EmitContent(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text, const ojson& logprobs);
+  void EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vector<ToolStreamEvent> evs,
+                  const ojson& logprobs);
+  // A chunk's usage field: absent, null (include_usage) or the running usage (continuous_usage_stats).
+  std::optional<ojson> ChunkUsage(const std::shared_ptr<Gen>& g) const;
+  void FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& stats);
+  void FinishGeneration(const std::shared_ptr<Gen>& g);
   void FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e);
   void EndGeneration(const std::shared_ptr<Gen>& g);
   void StartWatch(const std::shared_ptr<Gen>& g);

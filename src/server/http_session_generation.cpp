@@ -55,6 +55,7 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
     }
     else
       g->prompt = g->req.prompt_is_ids ? g->req.prompt_ids : srv_->prompts.Encode(g->req.prompt_text);
+    if (g->req.echo) g->echo = g->req.prompt_is_ids ? srv_->prompts.Decode(g->req.prompt_ids) : g->req.prompt_text;
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kInvalidArgument) throw InvalidRequest(e.what(), chat ? "messages" : "prompt");
     throw;
@@ -90,9 +91,13 @@ void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
     throw e;
   }
   g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
+  g->choices.resize(static_cast<size_t>(g->req.n));
+  g->choices_left = g->req.n;
   if (g->req.ParseTools()) {
-    g->parser.emplace(g->req.tools);
-    if (!g->forced_prefix.empty()) (void)g->parser->Push(g->forced_prefix);  // inside a call: emits nothing
+    for (GenChoice& c : g->choices) {
+      c.parser.emplace(g->req.tools);
+      if (!g->forced_prefix.empty()) (void)c.parser->Push(g->forced_prefix);  // inside a call: emits nothing
+    }
   }
   g->link = std::make_shared<Link>();
   g->link->session = shared_from_this();
@@ -157,9 +162,25 @@ void Session::StartStream(const std::shared_ptr<Gen>& g) {
                        "{}X-Request-Id: {}\r\nConnection: {}\r\n\r\n",
                        http10_ ? "" : "Transfer-Encoding: chunked\r\n", entry_.request_id,
                        keep_alive_ ? "keep-alive" : "close"));
-  if (g->req.chat)
-    WriteChunk(SseData(
-        ChatChunkJson(g->hdr, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, g->req.include_usage)));
+  // Each choice opens with its role (chat) or, with echo, the prompt's text (completions).
+  for (int64_t i = 0; i < g->req.n; ++i) {
+    if (g->req.chat)
+      WriteChunk(
+          SseData(ChatChunkJson(g->hdr, i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, ChunkUsage(g))));
+    else if (!g->echo.empty())
+      WriteChunk(SseData(CompletionChunkJson(g->hdr, i, g->echo, nullptr, nullptr, ChunkUsage(g))));
+  }
+}
+
+std::optional<ojson> Session::ChunkUsage(const std::shared_ptr<Gen>& g) const {
+  if (!g->req.include_usage) return std::nullopt;
+  if (!g->req.continuous_usage) return ojson(nullptr);
+  const int64_t prompt = static_cast<int64_t>(g->prompt.size());
+  ojson u = ojson::object();
+  u["prompt_tokens"] = prompt;
+  u["completion_tokens"] = g->completion_tokens;
+  u["total_tokens"] = prompt + g->completion_tokens;
+  return u;
 }
 
 void Session::Submit(const std::shared_ptr<Gen>& g) {
@@ -170,6 +191,8 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.priority = g->req.priority;
   r.diffusion = g->req.diffusion;
   r.emit_steps = g->req.stream && g->req.stream_steps;
+  r.n = g->req.n;
+  r.router_temperature = g->req.router_temperature;
   r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
   r.cancelled = g->cancelled;
   std::shared_ptr<Link> link = g->link;
@@ -184,6 +207,9 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
 
 void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) {
   if (g != gen_ || g->done) return;
+  if (ev.index < 0 || ev.index >= static_cast<int32_t>(g->choices.size())) return;
+  GenChoice& c = g->choices[ev.index];
+  if (c.finished) return;
   auto now = Clock::now();
   ServerMetrics& m = srv_->m;
   bool failure = ev.kind == GenerationEvent::Kind::kError ||
@@ -203,117 +229,161 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
       }
       g->last_token = now;
       g->completion_tokens += static_cast<int64_t>(k);
-      g->raw_text += ev.text;
+      c.completion_tokens += static_cast<int64_t>(k);
+      c.raw_text += ev.text;
       ojson lp = nullptr;
       if (g->req.logprobs && !ev.logprobs.empty()) {
-        g->logprobs.insert(g->logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
         auto text_fn = [this](int32_t id) { return srv_->prompts.TokenText(id); };
         lp = g->req.chat ? ChatLogprobsJson(ev.logprobs, text_fn)
-                         : CompletionLogprobsJson(ev.logprobs, text_fn, g->text_offset);
+                         : CompletionLogprobsJson(ev.logprobs, text_fn, c.text_offset);
       }
-      g->text_offset += static_cast<int64_t>(ev.text.size());
-      if (g->parser)
-        EmitParsed(g, g->parser->Push(ev.text), lp);
+      c.text_offset += static_cast<int64_t>(ev.text.size());
+      if (c.parser)
+        EmitParsed(g, ev.index, c.parser->Push(ev.text), lp);
       else
-        EmitContent(g, ev.text, lp);
+        EmitContent(g, ev.index, ev.text, lp);
       return;
     }
     case GenerationEvent::Kind::kDiffusionStep:
-      if (g->req.stream && g->req.stream_steps)
-        WriteChunk(SseData(DiffusionStepJson(ev.step, g->req.diffusion ? g->req.diffusion->mask_token_id : -1,
-                                             [this](int32_t id) { return srv_->prompts.TokenText(id); }),
-                           "diffusion_step"));
+      if (g->req.stream && g->req.stream_steps) {
+        ojson step = DiffusionStepJson(ev.step, g->req.diffusion ? g->req.diffusion->mask_token_id : -1,
+                                       [this](int32_t id) { return srv_->prompts.TokenText(id); });
+        step["index"] = ev.index;  // the choice
+        WriteChunk(SseData(step, "diffusion_step"));
+      }
       return;
     case GenerationEvent::Kind::kFinished:
       if (ev.finish_reason == FinishReason::kCancelled)
         return FailGeneration(g, ApiError(503, "service_unavailable", "the engine cancelled the request"));
       if (ev.finish_reason == FinishReason::kError)
         return FailGeneration(g, ApiError(500, "internal_error", "the engine failed the request"));
-      return FinishGeneration(g, ev.finish_reason, ev.stats);
+      return FinishChoice(g, ev.index, ev.finish_reason, ev.stats);
     case GenerationEvent::Kind::kError:
       // The engine reports request problems it finds (bad ids, too long...) this way; once output
-      // has started it can only be an internal failure.
+      // has started it can only be an internal failure. One failed choice fails the request.
       if (!g->first_token_seen) return FailGeneration(g, InvalidRequest(ev.error));
       return FailGeneration(g, ApiError(500, "internal_error", ev.error));
   }
 }
 
-void Session::EmitContent(const std::shared_ptr<Gen>& g, const std::string& text, const ojson& logprobs) {
+void Session::EmitContent(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text,
+                          const ojson& logprobs) {
   if (!g->req.stream) {
-    g->content += text;
+    g->choices[index].content += text;
     return;
   }
   if (text.empty() && logprobs.is_null()) return;
   if (g->req.chat)
-    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"content", text}}, nullptr, logprobs, g->req.include_usage)));
+    WriteChunk(SseData(ChatChunkJson(g->hdr, index, {{"content", text}}, nullptr, logprobs, ChunkUsage(g))));
   else
-    WriteChunk(SseData(CompletionChunkJson(g->hdr, text, nullptr, logprobs, g->req.include_usage)));
+    WriteChunk(SseData(CompletionChunkJson(g->hdr, index, text, nullptr, logprobs, ChunkUsage(g))));
 }
 
-void Session::EmitParsed(const std::shared_ptr<Gen>& g, std::vector<ToolStreamEvent> evs,
+void Session::EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vector<ToolStreamEvent> evs,
                          const ojson& logprobs) {
+  GenChoice& c = g->choices[index];
   ojson lp = logprobs;
   for (auto& e : evs) {
     if (!e.is_call) {
-      EmitContent(g, e.content, lp);
+      EmitContent(g, index, e.content, lp);
       lp = nullptr;
       continue;
     }
-    g->calls.push_back(e.call);
+    // parallel_tool_calls false: at most one call per choice; later ones are left out.
+    if (!g->req.parallel_tool_calls && !c.calls.empty()) continue;
+    c.calls.push_back(e.call);
     if (!g->req.stream) continue;
     ojson head = {{"index", e.index},
                   {"id", e.call.id},
                   {"type", "function"},
                   {"function", {{"name", e.call.name}, {"arguments", ""}}}};
     ojson args = {{"index", e.index}, {"function", {{"arguments", e.call.arguments}}}};
-    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"tool_calls", ojson::array({head})}}, nullptr, nullptr,
-                                     g->req.include_usage)));
-    WriteChunk(SseData(ChatChunkJson(g->hdr, {{"tool_calls", ojson::array({args})}}, nullptr, nullptr,
-                                     g->req.include_usage)));
+    WriteChunk(
+        SseData(ChatChunkJson(g->hdr, index, {{"tool_calls", ojson::array({head})}}, nullptr, nullptr, ChunkUsage(g))));
+    WriteChunk(
+        SseData(ChatChunkJson(g->hdr, index, {{"tool_calls", ojson::array({args})}}, nullptr, nullptr, ChunkUsage(g))));
   }
 }
 
-void Session::FinishGeneration(const std::shared_ptr<Gen>& g, FinishReason reason, const RequestStats& st) {
-  if (g->parser) EmitParsed(g, g->parser->Finish(), nullptr);
+void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& st) {
+  GenChoice& c = g->choices[index];
+  if (c.parser) EmitParsed(g, index, c.parser->Finish(), nullptr);
+  c.finished = true;
+  c.stats = st;
+  c.finish_reason = FinishReasonText(reason, !c.calls.empty());
+  if (g->req.stream) {
+    if (g->req.chat)
+      WriteChunk(SseData(ChatChunkJson(g->hdr, index, ojson::object(), c.finish_reason, nullptr, ChunkUsage(g))));
+    else
+      WriteChunk(SseData(CompletionChunkJson(g->hdr, index, "", c.finish_reason, nullptr, ChunkUsage(g))));
+  }
+  if (--g->choices_left == 0) FinishGeneration(g);
+}
+
+void Session::FinishGeneration(const std::shared_ptr<Gen>& g) {
   EndGeneration(g);
   ServerMetrics& m = srv_->m;
   auto now = Clock::now();
-  int64_t prompt = st.prompt_tokens > 0 ? st.prompt_tokens : static_cast<int64_t>(g->prompt.size());
-  int64_t completion = std::max(st.completion_tokens, g->completion_tokens);
-  ojson usage = UsageJson(prompt, completion, st.cached_tokens);
-  const char* fr = FinishReasonText(reason, !g->calls.empty());
+  // The prompt counts once (OpenAI's usage with n > 1): its size and cache hits are the first
+  // choice's, which computed it; the later choices took its pages from the cache. Completion tokens
+  // add up over the choices.
+  const RequestStats& first = g->choices[0].stats;
+  const int64_t prompt = first.prompt_tokens > 0 ? first.prompt_tokens : static_cast<int64_t>(g->prompt.size());
+  int64_t completion = 0;
+  for (const GenChoice& c : g->choices) completion += std::max(c.stats.completion_tokens, c.completion_tokens);
+  ojson usage = UsageJson(prompt, completion, first.cached_tokens);
   m.e2e.Observe(Seconds(now - g->arrival));
-  m.queue_time.Observe(Seconds(g->admitted_at - g->arrival) + st.queue_seconds);
+  m.queue_time.Observe(Seconds(g->admitted_at - g->arrival) + first.queue_seconds);
   m.prompt_tokens.Inc({}, static_cast<double>(prompt));
   m.generation_tokens.Inc({}, static_cast<double>(completion));
-  m.cached_tokens.Inc({}, static_cast<double>(st.cached_tokens));
+  m.cached_tokens.Inc({}, static_cast<double>(first.cached_tokens));
   if (g->req.diffusion) {
-    if (st.forwards > 0)
-      m.diffusion_tokens_per_forward.Observe(static_cast<double>(completion) /
-                                             static_cast<double>(st.forwards));
-    for (int64_t s : st.steps_per_block) m.diffusion_steps_per_block.Observe(static_cast<double>(s));
+    for (const GenChoice& c : g->choices) {
+      if (c.stats.forwards > 0)
+        m.diffusion_tokens_per_forward.Observe(
+            static_cast<double>(std::max(c.stats.completion_tokens, c.completion_tokens)) /
+            static_cast<double>(c.stats.forwards));
+      for (int64_t s : c.stats.steps_per_block) m.diffusion_steps_per_block.Observe(static_cast<double>(s));
+    }
   }
   srv_->rate.ChargeTokens(g->rate_key, completion, now);
   entry_.prompt_tokens = prompt;
   entry_.completion_tokens = completion;
-  entry_.finish_reason = fr;
-  if (srv_->log.log_requests()) entry_.completion = g->raw_text;
+  entry_.finish_reason = g->choices[0].finish_reason;
+  if (srv_->log.log_requests()) {
+    if (g->choices.size() == 1) {
+      entry_.completion = g->choices[0].raw_text;
+    } else {
+      ojson texts = ojson::array();
+      for (const GenChoice& c : g->choices) texts.push_back(c.raw_text);
+      entry_.completion = DumpJson(texts);
+    }
+  }
   if (g->req.stream) {
-    if (g->req.chat)
-      WriteChunk(SseData(ChatChunkJson(g->hdr, ojson::object(), fr, nullptr, g->req.include_usage)));
-    else
-      WriteChunk(SseData(CompletionChunkJson(g->hdr, "", fr, nullptr, g->req.include_usage)));
     if (g->req.include_usage) WriteChunk(SseData(UsageChunkJson(g->hdr, g->req.chat, usage)));
     WriteChunk(kSseDone);
     return EndStream();
   }
   auto text_fn = [this](int32_t id) { return srv_->prompts.TokenText(id); };
-  ojson lp = nullptr;
-  if (g->req.logprobs)
-    lp = g->req.chat ? ChatLogprobsJson(g->logprobs, text_fn)
-                     : CompletionLogprobsJson(g->logprobs, text_fn, 0);
-  ojson body = g->req.chat ? ChatCompletionJson(g->hdr, g->content, g->calls, fr, usage, lp)
-                           : CompletionJson(g->hdr, g->content, fr, usage, lp);
+  ojson body;
+  if (g->req.chat) {
+    std::vector<ChatChoice> out;
+    for (size_t i = 0; i < g->choices.size(); ++i) {
+      GenChoice& c = g->choices[i];
+      out.push_back({static_cast<int64_t>(i), std::move(c.content), std::move(c.calls), c.finish_reason,
+                     g->req.logprobs ? ChatLogprobsJson(c.logprobs, text_fn) : ojson(nullptr)});
+    }
+    body = ChatCompletionJson(g->hdr, out, usage);
+  } else {
+    std::vector<CompletionChoice> out;
+    for (size_t i = 0; i < g->choices.size(); ++i) {
+      GenChoice& c = g->choices[i];
+      out.push_back({static_cast<int64_t>(i), g->echo + c.content, c.finish_reason,
+                     g->req.logprobs ? CompletionLogprobsJson(c.logprobs, text_fn, 0) : ojson(nullptr)});
+    }
+    body = CompletionJson(g->hdr, out, usage);
+  }
   SendResponse(200, DumpJson(body), "application/json");
 }
 

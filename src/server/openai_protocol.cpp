@@ -1,13 +1,15 @@
-// tessera server: OpenAI request validation and response JSON.
+// tessera server: OpenAI request validation: every top-level field of a request is known (the table
+// below says what each does), takes effect, or is refused with a 400 naming it. The response JSON
+// is in openai_response.cpp.
 #include "server/openai_protocol.h"
-
-#include "engine/diffusion_defaults.h"
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
-#include <random>
+#include <map>
+#include <string_view>
+
+#include "engine/diffusion_defaults.h"
 
 namespace tessera {
 namespace {
@@ -104,6 +106,133 @@ void CheckModel(const ojson& body, ParsedRequest& r, const EngineModelInfo& mode
                    "model", "model_not_found");
 }
 
+// The top-level fields each endpoint knows. A field outside its list is refused as OpenAI does
+// ("Unrecognized request argument"), so that nothing a client asks for is silently ignored. Fields
+// marked metadata are accepted and change nothing in the generation (README, Serving).
+struct KnownField {
+  const char* name;
+  bool chat, completions;
+};
+constexpr KnownField kKnownFields[] = {
+    // OpenAI, taking effect.
+    {"model", true, true},
+    {"messages", true, false},
+    {"prompt", false, true},
+    {"stream", true, true},
+    {"stream_options", true, true},
+    {"temperature", true, true},
+    {"top_p", true, true},
+    {"seed", true, true},
+    {"presence_penalty", true, true},
+    {"frequency_penalty", true, true},
+    {"logit_bias", true, true},
+    {"stop", true, true},
+    {"n", true, true},
+    {"max_tokens", true, true},
+    {"max_completion_tokens", true, false},
+    {"logprobs", true, true},
+    {"top_logprobs", true, false},
+    {"tools", true, false},
+    {"tool_choice", true, false},
+    {"parallel_tool_calls", true, false},
+    {"response_format", true, true},  // "text" only (structured output is refused)
+    {"echo", false, true},
+    {"suffix", false, true},      // refused unless empty
+    {"best_of", false, true},     // refused unless 1 (with n = 1)
+    {"modalities", true, false},  // ["text"] only
+    // OpenAI, metadata without effect on the output.
+    {"user", true, true},
+    {"metadata", true, false},
+    {"store", true, false},
+    {"safety_identifier", true, false},
+    {"prompt_cache_key", true, false},
+    {"service_tier", true, false},  // "auto" / "default" only
+    // Extensions (vLLM's names where vLLM has the field).
+    {"top_k", true, true},
+    {"min_p", true, true},
+    {"min_tokens", true, true},
+    {"repetition_penalty", true, true},
+    {"ignore_eos", true, true},
+    {"stop_token_ids", true, true},
+    {"priority", true, true},
+    {"chat_template_kwargs", true, false},
+    {"diffusion", true, true},
+    {"router_temperature", true, true},
+};
+
+// Known OpenAI fields tessera cannot honour: a 400 that says why rather than "unrecognized".
+constexpr std::pair<const char*, const char*> kUnsupportedFields[] = {
+    {"audio", "audio output is not supported"},
+    {"prediction", "predicted outputs are not supported"},
+    {"reasoning_effort",
+     "'reasoning_effort' is not supported (Qwen3 templates take "
+     "chat_template_kwargs.enable_thinking)"},
+    {"verbosity", "'verbosity' is not supported"},
+    {"web_search_options", "web search is not supported"},
+    {"functions", "'functions' is deprecated and not supported: use 'tools'"},
+    {"function_call", "'function_call' is deprecated and not supported: use 'tool_choice'"},
+};
+
+void CheckKnownFields(const ojson& body, bool chat) {
+  for (const auto& [key, value] : body.items()) {
+    bool known = false;
+    for (const KnownField& f : kKnownFields)
+      if (key == f.name) known = chat ? f.chat : f.completions;
+    if (known) continue;
+    for (const auto& [name, why] : kUnsupportedFields)
+      if (key == name && !value.is_null()) Bad(key, why);
+    if (value.is_null()) continue;  // an explicit null is "not given", as everywhere else
+    Bad(key, fmt::format("Unrecognized request argument supplied: {}", key));
+  }
+}
+
+// OpenAI's logit_bias: {"token id": bias}, ids as decimal strings, biases in [-100, 100].
+void ParseLogitBias(const ojson& body, SamplingParams& s, int64_t vocab) {
+  const ojson* lb = Field(body, "logit_bias");
+  if (lb == nullptr) return;
+  if (!lb->is_object()) Bad("logit_bias", fmt::format("'logit_bias' must be an object, got {}", TypeName(*lb)));
+  std::map<int32_t, float> bias;
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= vocab)
+      Bad("logit_bias",
+          fmt::format("'logit_bias' keys must be token ids in [0, {}), got {}", vocab, DumpJson(ojson(key))));
+    if (!value.is_number() || value.is_boolean())
+      Bad("logit_bias", fmt::format("'logit_bias' of token {} must be a number, got {}", id, TypeName(value)));
+    const double v = value.get<double>();
+    if (!(v >= -100 && v <= 100))
+      Bad("logit_bias", fmt::format("'logit_bias' of token {} must be in [-100, 100], got {}", id, v));
+    bias[static_cast<int32_t>(id)] = static_cast<float>(v);
+  }
+  s.logit_bias.assign(bias.begin(), bias.end());
+}
+
+// OpenAI fields that carry metadata only: checked for their type, then left alone.
+void CheckMetadataFields(const ojson& body) {
+  (void)GetString(body, "user");
+  (void)GetString(body, "safety_identifier");
+  (void)GetString(body, "prompt_cache_key");
+  (void)GetBool(body, "store");
+  if (const ojson* md = Field(body, "metadata")) {
+    if (!md->is_object() || md->size() > 16)
+      Bad("metadata", "'metadata' must be an object of at most 16 string values");
+    for (const auto& [k, v] : md->items())
+      if (!v.is_string() || k.size() > 64 || v.get_ref<const std::string&>().size() > 512)
+        Bad("metadata", "'metadata' keys must be at most 64 characters and values strings of at most 512");
+  }
+  if (auto tier = GetString(body, "service_tier"); tier && *tier != "auto" && *tier != "default")
+    Bad("service_tier",
+        fmt::format("'service_tier' '{}' is not offered: this server has one tier (auto, default)", *tier));
+  if (const ojson* m = Field(body, "modalities")) {
+    if (!m->is_array()) Bad("modalities", "'modalities' must be an array");
+    for (const auto& x : *m)
+      if (!x.is_string() || x.get<std::string>() != "text") Bad("modalities", "only the 'text' modality is supported");
+  }
+}
+
 // Fields shared by both endpoints: sampling, stop, stream, n, user, diffusion.
 void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& model,
                  const DiffusionParams& ddef) {
@@ -118,12 +247,17 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
     for (const auto& [k, v] : so->items())
       if (k != "include_usage" && k != "continuous_usage_stats")
         Bad("stream_options", fmt::format("unknown field 'stream_options.{}'", k));
-    if (const ojson* iu = Field(*so, "include_usage")) {
-      if (!iu->is_boolean())
-        Bad("stream_options.include_usage",
-            fmt::format("'stream_options.include_usage' must be a boolean, got {}", TypeName(*iu)));
-      r.include_usage = iu->get<bool>();
-    }
+    for (const char* key : {"include_usage", "continuous_usage_stats"})
+      if (const ojson* f = Field(*so, key)) {
+        if (!f->is_boolean())
+          Bad(fmt::format("stream_options.{}", key),
+              fmt::format("'stream_options.{}' must be a boolean, got {}", key, TypeName(*f)));
+        (std::string_view(key) == "include_usage" ? r.include_usage : r.continuous_usage) = f->get<bool>();
+      }
+    // The running usage rides on the usage field include_usage adds (vLLM's rule): alone it would
+    // do nothing.
+    if (r.continuous_usage && !r.include_usage)
+      Bad("stream_options.continuous_usage_stats", "'stream_options.continuous_usage_stats' requires 'include_usage'");
   }
   if (auto v = GetNumber(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
   if (auto v = GetNumber(body, "top_p", 0.0, 1.0)) {
@@ -155,8 +289,29 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
       Bad("stop", fmt::format("'stop' must be a string or a list of strings, got {}", TypeName(*st)));
     }
   }
-  if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX); n && *n != 1) Bad("n", "only n=1 is supported");
+  if (auto n = GetInt(body, "n", INT64_MIN, INT64_MAX)) {
+    if (*n < 1 || *n > kMaxChoicesPerRequest)
+      Bad("n", fmt::format("'n' must be in [1, {}], got {}", kMaxChoicesPerRequest, *n));
+    r.n = *n;
+  }
+  if (const ojson* ids = Field(body, "stop_token_ids")) {
+    if (!ids->is_array() || ids->size() > 64) Bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    for (const auto& x : *ids) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= model.vocab_size)
+        Bad("stop_token_ids", fmt::format("'stop_token_ids' must hold token ids in [0, {})", model.vocab_size));
+      s.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+  }
+  ParseLogitBias(body, s, model.vocab_size);
+  // The engine's range (kMinRouterTemperature, kMaxRouterTemperature), as doubles: 0.05f widened is
+  // a hair above 0.05.
+  static_assert(kMinRouterTemperature == 0.05f && kMaxRouterTemperature == 20.f);
+  if (auto v = GetNumber(body, "router_temperature", 0.05, 20.0)) {
+    if (model.num_experts <= 0) Bad("router_temperature", "'router_temperature' is only accepted by MoE models");
+    r.router_temperature = static_cast<float>(*v);
+  }
   if (auto v = GetString(body, "user")) r.user = *v;
+  CheckMetadataFields(body);
   if (const ojson* rf = Field(body, "response_format")) {
     if (!HasString(*rf, "type", "text"))
       Bad("response_format", "structured output ('response_format' other than text) is not supported");
@@ -466,7 +621,9 @@ ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model, 
   if (!msgs->is_array()) Bad("messages", fmt::format("'messages' must be an array, got {}", TypeName(*msgs)));
   if (msgs->empty()) Bad("messages", "'messages' must not be empty");
   for (size_t i = 0; i < msgs->size(); ++i) r.messages.push_back(NormalizeMessage((*msgs)[i], i));
+  CheckKnownFields(body, true);
   ParseTools(body, r);
+  if (auto v = GetBool(body, "parallel_tool_calls")) r.parallel_tool_calls = *v;
   ParseCommon(body, r, model, ddef);
   auto max_tokens = GetInt(body, "max_completion_tokens", 1, INT64_MAX);
   auto legacy = GetInt(body, "max_tokens", 1, INT64_MAX);
@@ -483,7 +640,12 @@ ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model, 
   } else if (r.logprobs) {
     r.sampling.top_logprobs = 0;
   }
-  if (r.logprobs && model.diffusion) Bad("logprobs", "logprobs are not available for diffusion models");
+  // Diffusion: a token's log-probability is its confidence when it was unmasked; the other candidates
+  // of that step are not kept.
+  if (r.logprobs && model.diffusion && r.sampling.top_logprobs > 0)
+    Bad("top_logprobs",
+        "'top_logprobs' is not available for diffusion models (each token's own 'logprob', its "
+        "confidence when it was unmasked, is): use top_logprobs 0");
   if (const ojson* kw = Field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) Bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.chat_template_kwargs = *kw;
@@ -522,6 +684,7 @@ ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& m
   }
   if ((r.prompt_is_ids && r.prompt_ids.empty()) || (!r.prompt_is_ids && r.prompt_text.empty()))
     Bad("prompt", "'prompt' must not be empty");
+  CheckKnownFields(body, false);
   ParseCommon(body, r, model, ddef);
   if (auto v = GetInt(body, "max_tokens", 1, INT64_MAX)) {
     r.sampling.max_tokens = *v;
@@ -531,15 +694,25 @@ ParsedRequest ParseCompletionRequest(const ojson& body, const EngineModelInfo& m
     r.max_tokens_given = true;
   }
   CheckMinTokens(r);
-  if (auto echo = GetBool(body, "echo"); echo && *echo) Bad("echo", "'echo' is not supported");
   if (auto suffix = GetString(body, "suffix"); suffix && !suffix->empty())
-    Bad("suffix", "'suffix' is not supported");
-  if (auto best = GetInt(body, "best_of", INT64_MIN, INT64_MAX); best && *best != 1)
-    Bad("best_of", "only best_of=1 is supported");
+    Bad("suffix", "'suffix' (insertion) is not supported");
+  // best_of picks the n most likely of best_of candidates; tessera returns every choice it draws.
+  if (auto best = GetInt(body, "best_of", INT64_MIN, INT64_MAX)) {
+    if (*best != 1) Bad("best_of", "'best_of' other than 1 is not supported: ask for 'n' choices instead");
+    if (r.n > 1) Bad("best_of", fmt::format("'best_of' (1) must be at least 'n' ({})", r.n));
+  }
   if (auto lp = GetInt(body, "logprobs", 0, 5)) {
-    if (model.diffusion) Bad("logprobs", "logprobs are not available for diffusion models");
+    if (model.diffusion && *lp > 0)
+      Bad("logprobs",
+          "'logprobs' above 0 (alternatives) is not available for diffusion models (each token's own "
+          "logprob, its confidence when it was unmasked, is): use logprobs 0");
     r.logprobs = true;
     r.sampling.top_logprobs = static_cast<int>(*lp);
+  }
+  if (auto echo = GetBool(body, "echo")) {
+    // Echo with logprobs would need the prompt's own log-probabilities, which no forward keeps.
+    if (*echo && r.logprobs) Bad("echo", "'echo' together with 'logprobs' is not supported");
+    r.echo = *echo;
   }
   return r;
 }
@@ -566,202 +739,6 @@ void CheckPromptLength(ParsedRequest& req, int64_t prompt_tokens, int64_t max_mo
                                      max_model_len, total, prompt_tokens, req.sampling.max_tokens),
                          req.chat ? "max_tokens" : "max_tokens", "context_length_exceeded");
   }
-}
-
-std::string NewResponseId(const char* prefix) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
-}
-
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-const char* FinishReasonText(FinishReason r, bool tool_calls) {
-  switch (r) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return tool_calls ? "tool_calls" : "stop";
-    case FinishReason::kCancelled:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return tool_calls ? "tool_calls" : "stop";
-}
-
-ojson UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  ojson u = ojson::object();
-  u["prompt_tokens"] = prompt_tokens;
-  u["completion_tokens"] = completion_tokens;
-  u["total_tokens"] = prompt_tokens + completion_tokens;
-  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
-  return u;
-}
-
-namespace {
-ojson Bytes(const std::string& s) {
-  ojson b = ojson::array();
-  for (unsigned char c : s) b.push_back(static_cast<int>(c));
-  return b;
-}
-}  // namespace
-
-ojson ChatLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text) {
-  ojson content = ojson::array();
-  for (const auto& lp : lps) {
-    std::string t = text(lp.token);
-    ojson e = {{"token", t}, {"logprob", lp.logprob}, {"bytes", Bytes(t)}};
-    ojson top = ojson::array();
-    for (const auto& [id, l] : lp.top) {
-      std::string tt = text(id);
-      top.push_back({{"token", tt}, {"logprob", l}, {"bytes", Bytes(tt)}});
-    }
-    e["top_logprobs"] = std::move(top);
-    content.push_back(std::move(e));
-  }
-  return ojson{{"content", content}, {"refusal", nullptr}};  // refusal: as OpenAI sends it (never ours)
-}
-
-ojson CompletionLogprobsJson(const std::vector<TokenLogprob>& lps, const TokenTextFn& text,
-                             int64_t text_offset) {
-  ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
-  for (const auto& lp : lps) {
-    std::string t = text(lp.token);
-    tokens.push_back(t);
-    token_lps.push_back(lp.logprob);
-    ojson top = ojson::object();
-    for (const auto& [id, l] : lp.top) top[text(id)] = l;
-    tops.push_back(std::move(top));
-    offsets.push_back(text_offset);
-    text_offset += static_cast<int64_t>(t.size());
-  }
-  return ojson{
-      {"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-}
-
-namespace {
-ojson Header(const ResponseHeader& h, const char* object) {
-  ojson j = ojson::object();
-  j["id"] = h.id;
-  j["object"] = object;
-  j["created"] = h.created;
-  j["model"] = h.model;
-  return j;
-}
-ojson Reason(const char* r) { return r == nullptr ? ojson(nullptr) : ojson(r); }
-}  // namespace
-
-ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content,
-                         const std::vector<ToolCall>& calls, const char* finish_reason, const ojson& usage,
-                         const ojson& logprobs) {
-  ojson j = Header(h, "chat.completion");
-  ojson msg = ojson::object();
-  msg["role"] = "assistant";
-  msg["content"] = content.empty() && !calls.empty() ? ojson(nullptr) : ojson(content);
-  msg["refusal"] = nullptr;
-  if (!calls.empty()) {
-    ojson tc = ojson::array();
-    for (const auto& c : calls)
-      tc.push_back(
-          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-    msg["tool_calls"] = std::move(tc);
-  }
-  ojson choice = ojson::object();
-  choice["index"] = 0;
-  choice["message"] = std::move(msg);
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = Reason(finish_reason);
-  j["choices"] = ojson::array({choice});
-  j["usage"] = usage;
-  return j;
-}
-
-ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason,
-                    const ojson& logprobs, bool include_usage_field) {
-  ojson j = Header(h, "chat.completion.chunk");
-  ojson choice = ojson::object();
-  choice["index"] = 0;
-  choice["delta"] = delta;
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = Reason(finish_reason);
-  j["choices"] = ojson::array({choice});
-  if (include_usage_field) j["usage"] = nullptr;
-  return j;
-}
-
-ojson CompletionJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
-                     const ojson& usage, const ojson& logprobs) {
-  ojson j = Header(h, "text_completion");
-  ojson choice = {
-      {"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
-  j["choices"] = ojson::array({choice});
-  j["usage"] = usage;
-  return j;
-}
-
-ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
-                          const ojson& logprobs, bool include_usage_field) {
-  ojson j = Header(h, "text_completion");
-  ojson choice = {
-      {"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
-  j["choices"] = ojson::array({choice});
-  if (include_usage_field) j["usage"] = nullptr;
-  return j;
-}
-
-ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage) {
-  ojson j = Header(h, chat ? "chat.completion.chunk" : "text_completion");
-  j["choices"] = ojson::array();
-  j["usage"] = usage;
-  return j;
-}
-
-ojson DiffusionStepJson(const DiffusionStepView& s, int32_t mask_token_id, const TokenTextFn& text) {
-  ojson j = {{"block_start", s.block_start},
-             {"step", s.step},
-             {"block_tokens", s.block_tokens},
-             {"unmasked", s.unmasked},
-             {"conf", s.conf}};
-  if (text) {  // each cell's text (null while masked), so viewers need no tokenizer
-    ojson cells = ojson::array();
-    for (int32_t t : s.block_tokens) cells.push_back(t == mask_token_id ? ojson(nullptr) : ojson(text(t)));
-    j["block_text"] = std::move(cells);
-  }
-  return j;
-}
-
-ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
-  ojson m = {{"id", model.name},
-             {"object", "model"},
-             {"created", created},
-             {"owned_by", "tessera"},
-             {"max_model_len", model.max_model_len}};
-  // Extension: the weights' format (quantization as published or at load), as vLLM's model card
-  // names it; "bf16" for float checkpoints.
-  if (!model.weight_format.empty()) m["quantization"] = model.weight_format;
-  // Extension: how a block-diffusion model decodes by default (clients such as the chat page fill
-  // their settings from it); absent for autoregressive models.
-  if (model.diffusion) {
-    const DiffusionParams& d = model.default_diffusion;
-    m["diffusion"] = {{"block_size", d.block_size},
-                      {"steps", d.steps},
-                      {"policy", DiffusionPolicyName(d.policy)},
-                      {"threshold", std::round(static_cast<double>(d.threshold) * 1e6) / 1e6},  // 0.9, not 0.89999997
-                      {"mask_token_id", d.mask_token_id}};
-  }
-  return ojson{{"object", "list"}, {"data", ojson::array({m})}};
-}
-
-std::string SseData(const ojson& j, const char* event) {
-  std::string out;
-  if (event != nullptr) out = fmt::format("event: {}\n", event);
-  out += "data: " + DumpJson(j) + "\n\n";
-  return out;
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // tessera server: the OpenAI wire protocol: request validation (chat completions and legacy
-// completions, plus the `diffusion` extension), OpenAI's error shape, and the JSON of responses,
-// stream chunks and usage. No I/O here: http_server.cpp moves these objects over sockets.
+// completions, plus the `diffusion` extension; openai_protocol.cpp), OpenAI's error shape, and the
+// JSON of responses, stream chunks and usage (openai_response.cpp). No I/O here: http_server.cpp
+// moves these objects over sockets.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,9 @@ const char* HttpReasonPhrase(int status);
 // still answer without a call.
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
+// Most choices (`n`) one request may ask for.
+constexpr int64_t kMaxChoicesPerRequest = 16;
+
 struct ParsedRequest {
   bool chat = true;
   std::string model;
@@ -74,6 +78,11 @@ struct ParsedRequest {
   bool prompt_is_ids = false;
   // both
   bool stream = false, include_usage = false;
+  bool continuous_usage = false;            // stream_options.continuous_usage_stats: usage in every chunk
+  int64_t n = 1;                            // choices
+  bool echo = false;                        // completions: the prompt's text opens each choice's text
+  bool parallel_tool_calls = true;          // false: a choice keeps its first tool call only
+  std::optional<float> router_temperature;  // MoE models; unset: the engine's default
   SamplingParams sampling;
   bool max_tokens_given = false;
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs=N given
@@ -114,16 +123,29 @@ struct ResponseHeader {
   std::string id, model;
   int64_t created = 0;
 };
-ojson ChatCompletionJson(const ResponseHeader& h, const std::string& content,
-                         const std::vector<ToolCall>& calls, const char* finish_reason, const ojson& usage,
-                         const ojson& logprobs);
-// delta: {"role": ...}/{"content": ...}/{"tool_calls": [...]}; finish_reason nullptr -> null.
-ojson ChatChunkJson(const ResponseHeader& h, const ojson& delta, const char* finish_reason,
-                    const ojson& logprobs, bool include_usage_field);
-ojson CompletionJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
-                     const ojson& usage, const ojson& logprobs);
-ojson CompletionChunkJson(const ResponseHeader& h, const std::string& text, const char* finish_reason,
-                          const ojson& logprobs, bool include_usage_field);
+// One choice of a whole (non-streamed) response.
+struct ChatChoice {
+  int64_t index = 0;
+  std::string content;
+  std::vector<ToolCall> calls;
+  const char* finish_reason = nullptr;
+  ojson logprobs;  // null when not asked for
+};
+struct CompletionChoice {
+  int64_t index = 0;
+  std::string text;
+  const char* finish_reason = nullptr;
+  ojson logprobs;
+};
+ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChatChoice>& choices, const ojson& usage);
+ojson CompletionJson(const ResponseHeader& h, const std::vector<CompletionChoice>& choices, const ojson& usage);
+// One chunk of choice `index`. delta: {"role": ...}/{"content": ...}/{"tool_calls": [...]};
+// finish_reason nullptr -> null. usage: nullopt leaves the field out; null (include_usage) or the
+// usage so far (continuous_usage_stats) is sent as given.
+ojson ChatChunkJson(const ResponseHeader& h, int64_t index, const ojson& delta, const char* finish_reason,
+                    const ojson& logprobs, const std::optional<ojson>& usage);
+ojson CompletionChunkJson(const ResponseHeader& h, int64_t index, const std::string& text, const char* finish_reason,
+                          const ojson& logprobs, const std::optional<ojson>& usage);
 // The final include_usage chunk: choices [] and usage.
 ojson UsageChunkJson(const ResponseHeader& h, bool chat, const ojson& usage);
 // The `event: diffusion_step` payload; with `text`, also "block_text": each cell's text, null where

@@ -107,6 +107,9 @@ const std::vector<Entry>& Entries() {
                   OneOf("fcfs|shortest_prompt_first|priority"), "fcfs|shortest_prompt_first|priority"),
       TESSERA_KEY(engine, share_prefix_cache_across_keys, "--share-prefix-cache-across-keys", kBool, false, kAny,
                   "let API keys hit each other's cached prefixes"),
+      TESSERA_KEY(engine, router_temperature, "--router-temperature", kDouble, false, Within(0.05, 20),
+                  "MoE router temperature for requests without router_temperature: router logits / T before "
+                  "softmax and top-k (1 = as trained)"),
       TESSERA_KEY(diffusion, block_size, "--diffusion-block-size", kInt, false, AtLeast(0), "0 = model default"),
       TESSERA_KEY(diffusion, steps, "--diffusion-steps", kInt, false, AtLeast(0), "0 = model default"),
       TESSERA_KEY(diffusion, policy, "--diffusion-policy", kString, false, OneOf("|static|threshold|editing"),

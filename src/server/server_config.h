@@ -70,6 +70,9 @@ struct EngineSection {
   double gpu_memory_utilization = 0.9;  // share of each GPU's memory tessera may use
   std::string scheduling_policy = "fcfs";      // fcfs | shortest_prompt_first | priority
   bool share_prefix_cache_across_keys = false;
+  // MoE router temperature of requests that set none (router logits / T before softmax and top-k;
+  // 1 = as trained). Operators of diffusion MoE models tune it with the block size.
+  double router_temperature = 1.0;
 };
 
 struct DiffusionSection {  // defaults for diffusion models; 0 / "" = the model's own default

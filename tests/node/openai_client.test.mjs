@@ -142,7 +142,7 @@ test('error cases: the client raises its own error classes, the server keeps ser
     [{ model: 'fixture', messages: [] }, OpenAI.BadRequestError, 400],
     [{ model: 'fixture', messages: 'hi' }, OpenAI.BadRequestError, 400],
     [{ model: 'fixture', messages: [{ role: 'user', content: 'x' }], max_tokens: 'ten' }, OpenAI.BadRequestError, 400],
-    [{ model: 'fixture', messages: [{ role: 'user', content: 'x' }], n: 3 }, OpenAI.BadRequestError, 400],
+    [{ model: 'fixture', messages: [{ role: 'user', content: 'x' }], n: 17 }, OpenAI.BadRequestError, 400],
     [{ model: 'fixture', messages: [{ role: 'user', content: 'x'.repeat(1100) }] }, OpenAI.BadRequestError, 400],
     [{ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }, OpenAI.NotFoundError, 404],
   ];

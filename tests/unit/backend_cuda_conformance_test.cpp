@@ -91,6 +91,26 @@ TEST_F(CudaConformance, QkNormRopeMatchesCpu) {
   }
 }
 
+// The router temperature's op on the GPU is the CPU's division, exactly. Run in recorded steps of
+// the same shape with other divisors each time: the divisors travel through the scratch ring, so
+// a replayed CUDA graph must read the new ones, not those of the step it was captured from.
+TEST_F(CudaConformance, DivideRowsExactAndFreshInReplayedSteps) {
+  const int64_t R = 7, E = 128;
+  const auto x = Rand(R * E, -6, 6, 30);
+  float* dx = Dev(x);  // one buffer: the same pointers each round, so rounds 2+ replay a graph
+  for (int round = 0; round < 4; ++round) {
+    std::vector<float> d(R);
+    for (int64_t r = 0; r < R; ++r) d[r] = r % 3 == 0 ? 1.f : 0.05f + 0.37f * static_cast<float>(r + round);
+    std::vector<float> want = x;
+    cpu_->DivideRows(want.data(), R, E, d.data());
+    gpu_->Upload(dx, x.data(), x.size() * sizeof(float));
+    gpu_->BeginStep();
+    gpu_->DivideRows(dx, R, E, d.data());
+    gpu_->EndStep();
+    EXPECT_EQ(RelErr(Host(dx, x.size()), want), 0.0) << "round " << round;
+  }
+}
+
 TEST_F(CudaConformance, ElementwiseOps) {
   const int64_t R = 13, D = 2048;
   auto x = Rand(R * D, -2, 2, 20);

@@ -5,7 +5,7 @@
 // graphs against the same steps queued op by op; tokens drawn on the device (Segment::sample) against
 // the reference rule on the same logits. A bf16 KV cache (--kv-cache-dtype bf16): prefill + decode
 // through it against the same model's full forward (the same bf16 K / V either way), and both near the
-// reference. Skipped without a device.
+// reference. A per-segment router temperature against the CPU. Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -288,6 +288,33 @@ TEST_P(CudaGolden, Bf16KvCacheMatchesFullForward) {
   EXPECT_GE(vs_full.argmax_agree, 0.99);
   EXPECT_LE(vs_ref.max_abs, 2.0);
   EXPECT_GE(vs_ref.argmax_agree, 0.9);
+}
+
+// A per-segment router temperature (Segment::router_temperature, DivideRows before the routing kernels)
+// on the GPU: a batch of a plain segment and one at 0.3 agrees with the CPU's (itself checked against
+// an independent numpy forward in tests/golden/model_router_temperature_test.cpp), the 0.3 changes its
+// own rows, and the plain segment's rows are bit for bit those of the same batch with both at 1.
+TEST_P(CudaGolden, RouterTemperatureMatchesCpuPerSegment) {
+  auto cpu = Model::Load(FixtureDir(GetParam()));
+  auto ids = ref_["long_ids"].get<std::vector<int32_t>>();
+  ids.resize(40);
+  const std::vector<int32_t> other = {7, 300, 41, 9, 250, 18, 77, 5};
+  auto batch = [&](Model& m, float t) {
+    Batch b;
+    b.segments = {Seg(nullptr, 0, ids, true), Seg(nullptr, 0, other, true)};
+    b.segments[1].router_temperature = t;
+    return m.Forward(b);
+  };
+  const ForwardResult plain = batch(*model_, 1.f), hot = batch(*model_, 0.3f), hot_cpu = batch(*cpu, 0.3f);
+  const int64_t rows = static_cast<int64_t>(ids.size() + other.size()), first = static_cast<int64_t>(ids.size()) * V_;
+  ASSERT_EQ(hot.logits.size(), static_cast<size_t>(rows * V_));
+  const Diff d = Compare(hot.logits.data(), hot_cpu.logits.data(), rows, V_);
+  std::printf("router temperature cuda %s: max abs logit diff to the cpu %.4e, argmax agreement %.2f%%\n",
+              GetParam().c_str(), d.max_abs, 100 * d.argmax_agree);
+  EXPECT_LE(d.max_abs, 5e-2);
+  EXPECT_GE(d.argmax_agree, 0.99);
+  EXPECT_TRUE(std::equal(plain.logits.begin(), plain.logits.begin() + first, hot.logits.begin()));
+  EXPECT_GT(testing::MaxAbsDiff(plain.logits.data() + first, hot.logits.data() + first, other.size() * V_), 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -284,6 +285,26 @@ TEST(BackendOps, GatedDeltaRuleChunkedAndRecurrentMatchNaive) {
     EXPECT_LT(MaxDiff(out, ref), 1e-4) << int(mode);
     EXPECT_LT(MaxDiff(state, ref_state), 1e-4) << int(mode);
   }
+}
+
+// The router temperature's op: rows divided by their own divisor, a true division (the same float
+// as x / d), so that a divisor of 1 leaves a row's bits as they are.
+TEST(BackendOps, DivideRowsDividesEachRowByItsOwn) {
+  CpuBackend be;
+  const int64_t rows = 5, dim = 13;
+  auto x = Rand(rows * dim, 41, -5, 5);
+  const std::vector<float> d = {1.f, 0.3f, 2.5f, 1.f, 0.05f};
+  std::vector<float> y = x;
+  be.DivideRows(y.data(), rows, dim, d.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < dim; ++j) {
+      const float want = x[r * dim + j] / d[r];
+      EXPECT_EQ(y[r * dim + j], want) << r << "," << j;
+      if (d[r] == 1.f) {
+        EXPECT_EQ(std::memcmp(&y[r * dim + j], &x[r * dim + j], sizeof(float)), 0);
+      }
+    }
+  EXPECT_NE(y[dim], x[dim]);  // the 0.3 row changed
 }
 
 TEST(BackendOps, MoeRouteAndExpertsMatchNaive) {

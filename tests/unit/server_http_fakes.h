@@ -1,7 +1,8 @@
 // tessera tests: fakes and a raw-socket HTTP/1.1 client for the server tests. FakeEngine plays a
 // scripted generation on its own thread per request (like the real engine thread: events arrive
-// off the I/O threads); FakePromptBuilder renders messages to one token per byte, with a BOS id
-// first when `bos` is set (as a tokenizer that adds one, and a template that writes it).
+// off the I/O threads), once per choice (n), choice c > 0 with "#c" after each piece;
+// FakePromptBuilder renders messages to one token per byte, with a BOS id first when `bos` is set
+// (as a tokenizer that adds one, and a template that writes it).
 #pragma once
 
 #include <arpa/inet.h>
@@ -98,8 +99,10 @@ class FakeEngine : public EngineApi {
     auto sleep = [&] {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     };
-    int64_t n = 0;
-    RequestStats st;
+    const int32_t choices = static_cast<int32_t>(std::max<int64_t>(r.n, 1));
+    std::vector<int64_t> n(choices, 0);
+    std::vector<RequestStats> st(choices);
+    // The choices' pieces interleave, as the real engine's steps do.
     for (size_t i = 0; i < script.size(); ++i) {
       if (!error.empty() && i == error_after) {
         GenerationEvent e;
@@ -109,37 +112,44 @@ class FakeEngine : public EngineApi {
         return;
       }
       if (r.cancelled->load()) break;
-      for (int s = 0; s < diffusion_steps_per_block && r.emit_steps; ++s) {
+      for (int32_t c = 0; c < choices; ++c) {
+        for (int s = 0; s < diffusion_steps_per_block && r.emit_steps; ++s) {
+          GenerationEvent e;
+          e.index = c;
+          e.kind = GenerationEvent::Kind::kDiffusionStep;
+          e.step.block_start = static_cast<int64_t>(i) * 4;
+          e.step.step = s;
+          e.step.block_tokens = {7, 999, 8, 999};
+          e.step.unmasked = {e.step.block_start + s};
+          e.step.conf = {0.5f};
+          r.on_event(e);
+        }
+        sleep();
         GenerationEvent e;
-        e.kind = GenerationEvent::Kind::kDiffusionStep;
-        e.step.block_start = static_cast<int64_t>(i) * 4;
-        e.step.step = s;
-        e.step.block_tokens = {7, 999, 8, 999};
-        e.step.unmasked = {e.step.block_start + s};
-        e.step.conf = {0.5f};
+        e.index = c;
+        e.kind = GenerationEvent::Kind::kTokens;
+        e.tokens = {static_cast<int32_t>(100 + i)};
+        e.text = c == 0 ? script[i] : script[i] + "#" + std::to_string(c);
+        if (with_logprobs && r.sampling.top_logprobs >= 0)
+          e.logprobs = {{static_cast<int32_t>(100 + i), -0.5f, {{1, -1.0f}}}};
         r.on_event(e);
+        ++n[c];
+        if (diffusion_steps_per_block > 0) st[c].steps_per_block.push_back(diffusion_steps_per_block);
       }
-      sleep();
-      GenerationEvent e;
-      e.kind = GenerationEvent::Kind::kTokens;
-      e.tokens = {static_cast<int32_t>(100 + i)};
-      e.text = script[i];
-      if (with_logprobs && r.sampling.top_logprobs >= 0)
-        e.logprobs = {{static_cast<int32_t>(100 + i), -0.5f, {{1, -1.0f}}}};
-      r.on_event(e);
-      ++n;
-      if (diffusion_steps_per_block > 0) st.steps_per_block.push_back(diffusion_steps_per_block);
     }
     while (hang && !r.cancelled->load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    GenerationEvent f;
-    f.kind = GenerationEvent::Kind::kFinished;
-    f.finish_reason = r.cancelled->load() ? FinishReason::kCancelled : finish;
-    st.prompt_tokens = static_cast<int64_t>(r.prompt.size());
-    st.completion_tokens = n;
-    st.cached_tokens = 3;
-    st.forwards = std::max<int64_t>(1, n);
-    f.stats = st;
-    r.on_event(f);
+    for (int32_t c = 0; c < choices; ++c) {
+      GenerationEvent f;
+      f.index = c;
+      f.kind = GenerationEvent::Kind::kFinished;
+      f.finish_reason = r.cancelled->load() ? FinishReason::kCancelled : finish;
+      st[c].prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      st[c].completion_tokens = n[c];
+      st[c].cached_tokens = c == 0 ? 3 : 5;  // the response reports the first choice's
+      st[c].forwards = std::max<int64_t>(1, n[c]);
+      f.stats = st[c];
+      r.on_event(f);
+    }
   }
 
   std::mutex mu;

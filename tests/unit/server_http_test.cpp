@@ -209,7 +209,7 @@ TEST_F(ServerHttp, ValidationErrors) {
       {chat, Chat({{"top_p", 0}}), 400, "top_p"},
       {chat, Chat({{"max_tokens", 0}}), 400, "max_tokens"},
       {chat, Chat({{"max_tokens", 2.5}}), 400, "max_tokens"},
-      {chat, Chat({{"n", 2}}), 400, "n"},
+      {chat, Chat({{"n", 17}}), 400, "n"},
       {chat, Chat({{"stream", "yes"}}), 400, "stream"},
       {chat, Chat({{"stream_options", {{"include_usage", true}}}}), 400, "stream_options"},
       {chat, Chat({{"stop", ojson::array({1})}}), 400, "stop"},
@@ -239,7 +239,7 @@ TEST_F(ServerHttp, ValidationErrors) {
       {cmpl, {{"prompt", ojson::array({"a", "b"})}}, 400, "prompt"},
       {cmpl, {{"prompt", ""}}, 400, "prompt"},
       {cmpl, {{"prompt", ojson::array({5000})}}, 400, "prompt"},
-      {cmpl, {{"prompt", "x"}, {"echo", true}}, 400, "echo"},
+      {cmpl, {{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}, 400, "echo"},
       {cmpl, {{"prompt", "x"}, {"logprobs", 9}}, 400, "logprobs"},
   };
   for (const Bad& b : cases) {
@@ -358,7 +358,8 @@ TEST_F(ServerHttp, DiffusionStepEventsAndParams) {
   engine.info.default_diffusion.steps = 4;
   engine.diffusion_steps_per_block = 2;
   Start();
-  ExpectApiError(Post("/v1/chat/completions", Chat({{"logprobs", true}})), 400, "logprobs");
+  // Diffusion logprobs exist (the unmasking confidences), their alternatives do not.
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"logprobs", true}, {"top_logprobs", 1}})), 400, "top_logprobs");
   ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"steps", "many"}}}})), 400,
               "diffusion.steps");
   ExpectApiError(Post("/v1/chat/completions", Chat({{"diffusion", {{"policy", "magic"}}}})), 400,
@@ -425,7 +426,7 @@ TEST_F(ServerHttp, MetricsEndpoint) {
   Start();
   Post("/v1/chat/completions", Chat());
   Post("/v1/chat/completions", Chat({{"stream", true}}));
-  Post("/v1/chat/completions", Chat({{"n", 3}}));
+  Post("/v1/chat/completions", Chat({{"n", 99}}));
   auto r = Call(port, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"].rfind("text/plain; version=0.0.4", 0), 0u);

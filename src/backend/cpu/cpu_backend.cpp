@@ -126,6 +126,13 @@ void CpuBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const flo
   }
 }
 
+void CpuBackend::DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float d = divisors[r];
+    for (int64_t j = 0; j < dim; ++j) x[r * dim + j] /= d;
+  }
+}
+
 void CpuBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }

@@ -25,6 +25,7 @@ class CpuBackend : public Backend {
   void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                    int64_t gate_stride) override;
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
+  void DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) override;
   void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
   void Add(const float* x, int64_t n, float* y) override;
   void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,

@@ -444,6 +444,13 @@ void CudaBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const fl
   Enqueue("SigmoidScaleRows", cuda::SigmoidScaleRows, x, rows, dim, s, stream_);
 }
 
+void CudaBackend::DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) {
+  profiler_->Mark("DivideRows");
+  if (rows == 0 || dim == 0) return;
+  const ScratchArray d = UploadScratch(divisors, rows * sizeof(float));
+  Enqueue("DivideRows", cuda::DivideRows, x, rows, dim, d.f32(), stream_);
+}
+
 void CudaBackend::SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* s,
                                    float* out) {
   profiler_->Mark("SiluMulScaleRows");

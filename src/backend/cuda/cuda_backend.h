@@ -68,6 +68,7 @@ class CudaBackend : public Backend {
   void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                    int64_t gate_stride) override;
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
+  void DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) override;
   void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
   void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* s,
                         float* out) override;

@@ -184,6 +184,13 @@ __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, cons
   x[i] *= SigmoidF(sc[i / dim]);
 }
 
+__global__ void DivideRowsKernel(float* x, int64_t rows, int64_t dim, const float* d) {
+  GridDependencyWait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * dim) return;
+  x[i] /= d[i / dim];  // a true division, as the CPU backend's: bit-identical results
+}
+
 __global__ void SiluMulKernel(const float* g, const float* u, int64_t n, float* out) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -508,6 +515,10 @@ void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const fl
 
 void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s) {
   if (rows * dim > 0) LaunchKernel(SigmoidScaleRowsKernel, Blocks(rows * dim), kThreads, 0, s)(x, rows, dim, sc);
+}
+
+void DivideRows(float* x, int64_t rows, int64_t dim, const float* d, cudaStream_t s) {
+  if (rows * dim > 0) LaunchKernel(DivideRowsKernel, Blocks(rows * dim), kThreads, 0, s)(x, rows, dim, d);
 }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s) {

@@ -27,6 +27,8 @@ void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t hea
 void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                  int64_t gate_stride, cudaStream_t s);
 void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* sc, cudaStream_t s);
+// x[r, :] /= d[r] (d: device, [rows]).
+void DivideRows(float* x, int64_t rows, int64_t dim, const float* d, cudaStream_t s);
 void SiluMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
 void SiluMulScaleRows(const float* gate, const float* up, int64_t rows, int64_t dim, const float* sc, float* out,
                       cudaStream_t s);

@@ -29,6 +29,9 @@ struct LayerContext {
   int64_t rows = 0;                      // all rows of the batch
   const int64_t* positions = nullptr;    // [rows]
   std::vector<SegmentRows> segments;
+  // Host, [rows]: each row's router temperature (its segment's), or null when every segment routes
+  // at temperature 1 (then the MoE layers skip the division).
+  const float* router_temperature = nullptr;
   GdnMode gdn_mode = GdnMode::kAuto;
 };
 

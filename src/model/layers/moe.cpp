@@ -35,6 +35,9 @@ void MoeForward(const LayerContext& ctx, const MoeWeights& w, const float* x, fl
   } else {
     be.MatMul(x, R, w.router, logits.f32());
   }
+  // Per-request router temperature: logits / T before the softmax and top-k (rows of requests at 1
+  // are divided by 1, which changes nothing; batches without any skip the op).
+  if (ctx.router_temperature) be.DivideRows(logits.f32(), R, E, ctx.router_temperature);
   if (static_cast<int64_t>(w.experts.size()) != E)
     Fail(ErrorKind::kInternal, "moe: {} experts loaded, config says {}", w.experts.size(), E);
   // The shared expert: sigmoid(gate) * down(act) as down(sigmoid(gate) * act) (the scale runs over
