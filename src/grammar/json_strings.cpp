@@ -26,9 +26,10 @@ const char* FormatRegex(const std::string& format) {
   static const std::string kLabel = "[A-Za-z0-9]+(-[A-Za-z0-9]+)*";
   static const std::string kEmail =
       "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@" + kLabel + "(\\." + kLabel + ")*\\.[A-Za-z][A-Za-z]+";
-  static const std::string kUri = "https?://" + kLabel + "(\\." + kLabel +
-                                  ")*(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@-]*)*"
-                                  "(\\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?";
+  // RFC 3986: a '%' only as a percent-encoded octet (two hex digits).
+  static const std::string kPct = "%[0-9A-Fa-f][0-9A-Fa-f]";
+  static const std::string kUri = "https?://" + kLabel + "(\\." + kLabel + ")*(:[0-9]{1,5})?(/([A-Za-z0-9._~!$&'()*+,;=:@-]|" +
+                                  kPct + ")*)*(\\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|" + kPct + ")*)?";
   if (format == "date") return kDate.c_str();
   if (format == "time") return kTime.c_str();
   if (format == "date-time") return kDateTime.c_str();
