@@ -69,6 +69,12 @@ class DeferredEngine : public EngineApi {
     Engine* e = engine_.load(std::memory_order_acquire);
     return e != nullptr ? e->ModelInfo() : loading_info_;
   }
+  std::shared_ptr<const grammar::CompiledGrammar> CompileGrammar(grammar::GrammarFormat format,
+                                                                 std::string_view text) override {
+    Engine* e = engine_.load(std::memory_order_acquire);
+    if (e == nullptr) Fail(ErrorKind::kUnsupported, "the model is still loading");
+    return e->CompileGrammar(format, text);
+  }
 
  private:
   std::atomic<Engine*> engine_{nullptr};

@@ -13,6 +13,7 @@ namespace tessera::testing {
 
 struct Outcome {
   std::vector<int32_t> tokens;  // streamed token ids
+  std::string text;             // streamed text (engines with a tokenizer)
   std::vector<float> logprobs;  // the chosen tokens' log-probabilities (when asked for)
   std::vector<int32_t> raw;     // raw_output of the finished event
   std::vector<DiffusionStepView> steps;
@@ -32,6 +33,7 @@ inline GenerationRequest MakeCollectingRequest(std::vector<int32_t> prompt, int6
     switch (ev.kind) {
       case GenerationEvent::Kind::kTokens:
         out->tokens.insert(out->tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        out->text += ev.text;
         for (const auto& lp : ev.logprobs) out->logprobs.push_back(lp.logprob);
         break;
       case GenerationEvent::Kind::kDiffusionStep:

@@ -36,6 +36,52 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
   });
 }
 
+DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logits, int64_t vocab, Sampler& sampler,
+                                                         GrammarConstraint& constraint) {
+  TESSERA_CHECK(!done_);
+  const int64_t b = params_.block_size;
+  const int32_t mask = params_.mask_token_id;
+  DiffusionStepView view;
+  view.block_start = block_start_;
+  view.step = step_;
+  int64_t first = 0;
+  while (first < b && block_[first] != mask) ++first;
+  // The block's new tokens before `first` (the prompt's tail is not the grammar's).
+  const int64_t gen_begin = std::clamp<int64_t>(prompt_len_ - block_start_, 0, b);
+  std::vector<int32_t> prefix;
+  for (int64_t i = gen_begin; i < first; ++i) prefix.push_back(block_[i]);
+  int64_t want = b;
+  if (params_.policy == DiffusionPolicy::kStatic)
+    want = std::max<int64_t>(step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : b, 1);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  bool ended = false;  // an end token was drawn (or none is allowed): the rest is filler
+  for (int64_t k = first, taken = 0; k < b && (taken < want || ended); ++k) {
+    int32_t tok = constraint.filler();
+    float conf = 1.f;
+    if (!ended) {
+      row.assign(block_logits + k * vocab, block_logits + (k + 1) * vocab);
+      if (!constraint.MaskLogitsAfter(prefix.data(), prefix.size(), row.data(), vocab)) {
+        ended = true;
+      } else {
+        tok = sampler.SampleWithConfidence(row.data(), vocab, &conf, mask);
+        if (constraint.EndsAtLastMask(tok)) ended = true;
+        else prefix.push_back(tok);
+        // Threshold policies: the chain stops at the first position below the threshold.
+        if (params_.policy != DiffusionPolicy::kStatic && taken > 0 && !(conf > params_.threshold)) break;
+      }
+    }
+    block_[k] = tok;
+    conf_[k] = conf;
+    view.unmasked.push_back(block_start_ + k);
+    view.conf.push_back(conf);
+    ++taken;
+  }
+  ++step_;
+  done_ = masks_left() == 0;
+  view.block_tokens = block_;
+  return view;
+}
+
 DiffusionStepView DiffusionDecoder::ApplyPickedStep(const int32_t* tokens, const float* probs) {
   return Apply([&](int64_t i, float* conf) {
     *conf = probs[i];

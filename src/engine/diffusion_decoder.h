@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/grammar_constraint.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 
@@ -36,6 +37,15 @@ class DiffusionDecoder {
   // Returns the step view (positions unmasked and their confidences). When the block completes,
   // block_done() turns true.
   DiffusionStepView ApplyStep(const float* block_logits, int64_t vocab, Sampler& sampler);
+  // Structured output: the step under a grammar (docs/STRUCTURED_OUTPUT.md, "Block diffusion").
+  // Decided positions always form a prefix of the block: positions are drawn left to right from the
+  // first masked one, each under the mask its decided prefix (the constraint's state at the block's
+  // start, then the block's new tokens) allows, and the policy takes a prefix of that chain (static:
+  // schedule[step] positions; threshold / editing: while the confidence is above the threshold, at
+  // least one). After an end token the rest of the block is filler, taken at once. No editing passes.
+  // So every committed block extends the output to a prefix of a string of the language.
+  DiffusionStepView ApplyConstrainedStep(const float* block_logits, int64_t vocab, Sampler& sampler,
+                                         GrammarConstraint& constraint);
   // The same step from tokens already drawn for every block row (tokens[i], probs[i]: row i's x0
   // and its confidence) by the rules the engine made with RulesForRows (the backend's SampleRows).
   DiffusionStepView ApplyPickedStep(const int32_t* tokens, const float* probs);

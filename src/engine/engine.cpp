@@ -153,6 +153,8 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
     return *error = fmt::format("the prompt has {} tokens; max_model_len is {}", r.prompt.size(),
                                 config_.max_model_len), false;
   if (r.sampling.max_tokens <= 0) return *error = "max_tokens must be at least 1", false;
+  if (r.grammar && (!grammar_compiler_ || &r.grammar->vocab() != &grammar_compiler_->vocab()))
+    return *error = "the request's grammar was not compiled by this engine (Engine::CompileGrammar)", false;
   if (r.sampling.temperature < 0 || !std::isfinite(r.sampling.temperature))
     return *error = "temperature must be >= 0", false;
   if (r.sampling.top_p <= 0 || r.sampling.top_p > 1) return *error = "top_p must be in (0, 1]", false;
@@ -250,6 +252,9 @@ void Engine::InitSequence(Sequence& seq) {
   if (!seq.req.sampling.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
   seq.sampler = std::make_unique<Sampler>(seq.req.sampling, seq.req.prompt, std::move(end_ids));
   if (seq.req.diffusion) seq.diffusion.emplace(*seq.req.diffusion, seq.req.prompt);
+  if (seq.req.grammar)
+    seq.constraint = std::make_unique<GrammarConstraint>(seq.req.grammar, seq.req.sampling.stop_token_ids,
+                                                         seq.req.sampling.ignore_eos);
   if (tokenizer_) seq.detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
   seq.stop = std::make_unique<StopMatcher>(seq.req.sampling.stop);
 }
@@ -304,7 +309,8 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   if (seq.req.on_event) seq.req.on_event(ev);
 }
 
-void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs) {
+void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs,
+                        bool with_text) {
   GenerationEvent ev;
   ev.index = seq.index;
   ev.kind = GenerationEvent::Kind::kTokens;
@@ -313,7 +319,7 @@ void Engine::EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::
     if (i < logprobs.size()) ev.logprobs.push_back(std::move(logprobs[i]));
     ++seq.output_tokens;
     // Ids past the tokenizer's vocabulary (embedding rows it has no token for) carry no text.
-    if (seq.detok && tokens[i] < tokenizer_->vocab_size()) ev.text += seq.stop->Feed(seq.detok->Push(tokens[i]));
+    if (with_text && seq.detok && tokens[i] < tokenizer_->vocab_size()) ev.text += seq.stop->Feed(seq.detok->Push(tokens[i]));
   }
   if (!seq.first_token_sent) {
     seq.first_token_sent = true;
@@ -540,8 +546,9 @@ bool Engine::Step() {
       if (p.prompt_chunk || p.segment.logits_rows.empty()) continue;
       if (s.diffusion) {
         // A logit bias changes the block's rows before the draw: those come back to the host.
-        if (!s.sampler->has_logit_bias()) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
-      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0)
+        // So do a constrained block's: each position is drawn under its prefix's grammar mask.
+        if (!s.sampler->has_logit_bias() && !s.constraint) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
+      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0 && !s.constraint)
         p.segment.sample = {s.sampler->RowRule()};
     }
     Batch batch;
@@ -580,21 +587,26 @@ bool Engine::Step() {
       s.stats.expert_layer_steps += moe_layers;
       if (p.prompt_chunk) continue;
       if (!s.diffusion) {
-        // Log-probabilities are those of the model's distribution, before penalties.
+        // Log-probabilities are those of the model's distribution, before penalties and the grammar.
         std::vector<float> raw;
         if (s.req.sampling.top_logprobs >= 0) raw.assign(logits, logits + vocab);
+        if (s.constraint && !MaskForSampling(s, logits, vocab)) continue;
         int32_t tok = sampled ? picks[0].token : s.sampler->Sample(logits, vocab);
         std::vector<TokenLogprob> lps;
         if (s.req.sampling.top_logprobs >= 0)
           lps.push_back(ComputeLogprobs(raw.data(), vocab, tok, s.req.sampling.top_logprobs));
         s.sampler->Observe(tok);
         s.tokens.push_back(tok);
-        EmitTokens(s, {tok}, std::move(lps));
-        bool eos = !s.req.sampling.ignore_eos &&
+        // A constrained output's end token is not text of it (the fixtures' eos is a byte).
+        const bool ends = s.constraint && s.constraint->CanTerminate() && s.constraint->IsEnd(tok);
+        const bool complete = s.constraint && AdvanceGrammar(s, tok);
+        EmitTokens(s, {tok}, std::move(lps), !ends);
+        // A constrained sequence ends where its grammar says (AdvanceGrammar: end tokens count there).
+        bool eos = !s.constraint && !s.req.sampling.ignore_eos &&
                    std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
-        bool stop_id = std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), tok) !=
+        bool stop_id = !s.constraint && std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), tok) !=
                        s.req.sampling.stop_token_ids.end();
-        if (eos || stop_id || s.stop->stopped()) Finish(s, FinishReason::kStop);
+        if (eos || stop_id || complete || s.stop->stopped()) Finish(s, FinishReason::kStop);
         else if (s.generated() >= s.req.sampling.max_tokens ||
                  static_cast<int64_t>(s.tokens.size()) >= config_.max_model_len)
           Finish(s, FinishReason::kLength);
@@ -606,6 +618,13 @@ bool Engine::Step() {
           std::vector<float> probs(seg.logits_rows.size());
           for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = picks[i].token, probs[i] = picks[i].prob;
           view = d.ApplyPickedStep(tokens.data(), probs.data());
+        } else if (s.constraint) {
+          try {
+            view = d.ApplyConstrainedStep(logits, vocab, *s.sampler, *s.constraint);
+          } catch (const Error& e) {
+            Finish(s, FinishReason::kError, e.what());
+            continue;
+          }
         } else {
           view = d.ApplyStep(logits, vocab, *s.sampler);
         }
@@ -627,15 +646,22 @@ bool Engine::Step() {
         for (int64_t i = 0; i < static_cast<int64_t>(block.size()); ++i)
           if (start + i >= s.prompt_len) fresh.push_back(block[i]), fresh_conf.push_back(confidence[i]);
         s.tokens.insert(s.tokens.end(), fresh.begin(), fresh.end());
-        // Stream the block, cut at eos / stop ids / max_tokens.
+        // Stream the block, cut at eos / stop ids / max_tokens (and where a structure is complete).
         std::vector<int32_t> emit;
         bool eos = false;
-        for (int32_t t : fresh) {
-          if (s.output_tokens + static_cast<int64_t>(emit.size()) >= s.req.sampling.max_tokens) break;
-          bool is_eos = (!s.req.sampling.ignore_eos &&
-                         std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
-                        std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), t) !=
-                            s.req.sampling.stop_token_ids.end();
+        size_t output_end = fresh.size();
+        if (s.constraint) output_end = AdvanceGrammarBlock(s, fresh, &eos);
+        if (s.finished) continue;
+        for (size_t i = 0; i < output_end; ++i) {
+          const int32_t t = fresh[i];
+          if (s.output_tokens + static_cast<int64_t>(emit.size()) >= s.req.sampling.max_tokens) {
+            eos = false;  // cut by max_tokens before the structure's end: "length"
+            break;
+          }
+          bool is_eos = !s.constraint &&
+                        ((!s.req.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
+                         std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), t) !=
+                             s.req.sampling.stop_token_ids.end());
           if (is_eos) {
             eos = true;
             break;

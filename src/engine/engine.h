@@ -11,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,10 @@ class Engine : public EngineApi {
   void Submit(GenerationRequest req) override;
   EngineSnapshot Snapshot() const override;
   const EngineModelInfo& ModelInfo() const override { return info_; }
+  // Structured output over the tokenizer's vocabulary, with the model's eos ids as the stop ids
+  // (engine_structured.cpp). The vocabulary and the compiler are built on first use, once.
+  std::shared_ptr<const grammar::CompiledGrammar> CompileGrammar(grammar::GrammarFormat format,
+                                                                 std::string_view text) override;
 
   // Runs the loop on a thread of its own until Stop().
   void Start();
@@ -88,8 +93,18 @@ class Engine : public EngineApi {
   void ReleaseResources(Sequence& seq);
   bool EnsurePages(Sequence& seq, int64_t positions);
   void Preempt(Sequence& victim);
-  void EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs);
+  // `with_text` false: the tokens count, their text is not output (a constrained output's end token).
+  void EmitTokens(Sequence& seq, const std::vector<int32_t>& tokens, std::vector<TokenLogprob> logprobs,
+                  bool with_text = true);
   Sequence* PickVictim(const Sequence& needy);
+  // Structured output (engine_structured.cpp). An autoregressive token of a constrained sequence:
+  // masks `logits` (host row) before the sampler draws; false when the sequence ended instead.
+  bool MaskForSampling(Sequence& seq, float* logits, int64_t vocab);
+  // After the token is appended: advances the grammar; true when the sequence is complete.
+  bool AdvanceGrammar(Sequence& seq, int32_t token);
+  // A completed diffusion block's fresh tokens into the grammar, up to the first end token or the
+  // structure's completion: returns how many of them are output; *done: the output is complete.
+  size_t AdvanceGrammarBlock(Sequence& seq, const std::vector<int32_t>& fresh, bool* done);
   void PublishSnapshot();
 
   // Prefix caching (engine_prefix_cache.cpp).
@@ -116,6 +131,8 @@ class Engine : public EngineApi {
   std::unique_ptr<PrefixCache> prefix_cache_;  // null when prefix caching is off
   bool hybrid_ = false;                        // the model has recurrent-state layers
   std::vector<int32_t> eos_ids_;
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;  // CompileGrammar's, once built
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

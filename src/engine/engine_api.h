@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/request.h"
+#include "grammar/grammar_compiler.h"
 
 namespace tessera {
 
@@ -42,6 +45,12 @@ class EngineApi {
   virtual void Submit(GenerationRequest req) = 0;
   virtual EngineSnapshot Snapshot() const = 0;
   virtual const EngineModelInfo& ModelInfo() const = 0;
+  // Structured output: compiles a constraint for GenerationRequest::grammar over this engine's
+  // vocabulary (one process-wide GrammarCompiler, cached by text). Thread-safe; meant for the
+  // server's prompt threads. Throws Error(kInvalidArgument) naming the problem (a 400), or
+  // Error(kUnsupported) when this engine has no tokenizer.
+  virtual std::shared_ptr<const grammar::CompiledGrammar> CompileGrammar(grammar::GrammarFormat format,
+                                                                         std::string_view text);
 };
 
 }  // namespace tessera

@@ -14,6 +14,10 @@
 
 namespace tessera {
 
+namespace grammar {
+class CompiledGrammar;
+}
+
 // Sampling defaults of a model (its generation_config.json, as vLLM's `--generation-config auto`):
 // what a request that leaves these fields out gets. nullopt = the API's own default.
 struct SamplingDefaults {
@@ -122,6 +126,10 @@ struct GenerationRequest {
   // MoE router temperature of this request (router logits / T before the softmax and top-k);
   // unset: EngineConfig::router_temperature.
   std::optional<float> router_temperature;
+  // Structured output (docs/STRUCTURED_OUTPUT.md): the output is constrained to this grammar's
+  // language, compiled by EngineApi::CompileGrammar of the same engine (its vocabulary). Null: free.
+  // Each choice follows it with a matcher of its own; constrained rows are sampled on the host.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
   std::function<void(const GenerationEvent&)> on_event;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/diffusion_decoder.h"
+#include "engine/grammar_constraint.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -53,6 +54,7 @@ struct Sequence {
 
   std::unique_ptr<Sampler> sampler;
   std::optional<DiffusionDecoder> diffusion;
+  std::unique_ptr<GrammarConstraint> constraint;  // structured output (req.grammar), else null
 
   std::unique_ptr<IncrementalDecoder> detok;
   std::unique_ptr<StopMatcher> stop;

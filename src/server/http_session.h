@@ -180,6 +180,7 @@ struct Gen {
   ParsedRequest req;
   std::vector<int32_t> prompt;
   std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // req.constraint compiled (null: free output)
   std::string echo;           // completions with echo: the prompt's text, opening every choice
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<Link> link;

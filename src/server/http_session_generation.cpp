@@ -61,6 +61,19 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
     throw;
   }
   CheckPromptLength(g->req, static_cast<int64_t>(g->prompt.size()), info.max_model_len);
+  if (const auto& c = g->req.constraint) {
+    // Qwen3-Coder writes calls as XML (<parameter=..>), which a JSON Schema grammar does not describe.
+    if (c->tool_call && srv_->prompts.UsesXmlToolCalls())
+      throw InvalidRequest("strict tools are enforced for JSON tool calls; this model writes XML tool calls (set "
+                           "'strict' false)",
+                           "tools");
+    // The compiler is the engine's (one per process, cached by text); here, on the prompt threads.
+    try {
+      g->grammar = srv_->engine.CompileGrammar(c->format, c->text);
+    } catch (const Error& e) {
+      throw InvalidRequest(fmt::format("invalid '{}': {}", c->param, e.what()), c->param);
+    }
+  }
   // A tokenizer larger than the model's vocabulary (a mismatched --tokenizer) would otherwise fail
   // inside the engine, after a streaming response has already begun with 200.
   for (int32_t id : g->prompt)
@@ -193,6 +206,7 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.emit_steps = g->req.stream && g->req.stream_steps;
   r.n = g->req.n;
   r.router_temperature = g->req.router_temperature;
+  r.grammar = g->grammar;
   r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
   r.cancelled = g->cancelled;
   std::shared_ptr<Link> link = g->link;
@@ -308,6 +322,10 @@ void Session::EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vect
 
 void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& st) {
   GenChoice& c = g->choices[index];
+  // A strict call ends where its grammar does (before </tool_call>, an added token no grammar
+  // emits): the server closes it. Cut short (length), it stays unterminated, hence plain text.
+  if (c.parser && reason == FinishReason::kStop && g->req.constraint && g->req.constraint->tool_call)
+    EmitParsed(g, index, c.parser->Push("\n</tool_call>"), nullptr);
   if (c.parser) EmitParsed(g, index, c.parser->Finish(), nullptr);
   c.finished = true;
   c.stats = st;

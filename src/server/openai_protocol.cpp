@@ -135,7 +135,7 @@ constexpr KnownField kKnownFields[] = {
     {"tools", true, false},
     {"tool_choice", true, false},
     {"parallel_tool_calls", true, false},
-    {"response_format", true, true},  // "text" only (structured output is refused)
+    {"response_format", true, true},  // text, json_object, json_schema (structured_request.cpp)
     {"echo", false, true},
     {"suffix", false, true},      // refused unless empty
     {"best_of", false, true},     // refused unless 1 (with n = 1)
@@ -158,6 +158,7 @@ constexpr KnownField kKnownFields[] = {
     {"chat_template_kwargs", true, false},
     {"diffusion", true, true},
     {"router_temperature", true, true},
+    {"structured_outputs", true, true},  // vLLM's: json, regex, choice, grammar, json_object
 };
 
 // Known OpenAI fields tessera cannot honour: a 400 that says why rather than "unrecognized".
@@ -312,10 +313,7 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
   }
   if (auto v = GetString(body, "user")) r.user = *v;
   CheckMetadataFields(body);
-  if (const ojson* rf = Field(body, "response_format")) {
-    if (!HasString(*rf, "type", "text"))
-      Bad("response_format", "structured output ('response_format' other than text) is not supported");
-  }
+  ParseStructuredOutput(body, r);
 
   const ojson* d = Field(body, "diffusion");
   if (model.diffusion) r.diffusion = ddef;
@@ -526,7 +524,9 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
 
 std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) {
   if (!req.ParseTools()) return "";
-  if (req.tool_choice == ToolChoice::kRequired) return "<tool_call>\n";
+  // A strict call is written whole under its grammar ({"name": ..., "arguments": ...}).
+  if (req.tool_choice == ToolChoice::kRequired || (req.constraint && req.constraint->tool_call))
+    return "<tool_call>\n";
   if (req.tool_choice != ToolChoice::kNamed) return "";
   if (xml_tool_calls) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";
   return "<tool_call>\n{\"name\": " + ojson(req.tool_choice_name).dump() + ", \"arguments\": ";
@@ -633,6 +633,7 @@ ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model, 
     r.max_tokens_given = true;
   }
   CheckMinTokens(r);
+  ParseStrictToolCall(r);
   if (auto lp = GetBool(body, "logprobs")) r.logprobs = *lp;
   if (auto top = GetInt(body, "top_logprobs", 0, 20)) {
     if (!r.logprobs) Bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");

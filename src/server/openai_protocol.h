@@ -15,6 +15,7 @@
 
 #include "engine/engine_api.h"
 #include "engine/request.h"
+#include "grammar/grammar_compiler.h"
 #include "server/tool_parser.h"
 
 namespace tessera {
@@ -54,13 +55,24 @@ const char* HttpReasonPhrase(int status);
 
 // tool_choice: kAuto parses <tool_call> blocks out of the output. kNone neither gives the tools to
 // the chat template nor parses (vLLM's behaviour with --exclude-tools-when-tool-choice-none; the
-// model cannot call what it was not shown). kRequired / kNamed: decoding is not constrained here,
-// so they behave like kAuto (tools go to the template, output is parsed as usual); a model may
-// still answer without a call.
+// model cannot call what it was not shown). kRequired / kNamed: the reply is opened with the call
+// (ForcedToolCallPrefix); when the tools concerned are `strict`, what follows is constrained to the
+// call's JSON (StructuredConstraint::tool_call), otherwise it is parsed as usual.
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 // Most choices (`n`) one request may ask for.
 constexpr int64_t kMaxChoicesPerRequest = 16;
+
+// Structured output (docs/STRUCTURED_OUTPUT.md): what a request constrains its output to, compiled
+// on the prompt threads (EngineApi::CompileGrammar); compile errors are 400s naming `param`.
+struct StructuredConstraint {
+  grammar::GrammarFormat format = grammar::GrammarFormat::kJson;
+  std::string text;   // the schema / regex / grammar text; for kChoice a JSON array of strings
+  std::string param;  // "response_format", "structured_outputs", "tools[i].function.parameters"
+  // A forced call of strict tools: the constraint is the call's {"name", "arguments"} object; the
+  // server closes the call (</tool_call>) once the model completed it.
+  bool tool_call = false;
+};
 
 struct ParsedRequest {
   bool chat = true;
@@ -88,6 +100,7 @@ struct ParsedRequest {
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs=N given
   std::optional<DiffusionParams> diffusion;
   bool stream_steps = false;
+  std::optional<StructuredConstraint> constraint;  // response_format / structured_outputs / strict tools
   std::string user;
   int priority = 0;  // the engine's queue order under --scheduling-policy priority (lower first)
 
@@ -99,6 +112,11 @@ struct ParsedRequest {
 // a call (and the function's name), appended to the prompt and fed to the tool-call parser first,
 // so that the model can only continue inside a call. "" for auto / none.
 std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls);
+
+// Structured output (structured_request.cpp): response_format / structured_outputs into
+// req.constraint; then, once tools and tool_choice are parsed, a forced call of strict tools.
+void ParseStructuredOutput(const ojson& body, ParsedRequest& req);
+void ParseStrictToolCall(ParsedRequest& req);
 
 // Throw ApiError (400 naming the param; 404 model_not_found for another model name).
 ParsedRequest ParseChatRequest(const ojson& body, const EngineModelInfo& model,

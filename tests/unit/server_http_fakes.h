@@ -61,6 +61,22 @@ class FakeEngine : public EngineApi {
     return s;
   }
   const EngineModelInfo& ModelInfo() const override { return info; }
+  // Structured output over a byte vocabulary (token i = byte i, 256 = the stop id), as the real
+  // engine's over its tokenizer; `compiles` counts the calls.
+  std::shared_ptr<const grammar::CompiledGrammar> CompileGrammar(grammar::GrammarFormat format,
+                                                                 std::string_view text) override {
+    static grammar::GrammarCompiler compiler([] {
+      std::vector<std::string> tokens;
+      for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+      tokens.emplace_back("</s>");
+      return grammar::TokenVocabulary::FromTokenBytes(tokens, {256}, {});
+    }());
+    ++compiles;
+    if (!structured_output) return EngineApi::CompileGrammar(format, text);
+    return compiler.Compile(format, text);
+  }
+  std::atomic<int> compiles{0};
+  bool structured_output = true;  // false: the EngineApi default (not available)
 
   size_t num_submitted() {
     std::lock_guard<std::mutex> l(mu);

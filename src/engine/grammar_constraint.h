@@ -1,0 +1,62 @@
+// tessera engine: the structured-output constraint of one sequence (docs/STRUCTURED_OUTPUT.md,
+// "Engine integration"). It wraps the request's GrammarMatcher with the sequence's end tokens:
+// the model's eos ids (the grammar vocabulary's stop ids) and the request's stop_token_ids end the
+// output, so they are allowed where the text so far is complete (eos never under ignore_eos);
+// every other id is allowed when the grammar allows it next. Inside a structure a request stop id
+// that the grammar allows (an ordinary byte, say) is text like any other token. Masks are applied to host logits
+// (-inf where not allowed), so a constrained row never takes the backend's RowSampling path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "grammar/matcher.h"
+
+namespace tessera {
+
+class GrammarConstraint {
+ public:
+  // `request_stop_ids`: the request's stop_token_ids; `ignore_eos`: the model's eos ids never end it.
+  GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> grammar, std::vector<int32_t> request_stop_ids,
+                    bool ignore_eos);
+
+  // Sets logits[i] = -inf for every token not allowed next (ids past the grammar's vocabulary too).
+  // False when no token at all is allowed (the structure is complete and no end token may come).
+  bool MaskLogits(float* logits, int64_t vocab);
+  // The same after the hypothetical tokens `prefix` (not kept): block diffusion. False also when the
+  // prefix itself is not allowed.
+  bool MaskLogitsAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab);
+
+  // Whether `token` is an end token (an eos id unless ignore_eos, or a request stop id).
+  bool IsEnd(int32_t token) const;
+  // Whether `token`, drawn under the last mask computed (MaskLogits, MaskLogitsAfter, Done), ends
+  // the output there: an end token where the text is complete.
+  bool EndsAtLastMask(int32_t token) const { return last_complete_ && IsEnd(token); }
+  // Advances by a token that is not an end token; false when the grammar does not allow it.
+  bool Accept(int32_t token);
+  // The text so far is complete and nothing but an end token may follow (or nothing at all): the
+  // request is done. Computes the next mask, kept for the next MaskLogits.
+  bool Done();
+  bool CanTerminate() const { return matcher_.CanTerminate(); }
+  // A token to fill a diffusion block's positions after the output ended (never output).
+  int32_t filler() const { return filler_; }
+
+ private:
+  // Mask words after `prefix` (or of the current position when n == 0 and !hypothetical) with the
+  // end-token rule applied; false when the prefix is invalid.
+  bool Fill(const int32_t* prefix, size_t n, bool hypothetical, std::vector<uint32_t>* words, bool* complete);
+  void Apply(const std::vector<uint32_t>& words, float* logits, int64_t vocab) const;
+
+  grammar::GrammarMatcher matcher_;
+  std::vector<int32_t> request_stops_, eos_;
+  bool ignore_eos_ = false;
+  int32_t filler_ = 0;
+  std::vector<uint32_t> words_;  // the current position's mask when cached_
+  bool cached_ = false;
+  bool cached_complete_ = false;  // the cached position is complete
+  bool last_complete_ = false;    // the position of the last mask computed is complete
+  std::vector<uint32_t> scratch_;
+};
+
+}  // namespace tessera

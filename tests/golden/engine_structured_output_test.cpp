@@ -1,0 +1,277 @@
+// tessera tests: structured output in the engine on the fixture model (qwen3_moe, random weights)
+// with the byte tokenizer (tests/data/fixtures/tokenizers/bytes): with random sampling (temperature
+// 1, several seeds) the model's noise is constrained into structure, autoregressive and block
+// diffusion alike. Every output of a sample of the schema suite (tests/data/grammar/schema_suite.json)
+// must parse and validate with Python's jsonschema (tests/tools/validate_json_schema.py, Debian
+// python3-jsonschema; missing, the test fails); choices, regexes, max_tokens inside a structure
+// ("length"), ignore_eos, stop ids and n > 1 are checked directly. One test prints tokens per forward
+// of diffusion requests with and without a constraint (docs/PERFORMANCE.md).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine_outcome.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tessera {
+namespace {
+
+using grammar::GrammarFormat;
+using nlohmann::ordered_json;
+using testing::DataPath;
+using testing::MakeCollectingRequest;
+using testing::Outcome;
+
+std::string Fixture() { return DataPath("fixtures/models/qwen3_moe"); }
+
+struct Fixtures {
+  std::unique_ptr<Model> model = Model::Load(Fixture());
+  std::unique_ptr<Tokenizer> tok = Tokenizer::FromDir(DataPath("fixtures/tokenizers/bytes"));
+};
+Fixtures& Shared() {
+  static Fixtures f;
+  return f;
+}
+
+std::vector<int32_t> Prompt(size_t n) {
+  auto ids = ReadJsonFile(Fixture() + "/reference.json")["long_ids"].get<std::vector<int32_t>>();
+  ids.resize(n);
+  return ids;
+}
+
+DiffusionParams Diffusion(int64_t block, int64_t steps, DiffusionPolicy policy = DiffusionPolicy::kStatic) {
+  DiffusionParams p;
+  p.block_size = block;
+  p.steps = steps;
+  p.policy = policy;
+  p.threshold = 0.5f;
+  p.mask_token_id =
+      ReadJsonFile(DataPath("fixtures/diffusion/qwen3_moe/reference.json"))["mask_token_id"].get<int32_t>();
+  return p;
+}
+
+struct Job {
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // null: free
+  uint64_t seed = 0;
+  int64_t max_tokens = 8000;  // free strings of noise run ~200 bytes
+  std::optional<DiffusionParams> diffusion;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_ids;
+};
+
+Job MakeJob(std::shared_ptr<const grammar::CompiledGrammar> g, uint64_t seed, int64_t max_tokens,
+            std::optional<DiffusionParams> d, bool ignore_eos = false, std::vector<int32_t> stop_ids = {}) {
+  Job j;
+  j.grammar = std::move(g);
+  j.seed = seed;
+  j.max_tokens = max_tokens;
+  j.diffusion = std::move(d);
+  j.ignore_eos = ignore_eos;
+  j.stop_ids = std::move(stop_ids);
+  return j;
+}
+
+// Runs the jobs together (one engine, batched) and returns their outcomes.
+std::vector<Outcome> RunJobs(Engine& engine, const std::vector<Job>& jobs) {
+  std::vector<Outcome> outs(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenerationRequest r = MakeCollectingRequest(Prompt(6 + i % 5), jobs[i].max_tokens, &outs[i]);
+    r.sampling.temperature = 1.f;
+    r.sampling.seed = jobs[i].seed;
+    r.sampling.ignore_eos = jobs[i].ignore_eos;
+    r.sampling.stop_token_ids = jobs[i].stop_ids;
+    r.diffusion = jobs[i].diffusion;
+    r.grammar = jobs[i].grammar;
+    engine.Submit(std::move(r));
+  }
+  engine.RunUntilIdle();
+  for (const Outcome& o : outs) EXPECT_TRUE(o.finished && o.error.empty()) << o.error;
+  return outs;
+}
+
+// The output's text (what the server would send).
+std::string Text(const Outcome& o) { return o.text; }
+
+EngineConfig Config(bool diffusion) {
+  EngineConfig ec;
+  ec.page_size = 16;
+  ec.max_num_seqs = 64;
+  ec.kv_cache_bytes = 512ll << 20;
+  ec.max_model_len = 8192;
+  ec.force_diffusion = diffusion;
+  return ec;
+}
+
+// Every 6th schema of the suite, `seeds` runs each: all must finish with "stop" (complete) within
+// max_tokens and validate.
+void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
+  Fixtures& f = Shared();
+  Engine engine(f.model.get(), f.tok.get(), Config(diffusion));
+  ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
+  std::vector<Job> jobs;
+  std::vector<size_t> schema_of;
+  for (size_t i = 0; i < suite.size(); i += 6) {
+    auto g = engine.CompileGrammar(GrammarFormat::kJson, suite[i]["schema"].dump());
+    for (int s = 0; s < seeds; ++s) {
+      Job j;
+      j.grammar = g;
+      j.seed = 1000 * i + static_cast<uint64_t>(s);
+      if (diffusion) j.diffusion = s % 2 == 0 ? Diffusion(8, 4) : Diffusion(16, 16, DiffusionPolicy::kThreshold);
+      jobs.push_back(j);
+      schema_of.push_back(i);
+    }
+  }
+  std::vector<Outcome> outs = RunJobs(engine, jobs);
+  std::map<size_t, ordered_json> docs;
+  size_t complete = 0;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const std::string text = Text(outs[k]);
+    EXPECT_EQ(outs[k].reason, FinishReason::kStop) << suite[schema_of[k]]["name"] << ": " << text.substr(0, 200);
+    if (outs[k].reason != FinishReason::kStop) continue;
+    docs[schema_of[k]].push_back(text);
+    ++complete;
+  }
+  ordered_json cases = ordered_json::array();
+  for (auto& [i, d] : docs) cases.push_back({{"name", suite[i]["name"]}, {"schema", suite[i]["schema"]}, {"documents", d}});
+  const std::string file = testing::ScratchDir(scratch) + "/cases.json";
+  testing::WriteFile(file, cases.dump(1));
+  testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+                                                 "/tests/tools/validate_json_schema.py " + file);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(std::to_string(complete) + " documents checked, 0 invalid"), std::string::npos) << r.out;
+  EXPECT_EQ(complete, outs.size());
+}
+
+TEST(EngineStructuredOutput, AutoregressiveSchemaSuiteValidates) { CheckSchemaSuite(false, 3, "engine_so_ar"); }
+
+TEST(EngineStructuredOutput, DiffusionSchemaSuiteValidates) { CheckSchemaSuite(true, 4, "engine_so_diffusion"); }
+
+TEST(EngineStructuredOutput, ChoicesRegexesAndTheEndOfTheOutput) {
+  Fixtures& f = Shared();
+  for (bool diffusion : {false, true}) {
+    SCOPED_TRACE(diffusion ? "diffusion" : "autoregressive");
+    Engine engine(f.model.get(), f.tok.get(), Config(diffusion));
+    auto choice = engine.CompileGrammar(GrammarFormat::kChoice, R"(["red", "green", "blue sky"])");
+    auto regex = engine.CompileGrammar(GrammarFormat::kRegex, "[a-f]{3,6}-[0-9]{2}");
+    std::optional<DiffusionParams> d;
+    if (diffusion) d = Diffusion(8, 8);
+    std::vector<Job> jobs;
+    for (uint64_t s = 0; s < 6; ++s) {
+      jobs.push_back(MakeJob(choice, s, 100, d));
+      jobs.push_back(MakeJob(regex, s, 100, d));
+      jobs.push_back(MakeJob(choice, s, 100, d, /*ignore_eos=*/true));  // complete: ends without eos
+      jobs.push_back(MakeJob(regex, s, 100, d, false, /*stop_ids=*/{'-'}));  // '-' is a byte of the regex
+    }
+    std::vector<Outcome> outs = RunJobs(engine, jobs);
+    std::set<std::string> seen;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const std::string t = Text(outs[k]);
+      EXPECT_EQ(outs[k].reason, FinishReason::kStop) << t;
+      if (jobs[k].grammar == choice) {
+        EXPECT_TRUE(t == "red" || t == "green" || t == "blue sky") << t;
+        seen.insert(t);
+      } else {
+        EXPECT_TRUE(std::regex_match(t, std::regex("[a-f]{3,6}-[0-9]{2}"))) << t;
+      }
+    }
+    EXPECT_GE(seen.size(), 2u);  // random sampling: not one answer
+    // max_tokens inside the structure: "length", and the text is a proper prefix.
+    auto schema = engine.CompileGrammar(GrammarFormat::kJson,
+                                        R"({"type":"object","properties":{"a":{"type":"string"}},"required":["a"]})");
+    std::vector<Outcome> cut = RunJobs(engine, {MakeJob(schema, 7, 5, d), MakeJob(schema, 8, 5, d)});
+    for (const Outcome& o : cut) {
+      EXPECT_EQ(o.reason, FinishReason::kLength);
+      EXPECT_EQ(o.tokens.size(), 5u);
+      EXPECT_EQ(Text(o).substr(0, 1), "{");
+    }
+  }
+}
+
+TEST(EngineStructuredOutput, ChoicesOfOneRequestFollowTheirOwnMatchers) {
+  Fixtures& f = Shared();
+  Engine engine(f.model.get(), f.tok.get(), Config(false));
+  auto regex = engine.CompileGrammar(GrammarFormat::kRegex, "(ab|cd)+!");
+  std::vector<Outcome> outs(4);
+  std::vector<std::function<void(const GenerationEvent&)>> sinks;
+  for (auto& o : outs) sinks.push_back(MakeCollectingRequest({}, 1, &o).on_event);
+  GenerationRequest r = MakeCollectingRequest(Prompt(40), 200, &outs[0]);
+  r.n = 4;
+  r.sampling.temperature = 1.f;
+  r.sampling.seed = 5;
+  r.grammar = regex;
+  r.on_event = [sinks](const GenerationEvent& ev) { sinks[static_cast<size_t>(ev.index)](ev); };
+  engine.Submit(std::move(r));
+  engine.RunUntilIdle();
+  for (const Outcome& o : outs) {
+    EXPECT_TRUE(o.finished) << o.error;
+    EXPECT_TRUE(std::regex_match(Text(o), std::regex("(ab|cd)+!"))) << Text(o);
+  }
+}
+
+TEST(EngineStructuredOutput, GrammarOfAnotherEngineIsRefused) {
+  Fixtures& f = Shared();
+  Engine a(f.model.get(), f.tok.get(), Config(false));
+  auto g = a.CompileGrammar(GrammarFormat::kJsonObject, "");
+  Engine b(f.model.get(), nullptr, Config(false));
+  std::vector<Outcome> outs = {Outcome{}};
+  GenerationRequest r = MakeCollectingRequest(Prompt(8), 10, &outs[0]);
+  r.grammar = g;
+  b.Submit(std::move(r));
+  b.RunUntilIdle();
+  EXPECT_NE(outs[0].error.find("not compiled by this engine"), std::string::npos) << outs[0].error;
+  EXPECT_THROW(b.CompileGrammar(GrammarFormat::kJsonObject, ""), Error);  // no tokenizer
+  EXPECT_THROW(a.CompileGrammar(GrammarFormat::kJson, R"({"type": "number", "multipleOf": 2})"), Error);
+}
+
+// docs/PERFORMANCE.md: tokens per forward of diffusion requests with and without a JSON Schema
+// constraint (output tokens / forwards of the request, prompt forwards included, summed over seeds).
+TEST(EngineStructuredOutput, DiffusionTokensPerForward) {
+  Fixtures& f = Shared();
+  ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
+  struct Setting {
+    const char* name;
+    DiffusionParams p;
+  };
+  const Setting settings[] = {{"static b8 s4", Diffusion(8, 4)},
+                              {"threshold b16 t0.5", Diffusion(16, 16, DiffusionPolicy::kThreshold)}};
+  for (const Setting& s : settings) {
+    double tokens[2] = {0, 0}, forwards[2] = {0, 0};
+    for (int constrained = 0; constrained < 2; ++constrained) {
+      Engine engine(f.model.get(), f.tok.get(), Config(true));
+      std::vector<Job> jobs;
+      for (size_t i = 0; i < suite.size(); i += 6)
+        for (uint64_t seed = 0; seed < 2; ++seed) {
+          Job j;
+          if (constrained) j.grammar = engine.CompileGrammar(GrammarFormat::kJson, suite[i]["schema"].dump());
+          j.seed = seed + 31 * i;
+          j.diffusion = s.p;
+          j.max_tokens = 256;
+          j.ignore_eos = !constrained;  // unconstrained: the same kind of length
+          jobs.push_back(j);
+        }
+      for (const Outcome& o : RunJobs(engine, jobs)) {
+        int64_t steps = 0;
+        for (int64_t n : o.stats.steps_per_block) steps += n;
+        tokens[constrained] += static_cast<double>(o.raw.size());
+        forwards[constrained] += static_cast<double>(steps);
+      }
+    }
+    std::printf("[tokens per forward] %s: free %.2f, constrained %.2f\n", s.name, tokens[0] / forwards[0],
+                tokens[1] / forwards[1]);
+    // The chain rule unmasks whole left-to-right runs: the static schedule keeps its pace.
+    if (s.p.policy == DiffusionPolicy::kStatic) {
+      EXPECT_GE(tokens[1] / forwards[1], tokens[0] / forwards[0] * 0.95);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
