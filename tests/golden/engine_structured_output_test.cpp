@@ -241,7 +241,7 @@ TEST(EngineStructuredOutput, GrammarOfAnotherEngineIsRefused) {
 }
 
 // docs/PERFORMANCE.md: tokens per forward of diffusion requests with and without a JSON Schema
-// constraint (output tokens / forwards of the request, prompt forwards included, summed over seeds).
+// constraint (block-aligned output tokens / denoising steps, summed over schemas and seeds).
 TEST(EngineStructuredOutput, DiffusionTokensPerForward) {
   Fixtures& f = Shared();
   ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
