@@ -98,8 +98,8 @@ TEST_F(ServerBadInput, WrongTypesInNestedFieldsAre400) {
                  "tool_choice");
   ExpectApiError(PostText(chat, ChatText(tools + R"(, "tool_choice": {"type": "function", "function": "f"})")), 400,
                  "tool_choice");
-  ExpectApiError(PostText(chat, ChatText(R"("response_format": {"type": 5})")), 400, "response_format");
-  ExpectApiError(PostText(chat, ChatText(R"("response_format": {"type": ["text"]})")), 400, "response_format");
+  ExpectApiError(PostText(chat, ChatText(R"("response_format": {"type": 5})")), 400, "response_format.type");
+  ExpectApiError(PostText(chat, ChatText(R"("response_format": {"type": ["text"]})")), 400, "response_format.type");
   ExpectApiError(PostText(chat, ChatText(R"("stream": true, "stream_options": {"include_usage": "yes"})")), 400,
                  "stream_options.include_usage");
   EXPECT_EQ(engine.num_submitted(), 0u);

@@ -219,7 +219,7 @@ TEST_F(ServerHttp, ValidationErrors) {
       {chat, Chat({{"tool_choice", "required"}}), 400, "tool_choice"},
       {chat, Chat({{"tools", "x"}}), 400, "tools"},
       {chat, Chat({{"diffusion", {{"steps", 4}}}}), 400, "diffusion"},
-      {chat, Chat({{"response_format", {{"type", "json_object"}}}}), 400, "response_format"},
+      {chat, Chat({{"response_format", {{"type", "xml"}}}}), 400, "response_format.type"},
       {chat, {{"messages", ojson::array({{{"role", "wizard"}, {"content", "x"}}})}}, 400, "messages[0].role"},
       {chat, {{"messages", ojson::array({{{"role", "user"}}})}}, 400, "messages[0].content"},
       {chat,
