@@ -532,41 +532,6 @@ std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) 
   return "<tool_call>\n{\"name\": " + ojson(req.tool_choice_name).dump() + ", \"arguments\": ";
 }
 
-bool JsonNestingExceeds(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
-ojson ParseRequestJson(std::string_view text) {
-  if (JsonNestingExceeds(text, kMaxJsonDepth))
-    throw InvalidRequest(fmt::format("the request body is nested deeper than {} levels", kMaxJsonDepth));
-  try {
-    return ojson::parse(text);
-  } catch (const ojson::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: <why>".
-    std::string why = e.what();
-    if (size_t p = why.find("] "); p != std::string::npos) why.erase(0, p + 2);
-    throw InvalidRequest("the request body is not valid JSON: " + why);
-  }
-}
-
 ApiError InvalidRequest(const std::string& message, const std::string& param, const std::string& code) {
   return ApiError(400, "invalid_request_error", message, param, code);
 }

@@ -48,8 +48,9 @@ constexpr int kMaxJsonDepth = 128;
 // Whether `text` opens more than max_depth arrays / objects at once (brackets inside strings do
 // not count). Linear, no recursion; meant to run before the parser.
 bool JsonNestingExceeds(std::string_view text, int max_depth);
-// A request body as JSON; ApiError 400 when nested deeper than kMaxJsonDepth or invalid (the
-// message says where and why: bad UTF-8, lone surrogate, syntax).
+// A request body as JSON (request_json.cpp); ApiError 400 when nested deeper than kMaxJsonDepth
+// or invalid (the message says where and why: bad UTF-8, lone surrogate, syntax, a number beyond a
+// double's range with its field path as the param).
 ojson ParseRequestJson(std::string_view text);
 const char* HttpReasonPhrase(int status);
 

@@ -178,6 +178,22 @@ TEST_F(ServerBadInput, IntegersBeyondInt64AreRejectedWithTheirValue) {
   EXPECT_EQ(engine.num_submitted(), 0u);
 }
 
+// A number beyond a double's range fails inside the JSON parser, before any field check: it is still
+// a 400 naming the field (it was a 500 "internal error: number overflow").
+TEST_F(ServerBadInput, NumbersThatOverflowADoubleAre400NamingTheField) {
+  Start();
+  const std::string chat = "/v1/chat/completions";
+  std::string msg = ExpectApiError(PostText(chat, ChatText(R"("max_tokens": 1e999)")), 400, "max_tokens");
+  EXPECT_NE(msg.find("1e999"), std::string::npos) << msg;
+  ExpectApiError(PostText(chat, ChatText(R"("temperature": -1e999)")), 400, "temperature");
+  ExpectApiError(PostText(chat, ChatText(R"("logit_bias": {"12": 1e400})")), 400, "logit_bias.12");
+  ExpectApiError(PostText(chat, R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "x": [1, {"y": 2e308}]}]})"),
+                 400, "messages[1].x[1].y");
+  ExpectApiError(PostText("/v1/completions", R"({"prompt": "Hi", "top_p": 1E+999})"), 400, "top_p");
+  EXPECT_EQ(engine.num_submitted(), 0u);
+  EXPECT_EQ(PostText(chat, ChatText(R"("temperature": 1e-999)")).status, 200);  // underflow is 0
+}
+
 // "the request body is not valid JSON" alone does not tell a client which byte was wrong.
 TEST_F(ServerBadInput, InvalidJsonSaysWhy) {
   Start();
