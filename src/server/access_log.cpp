@@ -42,6 +42,12 @@ std::string AccessLog::Format(const AccessLogEntry& e, bool log_requests) {
   }
   j["e2e_s"] = e.e2e_s;
   if (!e.error.empty()) j["error"] = e.error;
+  if (!e.content_safety.empty()) {
+    auto& hits = j["content_safety"] = nlohmann::ordered_json::array();
+    for (const auto& h : e.content_safety)
+      hits.push_back({{"stage", h.stage}, {"source", h.source}, {"name", h.name}, {"category", h.category},
+                      {"action", h.action}});
+  }
   if (log_requests) {
     if (!e.prompt.empty()) j["prompt"] = e.prompt;
     if (!e.completion.empty()) j["completion"] = e.completion;

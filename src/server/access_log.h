@@ -6,10 +6,17 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
 struct AccessLogEntry {
+  // A content-safety match (never the matched text): stage input / output, source rule /
+  // classifier, the rule's name (or the classifier's category), category and action.
+  struct SafetyHit {
+    std::string stage, source, name, category, action;
+  };
+  std::vector<SafetyHit> content_safety;
   std::string request_id, key_id, remote, method, path;
   int status = 0;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // -1: not a generation
