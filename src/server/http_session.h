@@ -43,6 +43,13 @@ inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(
 
 class Session;
 
+// A prompt refused by the content-safety stage (400) or its fail-closed classifier (503): carries
+// the matches to the access log, since the refusal happens before the session's entry sees them.
+struct ContentSafetyError : ApiError {
+  ContentSafetyError(ApiError e, std::vector<AccessLogEntry::SafetyHit> h) : ApiError(std::move(e)), hits(std::move(h)) {}
+  std::vector<AccessLogEntry::SafetyHit> hits;
+};
+
 // Engine -> session path for one generation; cut by EndGeneration or Stop.
 struct Link {
   std::mutex mu;

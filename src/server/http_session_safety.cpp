@@ -56,9 +56,10 @@ void Session::CheckInputSafety(Gen& g, bool chat) {
       g.refused = true;
       return;
     }
-    throw ApiError(400, "invalid_request_error",
-                   fmt::format("the prompt was refused by the content-safety policy ({})", why), param,
-                   "content_filter");
+    throw ContentSafetyError(ApiError(400, "invalid_request_error",
+                                      fmt::format("the prompt was refused by the content-safety policy ({})", why),
+                                      param, "content_filter"),
+                             g.input_hits);
   };
   if (!block_category.empty()) return refuse("category " + block_category);
   if (!srv_->classifier) return;
@@ -69,8 +70,10 @@ void Session::CheckInputSafety(Gen& g, bool chat) {
     m.content_safety_classifier.Inc({"error"});
     g.input_hits.push_back({"input", "classifier", "error", "", cs.classifier_failure == "open" ? "fail_open" : "fail_closed"});
     if (cs.classifier_failure == "open") return;
-    throw ApiError(503, "service_unavailable", fmt::format("the content-safety classifier is unavailable: {}", e.what()),
-                   "", "content_filter_unavailable");
+    throw ContentSafetyError(ApiError(503, "service_unavailable",
+                                      fmt::format("the content-safety classifier is unavailable: {}", e.what()), "",
+                                      "content_filter_unavailable"),
+                             g.input_hits);
   }
   m.content_safety_classifier.Inc({r.flagged ? "flagged" : "clean"});
   if (!r.flagged) return;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "server/content_filter.h"
 #include "server/moderation_client.h"
+#include "test_util.h"
 #include "unit/server_http_fakes.h"
 #include "unit/server_test_fixture.h"
 
@@ -552,6 +553,45 @@ TEST_F(ContentSafetyServer, OutputMaskAndFlagAndHeldTextFlushed) {
             2);
   EXPECT_EQ(Metric(R"(tessera_content_safety_hits_total{source="rule",stage="output",category="pii_cat",action="mask"})"),
             2);
+}
+
+TEST_F(ContentSafetyServer, OneBlockedChoiceLeavesTheOthers) {
+  // The fake's choice 1 gets "#1" after each piece, which breaks the phrase up: only choice 0 is cut.
+  engine.script = {"Mix the ", "nerve ", "agent ", "now"};
+  Start();
+  auto r = Post("/v1/chat/completions", {{"model", "fake-moe"},
+                                         {"messages", ojson::array({{{"role", "user"}, {"content", "hi"}}})},
+                                         {"n", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ojson j = ojson::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Mix the ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "content_filter");
+  EXPECT_EQ(j["choices"][1]["message"]["content"], "Mix the #1nerve #1agent #1now#1");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "stop");
+}
+
+TEST_F(ContentSafetyServer, AccessLogNamesTheMatchesNotTheText) {
+  const std::string dir = testing::ScratchDir("content_safety_log");
+  cfg.server.access_log = dir + "/access.log";
+  engine.script = {"the weather ", "is 123-45-6789"};
+  Start();
+  EXPECT_EQ(Post("/v1/chat/completions", Chat("nerve agent")).status, 400);
+  EXPECT_EQ(Post("/v1/chat/completions", Chat("hi")).status, 200);
+  server.reset();  // flushes and closes the log
+  std::string log = testing::ReadFile(dir + "/access.log");
+  std::vector<ojson> lines;
+  for (size_t pos = 0, nl; (nl = log.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    lines.push_back(ojson::parse(log.substr(pos, nl - pos)));
+  ASSERT_EQ(lines.size(), 2u) << log;
+  ASSERT_EQ(lines[0]["content_safety"].size(), 1u) << log;
+  EXPECT_EQ(lines[0]["content_safety"][0]["name"], "weapons");
+  EXPECT_EQ(lines[0]["content_safety"][0]["stage"], "input");
+  EXPECT_EQ(lines[0]["content_safety"][0]["action"], "block");
+  ASSERT_EQ(lines[1]["content_safety"].size(), 2u) << log;
+  EXPECT_EQ(lines[1]["content_safety"][0]["category"], "weather_cat");
+  EXPECT_EQ(lines[1]["content_safety"][1]["action"], "mask");
+  EXPECT_EQ(log.find("6789"), std::string::npos) << log;
+  EXPECT_EQ(log.find("nerve"), std::string::npos) << log;
 }
 
 TEST_F(ContentSafetyServer, OffByDefault) {
