@@ -179,14 +179,6 @@ StreamFilter::StreamFilter(StreamFilter&& o) noexcept
   o.match_data_.clear();
 }
 
-StreamFilter& StreamFilter::operator=(StreamFilter&& o) noexcept {
-  if (this != &o) {
-    this->~StreamFilter();
-    new (this) StreamFilter(std::move(o));
-  }
-  return *this;
-}
-
 std::vector<ContentHit> StreamFilter::TakeNewHits() {
   std::vector<ContentHit> out(hits_.begin() + static_cast<std::ptrdiff_t>(reported_), hits_.end());
   reported_ = hits_.size();

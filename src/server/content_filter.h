@@ -70,14 +70,14 @@ class StreamFilter {
  public:
   explicit StreamFilter(std::shared_ptr<const ContentRuleSet> rules);
   ~StreamFilter();
-  StreamFilter(StreamFilter&&) noexcept;
-  StreamFilter& operator=(StreamFilter&&) noexcept;
+  StreamFilter(StreamFilter&&) noexcept;  // (a choice's filter lives in a vector's element)
+  StreamFilter& operator=(StreamFilter&&) = delete;
 
   std::string Push(std::string_view text);
   // `last`: text that ends the stream, matched as final at once (a whole prompt).
   std::string Finish(std::string_view last = {});
   bool blocked() const { return blocked_; }
-  // Every hit so far, in text order; hits_reported() of them were already taken by TakeNewHits.
+  // Every hit so far, in text order; TakeNewHits: those since its last call (for the metrics).
   const std::vector<ContentHit>& hits() const { return hits_; }
   std::vector<ContentHit> TakeNewHits();
   size_t held_bytes() const { return buf_.size() - start_; }

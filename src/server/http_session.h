@@ -209,7 +209,7 @@ struct Gen {
   // Content safety of the prompt (found on the prompt pool, logged on the strand): a block rule or
   // a flagged prompt under input_block refusal answers refusal_message without the engine.
   bool refused = false;
-  std::vector<AccessLogEntry::SafetyHit> input_hits;
+  AccessLogEntry input_log;  // its content_safety only: the prompt's matches
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<Link> link;
   ResponseHeader hdr;

@@ -99,7 +99,7 @@ void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
   entry_.completion_tokens = 0;
   if (srv_->log.log_requests()) entry_.prompt = chat ? DumpJson(g->req.messages) : g->req.prompt_text;
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
-  entry_.content_safety = g->input_hits;
+  entry_.content_safety = g->input_log.content_safety;
   if (g->refused) {
     g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
     g->choices.resize(static_cast<size_t>(g->req.n));

@@ -27,7 +27,7 @@ void Session::CheckInputSafety(Gen& g, bool chat) {
     for (const ContentHit& h : s.hits) {
       const bool blocks = h.action == ContentAction::kBlock || (ids && h.action == ContentAction::kMask);
       m.content_safety_hits.Inc({"rule", "input", h.category, blocks ? "block" : ContentActionName(h.action)});
-      g.input_hits.push_back(LogHit("input", "rule", h));
+      g.input_log.AddSafetyHit(LogHit("input", "rule", h));
       if (blocks && block_category.empty()) block_category = h.category;
     }
     if (!ids) text = std::move(s.text);
@@ -59,7 +59,7 @@ void Session::CheckInputSafety(Gen& g, bool chat) {
     throw ContentSafetyError(ApiError(400, "invalid_request_error",
                                       fmt::format("the prompt was refused by the content-safety policy ({})", why),
                                       param, "content_filter"),
-                             g.input_hits);
+                             g.input_log.content_safety);
   };
   if (!block_category.empty()) return refuse("category " + block_category);
   if (!srv_->classifier) return;
@@ -68,19 +68,19 @@ void Session::CheckInputSafety(Gen& g, bool chat) {
     r = srv_->classifier->Check(classifier_text);
   } catch (const ModerationError& e) {
     m.content_safety_classifier.Inc({"error"});
-    g.input_hits.push_back({"input", "classifier", "error", "", cs.classifier_failure == "open" ? "fail_open" : "fail_closed"});
+    g.input_log.AddSafetyHit({"input", "classifier", "error", "", cs.classifier_failure == "open" ? "fail_open" : "fail_closed"});
     if (cs.classifier_failure == "open") return;
     throw ContentSafetyError(ApiError(503, "service_unavailable",
                                       fmt::format("the content-safety classifier is unavailable: {}", e.what()), "",
                                       "content_filter_unavailable"),
-                             g.input_hits);
+                             g.input_log.content_safety);
   }
   m.content_safety_classifier.Inc({r.flagged ? "flagged" : "clean"});
   if (!r.flagged) return;
   if (r.categories.empty()) r.categories.push_back("flagged");  // flagged without a category named
   for (const std::string& c : r.categories) {
     m.content_safety_hits.Inc({"classifier", "input", c, cs.classifier_action});
-    g.input_hits.push_back({"input", "classifier", c, c, cs.classifier_action});
+    g.input_log.AddSafetyHit({"input", "classifier", c, c, cs.classifier_action});
   }
   if (cs.classifier_action == "block") refuse("flagged: " + r.categories.front());
 }
@@ -105,7 +105,7 @@ void Session::RespondRefusal(const std::shared_ptr<Gen>& g) {
 void Session::RecordOutputHits(const std::vector<ContentHit>& hits) {
   for (const ContentHit& h : hits) {
     srv_->m.content_safety_hits.Inc({"rule", "output", h.category, ContentActionName(h.action)});
-    entry_.content_safety.push_back(LogHit("output", "rule", h));
+    entry_.AddSafetyHit(LogHit("output", "rule", h));
   }
 }
 

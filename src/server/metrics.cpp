@@ -231,7 +231,7 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                                      "Tokens routed to each expert of each MoE layer.", {"layer", "expert"})),
       content_safety_hits(r.Counter("tessera_content_safety_hits_total",
                                     "Content-safety matches: source rule or classifier, stage input or output, the "
-                                    "rule's or classifier's category, action block, mask, flag or refuse.",
+                                    "rule's or classifier's category, action block, mask or flag.",
                                     {"source", "stage", "category", "action"})),
       content_safety_classifier(r.Counter("tessera_content_safety_classifier_requests_total",
                                           "Calls of the content-safety classifier by result: clean, flagged, or "

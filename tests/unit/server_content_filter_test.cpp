@@ -314,6 +314,10 @@ class FakeModeration {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
   }
+  std::string last_head() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_head_;
+  }
 
  private:
   void Loop() {
@@ -349,6 +353,7 @@ class FakeModeration {
     {
       std::lock_guard<std::mutex> l(mu_);
       last_body_ = req.substr(req.find("\r\n\r\n") + 4);
+      last_head_ = req.substr(0, req.find("\r\n\r\n"));
     }
     std::string status = "200 OK", body;
     switch (mode.load()) {
@@ -380,17 +385,20 @@ class FakeModeration {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
-  std::string last_body_;
+  std::string last_body_, last_head_;
 };
 
 TEST(ModerationClient, ParsesAnswersAndTimesOut) {
   FakeModeration fake;
-  ModerationClient client(fake.url(), "omni-moderation-latest", "k", 0.3);
+  // Timeouts are generous for a loaded machine: a loopback answer must never miss them.
+  ModerationClient client(fake.url(), "omni-moderation-latest", "k", 1.0);
   ModerationResult r = client.Check("hello");
   EXPECT_FALSE(r.flagged);
   ojson sent = ojson::parse(fake.last_body());
   EXPECT_EQ(sent["input"], "hello");
   EXPECT_EQ(sent["model"], "omni-moderation-latest");
+  EXPECT_NE(fake.last_head().find("POST /v1/moderations HTTP/1.1"), std::string::npos) << fake.last_head();
+  EXPECT_NE(fake.last_head().find("Authorization: Bearer k\r\n"), std::string::npos) << fake.last_head();
   fake.mode = FakeModeration::Mode::kFlagged;
   r = client.Check("x");
   EXPECT_TRUE(r.flagged);
@@ -407,7 +415,8 @@ TEST(ModerationClient, ParsesAnswersAndTimesOut) {
   } catch (const ModerationError& e) {
     EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.95);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 // ---- end to end through the server ----
@@ -573,7 +582,7 @@ TEST_F(ContentSafetyServer, OneBlockedChoiceLeavesTheOthers) {
 TEST_F(ContentSafetyServer, AccessLogNamesTheMatchesNotTheText) {
   const std::string dir = testing::ScratchDir("content_safety_log");
   cfg.server.access_log = dir + "/access.log";
-  engine.script = {"the weather ", "is 123-45-6789"};
+  engine.script = {"the weather, wea", "ther ", "is 123-45-6789"};
   Start();
   EXPECT_EQ(Post("/v1/chat/completions", Chat("nerve agent")).status, 400);
   EXPECT_EQ(Post("/v1/chat/completions", Chat("hi")).status, 200);
@@ -587,8 +596,10 @@ TEST_F(ContentSafetyServer, AccessLogNamesTheMatchesNotTheText) {
   EXPECT_EQ(lines[0]["content_safety"][0]["name"], "weapons");
   EXPECT_EQ(lines[0]["content_safety"][0]["stage"], "input");
   EXPECT_EQ(lines[0]["content_safety"][0]["action"], "block");
+  EXPECT_EQ(lines[0]["content_safety"][0]["count"], 1);
   ASSERT_EQ(lines[1]["content_safety"].size(), 2u) << log;
   EXPECT_EQ(lines[1]["content_safety"][0]["category"], "weather_cat");
+  EXPECT_EQ(lines[1]["content_safety"][0]["count"], 2);  // identical matches counted in one entry
   EXPECT_EQ(lines[1]["content_safety"][1]["action"], "mask");
   EXPECT_EQ(log.find("6789"), std::string::npos) << log;
   EXPECT_EQ(log.find("nerve"), std::string::npos) << log;
@@ -608,12 +619,13 @@ TEST_F(ContentSafetyServer, ClassifierFlagsBlocksAndFailurePolicies) {
   cfg.content_safety.rules.clear();
   cfg.content_safety.classifier_url = fake.url();
   cfg.content_safety.classifier_model = "omni-moderation-latest";
-  cfg.content_safety.classifier_timeout_s = 0.3;
+  cfg.content_safety.classifier_timeout_s = 1.0;
   cfg.content_safety.classifier_failure = "closed";
   Start();
   auto r = Post("/v1/chat/completions", Chat("hello"));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(ojson::parse(fake.last_body())["input"], "hello");
+  EXPECT_EQ(fake.last_head().find("Authorization"), std::string::npos);  // no key configured
   fake.mode = FakeModeration::Mode::kFlagged;
   r = Post("/v1/chat/completions", Chat("something violent"));
   std::string msg = ExpectApiError(r, 400, "messages");
@@ -625,7 +637,7 @@ TEST_F(ContentSafetyServer, ClassifierFlagsBlocksAndFailurePolicies) {
   auto t0 = std::chrono::steady_clock::now();
   r = Post("/v1/chat/completions", Chat("hello"));
   ExpectApiError(r, 503, "", "service_unavailable");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   EXPECT_EQ(Metric(R"(tessera_content_safety_classifier_requests_total{result="error"})"), 1);
   EXPECT_EQ(Metric(R"(tessera_content_safety_classifier_requests_total{result="clean"})"), 1);
   EXPECT_EQ(Metric(R"(tessera_content_safety_classifier_requests_total{result="flagged"})"), 1);
@@ -637,7 +649,7 @@ TEST_F(ContentSafetyServer, ClassifierFailOpenServesAndFlagOnlyCounts) {
   fake.mode = FakeModeration::Mode::kHang;
   cfg.content_safety.rules.clear();
   cfg.content_safety.classifier_url = fake.url();
-  cfg.content_safety.classifier_timeout_s = 0.2;
+  cfg.content_safety.classifier_timeout_s = 0.5;
   cfg.content_safety.classifier_failure = "open";
   cfg.content_safety.classifier_action = "flag";
   Start();
