@@ -207,7 +207,8 @@ std::string StreamFilter::Run(bool final) {
   for (;;) {
     // Until more arrives, the text ends before an incomplete character: a match must not be
     // decided (nor text sent) across it.
-    const size_t subject = final ? buf_.size() : CompleteUtf8Prefix(buf_);
+    // (Never before start_: a replacement that is not valid UTF-8 must not move the stream back.)
+    const size_t subject = final ? buf_.size() : std::max(start_, CompleteUtf8Prefix(buf_));
     size_t hold = subject;
     size_t best = ms.size(), best_s = 0, best_e = 0;
     for (size_t i = 0; i < ms.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include "core/error.h"
@@ -179,6 +180,35 @@ TEST(ContentFilter, HoldBackIsBoundedByMaxMatchBytes) {
   StreamFilter g(rules);
   EXPECT_EQ(Feed(g, {"x BEG", "IN a E", "ND y"}), "x ");
   EXPECT_TRUE(g.blocked());
+}
+
+TEST(ContentFilter, StreamingEqualsScanningTheWholeText) {
+  // Property: however a text is cut into pieces, the stream gives what one scan of the whole text
+  // gives (matches within their bound), and no piece ends inside a character.
+  auto rule_pat = Rule("num", "mask", {}, {R"(\d{2}-\d{2})"});
+  rule_pat.max_match_bytes = 5;
+  auto rules = Output({Rule("stop", "block", {"zap zap"}), rule_pat, Rule("f", "flag", {"zé"})});
+  const std::vector<std::string> atoms = {"z", "a", "p", " ", "é", "1", "-", "日", "zap", "zé", "12-34"};
+  std::mt19937 rng(1234);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 24);
+    for (int i = 0; i < len; ++i) text += atoms[rng() % atoms.size()];
+    ContentScan whole = ScanContent(rules, text);
+    StreamFilter f(rules);
+    std::string out;
+    for (size_t pos = 0; pos < text.size();) {
+      size_t n = 1 + rng() % 6;
+      std::string piece = f.Push(text.substr(pos, n));
+      ASSERT_TRUE(ValidUtf8(piece)) << text;
+      out += piece;
+      pos += n;
+    }
+    out += f.Finish();
+    ASSERT_EQ(out, whole.text) << "text '" << text << "'";
+    ASSERT_EQ(f.blocked(), whole.blocked) << text;
+    ASSERT_EQ(f.hits().size(), whole.hits.size()) << text;
+  }
 }
 
 TEST(ContentFilter, WithoutHoldBackASplitPhraseLeaks) {
