@@ -23,6 +23,16 @@ AccessLog::~AccessLog() {
   if (owned_ && file_ != nullptr) std::fclose(file_);
 }
 
+void AccessLogEntry::AddSafetyHit(SafetyHit h) {
+  for (SafetyHit& e : content_safety)
+    if (e.stage == h.stage && e.source == h.source && e.name == h.name && e.category == h.category &&
+        e.action == h.action) {
+      e.count += h.count;
+      return;
+    }
+  content_safety.push_back(std::move(h));
+}
+
 std::string AccessLog::Format(const AccessLogEntry& e, bool log_requests) {
   nlohmann::ordered_json j;
   double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -42,6 +52,12 @@ std::string AccessLog::Format(const AccessLogEntry& e, bool log_requests) {
   }
   j["e2e_s"] = e.e2e_s;
   if (!e.error.empty()) j["error"] = e.error;
+  if (!e.content_safety.empty()) {
+    auto& hits = j["content_safety"] = nlohmann::ordered_json::array();
+    for (const auto& h : e.content_safety)
+      hits.push_back({{"stage", h.stage}, {"source", h.source}, {"name", h.name}, {"category", h.category},
+                      {"action", h.action}, {"count", h.count}});
+  }
   if (log_requests) {
     if (!e.prompt.empty()) j["prompt"] = e.prompt;
     if (!e.completion.empty()) j["completion"] = e.completion;

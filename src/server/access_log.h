@@ -6,10 +6,20 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
 struct AccessLogEntry {
+  // Content-safety matches (never the matched text): stage input / output, source rule /
+  // classifier, the rule's name (or the classifier's category), category, action, and how often.
+  // Identical ones are counted in one (a mask rule may match every line of a long answer).
+  struct SafetyHit {
+    std::string stage, source, name, category, action;
+    int64_t count = 1;
+  };
+  std::vector<SafetyHit> content_safety;
+  void AddSafetyHit(SafetyHit h);
   std::string request_id, key_id, remote, method, path;
   int status = 0;
   int64_t prompt_tokens = -1, completion_tokens = -1;  // -1: not a generation

@@ -159,6 +159,9 @@ void Session::Handle(http::request<http::string_body>& req) {
 void Session::SendFailure(std::exception_ptr failure) {
   try {
     std::rethrow_exception(failure);
+  } catch (const ContentSafetyError& e) {
+    entry_.content_safety = e.hits;
+    SendError(e);
   } catch (const ApiError& e) {
     SendError(e);
   } catch (const Error& e) {

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "server/access_log.h"
+#include "server/content_filter.h"
 #include "server/http_server.h"
+#include "server/moderation_client.h"
 #include "server/openai_protocol.h"
 #include "server/security.h"
 #include "server/tool_parser.h"
@@ -40,6 +42,13 @@ using Clock = std::chrono::steady_clock;
 inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 class Session;
+
+// A prompt refused by the content-safety stage (400) or its fail-closed classifier (503): carries
+// the matches to the access log, since the refusal happens before the session's entry sees them.
+struct ContentSafetyError : ApiError {
+  ContentSafetyError(ApiError e, std::vector<AccessLogEntry::SafetyHit> h) : ApiError(std::move(e)), hits(std::move(h)) {}
+  std::vector<AccessLogEntry::SafetyHit> hits;
+};
 
 // Engine -> session path for one generation; cut by EndGeneration or Stop.
 struct Link {
@@ -63,6 +72,17 @@ struct HttpServer::Impl {
         accept_retry(acceptor.get_executor()),
         work(net::make_work_guard(ioc)) {
     created = UnixNow();
+    // Content safety (docs/CONTENT_SAFETY.md): compiled once; a bad rule fails the server's start.
+    if (cfg.content_safety.enabled) {
+      const auto& cs = cfg.content_safety;
+      auto in = ContentRuleSet::Compile(cs.rules, cs.mask_with, ContentRuleSet::Stage::kInput);
+      auto out = ContentRuleSet::Compile(cs.rules, cs.mask_with, ContentRuleSet::Stage::kOutput);
+      if (!in->empty()) safety_in = in;
+      if (!out->empty()) safety_out = out;
+      if (!cs.classifier_url.empty())
+        classifier = std::make_unique<ModerationClient>(cs.classifier_url, cs.classifier_model,
+                                                        cs.classifier_api_key, cs.classifier_timeout_s);
+    }
     registry.AddCollector([this] {
       EngineSnapshot s = engine.Snapshot();
       m.requests_running.Set(static_cast<double>(s.requests_running));
@@ -127,6 +147,9 @@ struct HttpServer::Impl {
   RateLimiter rate;
   ConcurrencyLimiter conc;
   AccessLog log;
+  // Content safety; all null when content_safety.enabled is off or the stage has no rule.
+  std::shared_ptr<const ContentRuleSet> safety_in, safety_out;
+  std::unique_ptr<ModerationClient> classifier;
   // The model's diffusion defaults with the config's diffusion section on top. Read per request:
   // `tessera serve` starts the server before the model (and so its defaults) exists.
   DiffusionParams DiffusionDefaults() const {
@@ -166,6 +189,7 @@ struct HttpServer::Impl {
 // One choice of a generation (n of them; one engine sequence each).
 struct GenChoice {
   std::optional<ToolCallParser> parser;
+  std::optional<StreamFilter> filter;  // the output rules (content safety), before the parser
   std::string content, raw_text;
   std::vector<ToolCall> calls;
   std::vector<TokenLogprob> logprobs;
@@ -182,6 +206,10 @@ struct Gen {
   std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // req.constraint compiled (null: free output)
   std::string echo;           // completions with echo: the prompt's text, opening every choice
+  // Content safety of the prompt (found on the prompt pool, logged on the strand): a block rule or
+  // a flagged prompt under input_block refusal answers refusal_message without the engine.
+  bool refused = false;
+  AccessLogEntry input_log;  // its content_safety only: the prompt's matches
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<Link> link;
   ResponseHeader hdr;
@@ -244,7 +272,16 @@ class Session : public std::enable_shared_from_this<Session> {
                   const ojson& logprobs);
   // A chunk's usage field: absent, null (include_usage) or the running usage (continuous_usage_stats).
   std::optional<ojson> ChunkUsage(const std::shared_ptr<Gen>& g) const;
-  void FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& stats);
+  // `reason_text` overrides the reason's text (content_filter).
+  void FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& stats,
+                    const char* reason_text = nullptr);
+  // Content safety (http_session_safety.cpp).
+  void CheckInputSafety(Gen& g, bool chat);  // on the prompt pool; throws the 400 / 503
+  void RespondRefusal(const std::shared_ptr<Gen>& g);
+  // Output text of choice `index` through its filter, then the parser or EmitContent.
+  void EmitFiltered(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text, const ojson& logprobs,
+                    bool final);
+  void RecordOutputHits(const std::vector<ContentHit>& hits);
   void FinishGeneration(const std::shared_ptr<Gen>& g);
   void FailGeneration(const std::shared_ptr<Gen>& g, const ApiError& e);
   void EndGeneration(const std::shared_ptr<Gen>& g);

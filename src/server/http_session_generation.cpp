@@ -42,6 +42,11 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
   auto g = std::make_shared<Gen>();
   const DiffusionParams ddef = srv_->DiffusionDefaults();
   g->req = chat ? ParseChatRequest(body, info, ddef) : ParseCompletionRequest(body, info, ddef);
+  // Content safety reviews the prompt's text before the template sees it (a mask changes it).
+  if (srv_->safety_in || srv_->classifier) {
+    CheckInputSafety(*g, chat);
+    if (g->refused) return g;
+  }
   try {
     if (chat) {
       g->prompt = srv_->prompts.BuildChat(g->req.messages, g->req.ParseTools() ? g->req.tools : ojson(),
@@ -94,6 +99,15 @@ void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
   entry_.completion_tokens = 0;
   if (srv_->log.log_requests()) entry_.prompt = chat ? DumpJson(g->req.messages) : g->req.prompt_text;
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
+  entry_.content_safety = g->input_log.content_safety;
+  if (g->refused) {
+    g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
+    g->choices.resize(static_cast<size_t>(g->req.n));
+    g->choices_left = g->req.n;
+    g->link = std::make_shared<Link>();  // never given to the engine; EndGeneration cuts it
+    g->admitted_at = g->arrival;
+    return RespondRefusal(g);
+  }
 
   g->rate_key = entry_.key_id.empty() ? "ip:" + remote_ : entry_.key_id;
   auto d = srv_->rate.Admit(g->rate_key, static_cast<int64_t>(g->prompt.size()), Clock::now());
@@ -106,6 +120,8 @@ void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
   g->hdr = {NewResponseId(chat ? "chatcmpl-" : "cmpl-"), info.name, UnixNow()};
   g->choices.resize(static_cast<size_t>(g->req.n));
   g->choices_left = g->req.n;
+  if (srv_->safety_out)
+    for (GenChoice& c : g->choices) c.filter.emplace(srv_->safety_out);
   if (g->req.ParseTools()) {
     for (GenChoice& c : g->choices) {
       c.parser.emplace(g->req.tools);
@@ -253,10 +269,7 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
                          : CompletionLogprobsJson(ev.logprobs, text_fn, c.text_offset);
       }
       c.text_offset += static_cast<int64_t>(ev.text.size());
-      if (c.parser)
-        EmitParsed(g, ev.index, c.parser->Push(ev.text), lp);
-      else
-        EmitContent(g, ev.index, ev.text, lp);
+      EmitFiltered(g, ev.index, ev.text, lp, /*final=*/false);
       return;
     }
     case GenerationEvent::Kind::kDiffusionStep:
@@ -272,6 +285,11 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
         return FailGeneration(g, ApiError(503, "service_unavailable", "the engine cancelled the request"));
       if (ev.finish_reason == FinishReason::kError)
         return FailGeneration(g, ApiError(500, "internal_error", "the engine failed the request"));
+      if (c.filter) {
+        // What the output filter still holds goes out now (or a match in it blocks the choice).
+        EmitFiltered(g, ev.index, "", nullptr, /*final=*/true);
+        if (c.finished) return;
+      }
       return FinishChoice(g, ev.index, ev.finish_reason, ev.stats);
     case GenerationEvent::Kind::kError:
       // The engine reports request problems it finds (bad ids, too long...) this way; once output
@@ -320,7 +338,8 @@ void Session::EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vect
   }
 }
 
-void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& st) {
+void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& st,
+                           const char* reason_text) {
   GenChoice& c = g->choices[index];
   // A strict call ends where its grammar does (before </tool_call>, an added token no grammar
   // emits): the server closes it. Cut short (length), it stays unterminated, hence plain text.
@@ -329,7 +348,7 @@ void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishR
   if (c.parser) EmitParsed(g, index, c.parser->Finish(), nullptr);
   c.finished = true;
   c.stats = st;
-  c.finish_reason = FinishReasonText(reason, !c.calls.empty());
+  c.finish_reason = reason_text != nullptr ? reason_text : FinishReasonText(reason, !c.calls.empty());
   if (g->req.stream) {
     if (g->req.chat)
       WriteChunk(SseData(ChatChunkJson(g->hdr, index, ojson::object(), c.finish_reason, nullptr, ChunkUsage(g))));

@@ -229,6 +229,14 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                                             "Denoising steps a diffusion block took.", kCountBuckets)),
       expert_routed_tokens(r.Counter("tessera_moe_routed_tokens_total",
                                      "Tokens routed to each expert of each MoE layer.", {"layer", "expert"})),
+      content_safety_hits(r.Counter("tessera_content_safety_hits_total",
+                                    "Content-safety matches: source rule or classifier, stage input or output, the "
+                                    "rule's or classifier's category, action block, mask or flag.",
+                                    {"source", "stage", "category", "action"})),
+      content_safety_classifier(r.Counter("tessera_content_safety_classifier_requests_total",
+                                          "Calls of the content-safety classifier by result: clean, flagged, or "
+                                          "error (unreachable, timed out, bad answer).",
+                                          {"result"})),
       ready(r.Gauge("tessera_ready", "1 when the model is loaded and serving.")) {}
 
 }  // namespace tessera

@@ -94,6 +94,8 @@ struct ServerMetrics {
   MetricFamily& diffusion_tokens_per_forward;  // histogram
   MetricFamily& diffusion_steps_per_block;     // histogram
   MetricFamily& expert_routed_tokens;          // counter {layer, expert}
+  MetricFamily& content_safety_hits;           // counter {source, stage, category, action}
+  MetricFamily& content_safety_classifier;     // counter {result}: clean, flagged, error
   MetricFamily& ready;                         // gauge 0/1
 };
 

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "server/content_filter.h"
 #include "server/security.h"
 
 namespace tessera {
@@ -127,6 +128,29 @@ const std::vector<Entry>& Entries() {
                   "per key (0 = unlimited)"),
       TESSERA_KEY(limits, tokens_per_minute, "--tokens-per-minute", kDouble, false, AtLeast(0),
                   "per key (0 = unlimited)"),
+      // content_safety.rules is a list of mappings (ParseContentRules), set in the YAML file only.
+      TESSERA_KEY(content_safety, enabled, "--content-safety", kBool, false, kAny,
+                  "apply the content-safety rules and classifier (docs/CONTENT_SAFETY.md)"),
+      TESSERA_KEY(content_safety, input_block, "--content-safety-input-block", kString, false,
+                  OneOf("error|refusal"),
+                  "a blocked prompt gets a 400 content_filter error, or a 200 refusal_message reply"),
+      TESSERA_KEY(content_safety, refusal_message, "--content-safety-refusal-message", kString, false, kAny,
+                  "reply to a blocked prompt when input_block is refusal"),
+      TESSERA_KEY(content_safety, mask_with, "--content-safety-mask-with", kString, false, kAny,
+                  "text put in place of a masked match (rules without their own replacement)"),
+      TESSERA_KEY(content_safety, classifier_url, "--content-safety-classifier-url", kString, false, kAny,
+                  "http:// URL of an OpenAI /v1/moderations compatible endpoint, checked on prompts ('' = none)"),
+      TESSERA_KEY(content_safety, classifier_model, "--content-safety-classifier-model", kString, false, kAny,
+                  "the moderation request's model ('' = left out)"),
+      TESSERA_KEY(content_safety, classifier_api_key, "--content-safety-classifier-api-key", kString, true, kAny,
+                  "bearer key sent to the classifier"),
+      TESSERA_KEY(content_safety, classifier_timeout_s, "--content-safety-classifier-timeout", kDouble, false,
+                  Within(0.01, 120), "seconds the classifier may take (connect, send and answer)"),
+      TESSERA_KEY(content_safety, classifier_failure, "--content-safety-classifier-failure", kString, false,
+                  OneOf("open|closed"),
+                  "classifier down, slow or answering nonsense: open serves the request, closed answers 503"),
+      TESSERA_KEY(content_safety, classifier_action, "--content-safety-classifier-action", kString, false,
+                  OneOf("block|flag"), "what a flagged prompt gets: blocked like a block rule, or only counted"),
   };
   return entries;
 }
@@ -241,6 +265,71 @@ std::string GetText(const ServerConfig& cfg, const Entry& e, bool mask) {
   return "";
 }
 
+// content_safety.rules: a list of mappings, each key checked (an unknown or misspelt key would
+// otherwise leave a rule silently weaker than its author meant).
+std::vector<ContentRuleConfig> ParseContentRules(const YAML::Node& node, const std::string& source) {
+  std::vector<ContentRuleConfig> rules;
+  if (node.IsNull()) return rules;
+  if (!node.IsSequence())
+    Fail(ErrorKind::kInvalidArgument, "{}: 'content_safety.rules' must be a list of rules (mappings)", source);
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& r = node[i];
+    const std::string where = fmt::format("content_safety.rules[{}]", i);
+    if (!r.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: '{}' must be a mapping", source, where);
+    ContentRuleConfig rule;
+    auto scalar = [&](const YAML::Node& v, const std::string& key) {
+      if (!v.IsScalar())
+        Fail(ErrorKind::kInvalidArgument, "{}: '{}.{}' must be a single value", source, where, key);
+      return InterpolateEnv(v.Scalar(), where + "." + key);
+    };
+    auto list = [&](const YAML::Node& v, const std::string& key) {
+      std::vector<std::string> out;
+      if (v.IsNull()) return out;
+      if (v.IsScalar()) return std::vector<std::string>{scalar(v, key)};
+      if (!v.IsSequence())
+        Fail(ErrorKind::kInvalidArgument, "{}: '{}.{}' must be a list of strings", source, where, key);
+      for (const auto& item : v) {
+        std::string s = scalar(item, key);
+        if (s.empty()) Fail(ErrorKind::kInvalidArgument, "{}: '{}.{}' has an empty entry", source, where, key);
+        out.push_back(std::move(s));
+      }
+      return out;
+    };
+    for (const auto& kv : r) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      const std::string path = where + "." + key;
+      if (key == "name")
+        rule.name = scalar(v, key);
+      else if (key == "category")
+        rule.category = scalar(v, key);
+      else if (key == "applies_to")
+        rule.applies_to = scalar(v, key);
+      else if (key == "action")
+        rule.action = scalar(v, key);
+      else if (key == "words")
+        rule.words = list(v, key);
+      else if (key == "patterns")
+        rule.patterns = list(v, key);
+      else if (key == "case_insensitive")
+        rule.case_insensitive = ParseBool(scalar(v, key), path);
+      else if (key == "whole_words")
+        rule.whole_words = ParseBool(scalar(v, key), path);
+      else if (key == "max_match_bytes")
+        rule.max_match_bytes = ParseInt(scalar(v, key), path);
+      else if (key == "replacement")
+        rule.replacement = v.IsNull() ? "" : scalar(v, key);
+      else
+        Fail(ErrorKind::kInvalidArgument,
+             "{}: unknown key '{}' (a rule has name, category, applies_to, action, words, patterns, "
+             "case_insensitive, whole_words, max_match_bytes, replacement)",
+             source, path);
+    }
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
+
 }  // namespace
 
 const std::vector<ConfigKeyInfo>& ConfigKeys() {
@@ -345,19 +434,24 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
   ServerConfig cfg;
   if (root.IsNull()) return cfg;
   if (!root.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: the top level must be a mapping", source);
-  static const char* kSections[] = {"model", "server", "engine", "diffusion", "security", "limits"};
+  static const char* kSections[] = {"model", "server", "engine", "diffusion", "security", "limits", "content_safety"};
   for (const auto& sec : root) {
     std::string sname = sec.first.as<std::string>();
     bool known = false;
     for (const char* s : kSections) known = known || sname == s;
     if (!known)
       Fail(ErrorKind::kInvalidArgument,
-           "{}: unknown key '{}' (sections: model, server, engine, diffusion, security, limits)", source,
+           "{}: unknown key '{}' (sections: model, server, engine, diffusion, security, limits, content_safety)",
+           source,
            sname);
     if (sec.second.IsNull()) continue;
     if (!sec.second.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: '{}' must be a mapping", source, sname);
     for (const auto& kv : sec.second) {
       std::string path = sname + "." + kv.first.as<std::string>();
+      if (path == "content_safety.rules") {
+        cfg.content_safety.rules = ParseContentRules(kv.second, source);
+        continue;
+      }
       const Entry* e = FindEntry(path);
       if (e == nullptr) Fail(ErrorKind::kInvalidArgument, "{}: unknown key '{}'", source, path);
       const YAML::Node& v = kv.second;
@@ -464,6 +558,8 @@ void ValidateServerConfig(const ServerConfig& c) {
                                             c.model.kv_cache_dtype));
   if (c.diffusion.block_size > 0 && c.diffusion.steps > c.diffusion.block_size)
     bad("diffusion.steps", "must not exceed diffusion.block_size");
+  // Every rule compiles (its regexes included) or the error names it; the classifier's URL parses.
+  ValidateContentSafety(c.content_safety);
   for (const auto& cidr : c.security.allow_cidrs) {
     try {
       (void)CidrRange::Parse(cidr);
@@ -477,6 +573,11 @@ std::string EffectiveConfigString(const ServerConfig& cfg) {
   std::string out;
   for (const Entry& e : Entries())
     out += fmt::format("{}: {}\n", e.info.path, GetText(cfg, e, e.info.secret));
+  // The rules by name and action only: their words are what the operator keeps out of logs.
+  std::string rules;
+  for (const ContentRuleConfig& r : cfg.content_safety.rules)
+    rules += fmt::format("{}{} ({}, {})", rules.empty() ? "" : ", ", r.name, r.action, r.applies_to);
+  out += fmt::format("content_safety.rules: [{}]\n", rules);
   return out;
 }
 

@@ -1,5 +1,5 @@
 // tessera server: the `tessera serve` configuration: one YAML file (sections model, server, engine,
-// diffusion, security, limits) with ${VAR} / ${VAR:-default} interpolation, every key also settable
+// diffusion, security, limits, content_safety) with ${VAR} / ${VAR:-default} interpolation, every key also settable
 // by a CLI flag (kConfigKeys maps `section.key` <-> `--flag-name`), and a printable effective
 // configuration with the secrets masked.
 #pragma once
@@ -96,6 +96,38 @@ struct LimitsSection {
   double tokens_per_minute = 0;    // per API key (prompt + completion); 0 = unlimited
 };
 
+// One content-safety rule (docs/CONTENT_SAFETY.md), from the YAML list content_safety.rules (no
+// flag: a rule is a mapping). Compiled, and refused naming the rule, by ValidateServerConfig.
+struct ContentRuleConfig {
+  std::string name;      // unique; names the rule in errors, logs
+  std::string category;  // metrics label ("" = the name)
+  std::string applies_to = "both";  // input | output | both
+  std::string action;               // block | mask | flag (required)
+  std::vector<std::string> words;     // literal words / phrases
+  std::vector<std::string> patterns;  // PCRE2 patterns
+  bool case_insensitive = true;
+  bool whole_words = true;  // words only: no letter, digit or '_' right before or after
+  // Longest text a pattern of this rule must see to match (lookahead included): the most an output
+  // stream holds back for it. Longer matches are still found when they arrive in one piece.
+  int64_t max_match_bytes = 256;
+  std::string replacement;  // mask: the text put in place of a match ("" = content_safety.mask_with)
+};
+
+struct ContentSafetySection {
+  bool enabled = false;
+  std::vector<ContentRuleConfig> rules;
+  std::string input_block = "error";  // error (400 content_filter) | refusal (refusal_message, 200)
+  std::string refusal_message = "I'm sorry, but I can't help with that request.";
+  std::string mask_with = "***";
+  // External classifier, OpenAI /v1/moderations compatible ("" = none): input prompts only.
+  std::string classifier_url;  // http://host:port/path
+  std::string classifier_model;
+  std::string classifier_api_key;
+  double classifier_timeout_s = 2.0;
+  std::string classifier_failure = "closed";  // open (serve anyway) | closed (503)
+  std::string classifier_action = "block";    // block | flag
+};
+
 struct ServerConfig {
   ModelSection model;
   HttpSection server;
@@ -103,6 +135,7 @@ struct ServerConfig {
   DiffusionSection diffusion;
   SecuritySection security;
   LimitsSection limits;
+  ContentSafetySection content_safety;
 };
 
 // One settable key. `kind` says how a text value is parsed.
