@@ -74,8 +74,10 @@ SHAPES = [
 COMMON_TEXT = dict(hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, max_position_embeddings=4096,
                    use_bidirectional_attention="vision", attention_bias=False,
                    pad_token_id=0, eos_token_id=1, bos_token_id=2)
-TINY_VISION = dict(model_type="gemma4_vision", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                   num_attention_heads=2, num_key_value_heads=2, head_dim=16)
+# A vision tower is built (and saved, and skipped by tessera) as in the published checkpoint; keys as
+# the converter passes them (global_head_dim included), tiny.
+TINY_VISION = dict(model_type="gemma4_vision", hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=32, global_head_dim=32)
 # The published generation_config.json's values (convert_diffusion_gemma_weights.py).
 GEN_DEFAULTS = dict(max_new_tokens=256, max_denoising_steps=48, t_min=0.4, t_max=0.8, stability_threshold=1,
                     confidence_threshold=0.005, eos_token_id=[1, 106, 50], pad_token_id=0, bos_token_id=2)
