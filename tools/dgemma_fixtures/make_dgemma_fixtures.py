@@ -22,6 +22,9 @@ experts) and records, next to it:
                           step of the next canvas
   trace_<case>_raw_logits.npy  [steps, C, V] f32: the decoder logits of every step of a seeded
                           generate(), in order (reference.json's trace says which canvas / step)
+reference.json's doc_model_check compares all of it with dgemma_doc_model.py (docs/DIFFUSION_GEMMA.md
+written as plain code, no transformers): max |diff| per output, `agrees_within_1e-3`, and which of the
+candidate sliding-window rules of the decoder transformers follows (docs OPEN 2).
 Each part runs in its own try/except: a failure prints its traceback, lands in reference.json's
 "errors" and the rest goes on. OUT/summary.json lists what each shape produced.
 OUT/_sources_do_not_commit/ holds the text of the transformers modules used, for reading only (it is
@@ -41,6 +44,8 @@ import traceback
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # dgemma_doc_model.py beside this file
 
 SEED = 1234
 
@@ -422,6 +427,47 @@ def check_rules(steps, gc, entropy_bound):
     return bad
 
 
+def doc_model_check(m64, ref, got, prompt, canvas1, canvas2, commit, canvas3):
+    """transformers against dgemma_doc_model.py (docs/DIFFUSION_GEMMA.md written as code): max |diff|
+    per output, and which sliding-window rule of the decoder transformers follows (docs OPEN 2)."""
+    import dgemma_doc_model as dm
+    cfg = ref["config_json"]
+    doc = dm.DocModel(m64.state_dict(), cfg["text_config"], cfg)
+    diff = lambda a, b: float((a.double().cpu() - b.double().cpu()).abs().max())
+    out = {}
+    if "enc" in got:
+        lg, _, kv = doc.encode(prompt)
+        out["encoder_logits"] = diff(lg, got["enc"])
+        for i, (hk, hv) in enumerate(got.get("kv", [])):  # HF keeps the last T_kept positions
+            n = hk.shape[1]
+            dk = torch.stack([k for _, k, _ in kv[i][-n:]]).transpose(0, 1)
+            dv = torch.stack([v for _, _, v in kv[i][-n:]]).transpose(0, 1)
+            out[f"kv_layer{i}"] = max(diff(dk, hk), diff(dv, hv))
+    else:
+        doc.encode(prompt)
+    steps = {}
+    if "l1" in got:
+        for rule in dm.SLIDING_RULES:
+            steps[rule] = doc.decode(canvas1, None, rule)
+            out[f"decoder_step1[{rule}]"] = diff(steps[rule], got["l1"])
+        best = min(dm.SLIDING_RULES, key=lambda r: out[f"decoder_step1[{r}]"])
+        out["decoder_step1"] = out[f"decoder_step1[{best}]"]
+        distinct = diff(steps[dm.SLIDING_RULES[0]], steps[dm.SLIDING_RULES[1]]) > 1e-6
+        out["decoder_sliding_rule"] = best if distinct else "indistinguishable here (prompt within the window)"
+        if "tensorkv" in got:
+            out["tensorkv_vs_whole_prefix"] = diff(steps["whole_prefix"], got["tensorkv"])
+        if "l2" in got:
+            out["decoder_step2"] = diff(doc.decode(canvas2, got["sc"], best), got["l2"])
+        if "commit" in got:
+            lg2, _, _ = doc.encode(commit)
+            out["commit_logits"] = diff(lg2, got["commit"])
+            if "l3" in got:
+                out["decoder_after_commit"] = diff(doc.decode(canvas3, None, best), got["l3"])
+    out["agrees_within_1e-3"] = all(v < 1e-3 for k, v in out.items() if isinstance(v, float) and
+                                    not k.startswith("decoder_step1[") and k != "tensorkv_vs_whole_prefix")
+    return out
+
+
 def run_shape(shape, out_root, classes, device, summary):
     transformers, Cfg, Model, gen_mod = classes
     name = shape["name"]
@@ -526,6 +572,7 @@ def run_shape(shape, out_root, classes, device, summary):
     dec = m64.model.decoder
     enc_text = m64.model.encoder.language_model
     cache = None
+    got = {}  # transformers' results, for the check against the document's model below
 
     with torch.no_grad():
         with Part(ref, "encoder"):
@@ -533,30 +580,35 @@ def run_shape(shape, out_root, classes, device, summary):
             with Tap(enc_text.layers, enc_text.norm) as tap:
                 eo = m64.model.encoder(input_ids=ids, past_key_values=cache)
             cache = getattr(eo, "past_key_values", None) or cache
-            save_npy(d, "encoder_logits.npy", softcap(m64, m64.lm_head(eo.last_hidden_state))[0])
+            got["enc"] = softcap(m64, m64.lm_head(eo.last_hidden_state))[0]
+            save_npy(d, "encoder_logits.npy", got["enc"])
             save_npy(d, "encoder_hidden_states.npy", tap.stacked())
             ref["encoder_hidden_rows"] = "row 0 input of layer 0 (scaled embedding), row i output of layer i, last after norm"
             ref["cache_after_prompt"] = cache_info(cache)
+            got["kv"] = []
             for i, layer in enumerate(cache.layers):
                 save_npy(d, f"encoder_kv_layer{i}_k.npy", layer.keys[0])
                 save_npy(d, f"encoder_kv_layer{i}_v.npy", layer.values[0])
+                got["kv"].append((layer.keys[0].clone(), layer.values[0].clone()))
 
         tmax = gc_dict["t_max"]
         with Part(ref, "decoder_steps"):
             with Tap(dec.layers, dec.norm) as tap:
                 o1 = m64(past_key_values=cache, decoder_input_ids=t(canvas1))
-            l1 = o1.logits[0].to(torch.float64)
+            l1 = got["l1"] = o1.logits[0].to(torch.float64)
             save_npy(d, "decoder_step1_logits.npy", l1)
             save_npy(d, "decoder_step1_hidden_states.npy", tap.stacked())
-            sc = (l1 / tmax)  # what generate feeds back after a first step at T = t_max
+            sc = got["sc"] = (l1 / tmax)  # what generate feeds back after a first step at T = t_max
             save_npy(d, "decoder_step2_sc_logits.npy", sc)
             o2 = m64(past_key_values=cache, decoder_input_ids=t(canvas2), self_conditioning_logits=sc[None])
+            got["l2"] = o2.logits[0]
             save_npy(d, "decoder_step2_logits.npy", o2.logits[0])
             ref["decoder_step2"] = "canvas2 with self_conditioning_logits = decoder_step1_logits / t_max"
             ref["cache_after_decoder_steps"] = cache_info(cache)  # must equal cache_after_prompt
 
         with Part(ref, "decoder_tensorkv_path"):
             o = m64(input_ids=ids, decoder_input_ids=t(canvas1))
+            got["tensorkv"] = o.logits[0]
             save_npy(d, "decoder_tensorkv_step1_logits.npy", o.logits[0])
             ref["tensorkv_vs_cached_step1_max_abs_diff"] = float((o.logits[0].double() - l1).abs().max())
 
@@ -565,10 +617,16 @@ def run_shape(shape, out_root, classes, device, summary):
                 eo2 = m64.model.encoder(input_ids=t(commit), past_key_values=cache)
             cache = getattr(eo2, "past_key_values", None) or cache
             save_npy(d, "commit_encoder_hidden_states.npy", tap.stacked())
-            save_npy(d, "commit_encoder_logits.npy", softcap(m64, m64.lm_head(eo2.last_hidden_state))[0])
+            got["commit"] = softcap(m64, m64.lm_head(eo2.last_hidden_state))[0]
+            save_npy(d, "commit_encoder_logits.npy", got["commit"])
             ref["cache_after_commit"] = cache_info(cache)
             o3 = m64(past_key_values=cache, decoder_input_ids=t(canvas3))
+            got["l3"] = o3.logits[0]
             save_npy(d, "decoder_after_commit_logits.npy", o3.logits[0])
+
+    with Part(ref, "doc_model_check"):
+        ref["doc_model_check"] = doc_model_check(m64, ref, got, prompt, canvas1, canvas2, commit, canvas3)
+        log("  " + json.dumps(ref["doc_model_check"]))
 
     traces = {}
     for case in GEN_CASES:
