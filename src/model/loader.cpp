@@ -85,6 +85,7 @@ void AppendLayerTensors(const ModelConfig& c, int64_t i, std::vector<ExpectedTen
 }  // namespace
 
 std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
+  ArchFor(c.family);  // a parsed family without an architecture yet (diffusion_gemma) has no tensor list
   std::vector<ExpectedTensor> out;
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
   for (int64_t i = 0; i < c.num_layers; ++i) AppendLayerTensors(c, i, &out);

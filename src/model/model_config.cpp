@@ -7,63 +7,16 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/config_json.h"
 
 namespace tessera {
 
-namespace {
-
 using json = nlohmann::json;
-
-const json* Lookup(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-int64_t GetInt(const json& j, const char* key, const std::string& where) {
-  const json* v = Lookup(j, key);
-  if (!v) Fail(ErrorKind::kCorrupt, "{}: missing required key \"{}\"", where, key);
-  if (!v->is_number_integer())
-    Fail(ErrorKind::kCorrupt, "{}: key \"{}\" must be an integer, got {}", where, key, v->dump());
-  return v->get<int64_t>();
-}
-
-int64_t GetInt(const json& j, const char* key, int64_t fallback, const std::string& where) {
-  return Lookup(j, key) ? GetInt(j, key, where) : fallback;
-}
-
-double GetNumber(const json& j, const char* key, double fallback, const std::string& where) {
-  const json* v = Lookup(j, key);
-  if (!v) return fallback;
-  if (!v->is_number())
-    Fail(ErrorKind::kCorrupt, "{}: key \"{}\" must be a number, got {}", where, key, v->dump());
-  return v->get<double>();
-}
-
-bool GetBool(const json& j, const char* key, bool fallback, const std::string& where) {
-  const json* v = Lookup(j, key);
-  if (!v) return fallback;
-  if (!v->is_boolean())
-    Fail(ErrorKind::kCorrupt, "{}: key \"{}\" must be true or false, got {}", where, key, v->dump());
-  return v->get<bool>();
-}
-
-void AddTokenIds(const json* v, std::vector<int64_t>* out, const std::string& where, const char* key) {
-  if (!v) return;
-  if (v->is_number_integer()) {
-    out->push_back(v->get<int64_t>());
-  } else if (v->is_array()) {
-    for (const auto& e : *v) {
-      if (!e.is_number_integer())
-        Fail(ErrorKind::kCorrupt, "{}: \"{}\" must hold integers, got {}", where, key, e.dump());
-      out->push_back(e.get<int64_t>());
-    }
-  } else {
-    Fail(ErrorKind::kCorrupt, "{}: \"{}\" must be an integer or a list, got {}", where, key, v->dump());
-  }
-}
-
-}  // namespace
+using config_json::AddTokenIds;
+using config_json::GetBool;
+using config_json::GetInt;
+using config_json::GetNumber;
+using config_json::Lookup;
 
 std::string ModelConfig::WeightFormat() const {
   if (quant.quantized()) return quant.Describe();
@@ -81,6 +34,7 @@ const char* FamilyName(ModelFamily f) {
     case ModelFamily::kQwen3Moe: return "qwen3_moe";
     case ModelFamily::kQwen3Next: return "qwen3_next";
     case ModelFamily::kQwen35Moe: return "qwen3_5_moe";
+    case ModelFamily::kDiffusionGemma: return "diffusion_gemma";
   }
   return "?";
 }
@@ -116,10 +70,16 @@ ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
   } else if (t == "qwen3_5_moe" || t == "qwen3_5_moe_text" || t == "clover_moe") {
     m.family = ModelFamily::kQwen35Moe;
     m.diffusion = (t == "clover_moe");
+  } else if (t == "diffusion_gemma" || t == "diffusion_gemma_text") {
+    // Gemma 4 layers differ from the Qwen families in almost every key: their own parser.
+    m.family = ModelFamily::kDiffusionGemma;
+    m.quant = ParseQuantConfig(dir.config);
+    ParseDiffusionGemmaConfig(dir, where, &m);
+    return m;
   } else {
     Fail(ErrorKind::kUnsupported,
          "{}: unknown architecture (model_type \"{}\", architectures \"{}\"); supported model_type: "
-         "qwen3_moe, qwen3_next, qwen3_5_moe, qwen3_5_moe_text, sdar, sdar_moe, clover_moe",
+         "qwen3_moe, qwen3_next, qwen3_5_moe, qwen3_5_moe_text, sdar, sdar_moe, clover_moe, diffusion_gemma",
          where, t, m.architecture);
   }
   // Qwen3.5 conditional-generation checkpoints nest the text model's weights.

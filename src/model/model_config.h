@@ -12,9 +12,33 @@
 
 namespace tessera {
 
-enum class ModelFamily { kQwen3Moe, kQwen3Next, kQwen35Moe };
-enum class LayerKind { kFullAttention, kLinearAttention };  // linear = Gated DeltaNet
-enum class RmsNormStyle { kScale, kOnePlusScale };          // w * x_hat  vs  (1 + w) * x_hat
+enum class ModelFamily { kQwen3Moe, kQwen3Next, kQwen35Moe, kDiffusionGemma };
+// Which token mixer a layer has: softmax attention (its shape in AttentionLayerSpec where layers
+// differ) or Gated DeltaNet ("linear attention").
+enum class LayerKind { kFullAttention, kLinearAttention };
+enum class RmsNormStyle { kScale, kOnePlusScale };  // w * x_hat  vs  (1 + w) * x_hat
+enum class Activation { kSilu, kGeluTanh };         // of the gated MLPs and experts: act(gate) * up
+
+// Rotary embedding of one attention layer, general enough for the families served: the dimension
+// pairs (i, i + pair_offset) for i < rotated_pairs turn by position * inv_freq_i, inv_freq_i =
+// theta^(-2i / freq_dim) / linear_factor; every other dimension passes unchanged.
+//   full RoPE over d:                  rotated_pairs = pair_offset = d/2, freq_dim = d
+//   Qwen partial RoPE (rotary_dim r):  rotated_pairs = pair_offset = r/2, freq_dim = r
+//   Gemma 4 "proportional" (factor p): rotated_pairs = floor(p*d/2), pair_offset = d/2, freq_dim = d
+struct RopeSpec {
+  double theta = 10000.0;
+  int64_t rotated_pairs = 0, pair_offset = 0, freq_dim = 0;
+  double linear_factor = 1.0;
+};
+
+// The shape of one attention layer, for families whose attention layers differ (Gemma 4: sliding
+// window layers and global layers with other head dims, KV heads and RoPE).
+struct AttentionLayerSpec {
+  int64_t sliding_window = 0;  // a causal query i sees keys (i - W, i]; 0: all
+  int64_t head_dim = 0, num_kv_heads = 0;
+  bool value_from_key = false;  // no v_proj: V is the raw k_proj output (then its own norm)
+  RopeSpec rope;
+};
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::kQwen3Moe;
@@ -55,6 +79,17 @@ struct ModelConfig {
   bool diffusion = false;
   int64_t block_size = 0;
 
+  // Per-layer attention shapes (one entry per layer) for families that have them; empty for the Qwen
+  // families, whose attention layers all use num_kv_heads / head_dim / rope_theta / rotary_dim above.
+  std::vector<AttentionLayerSpec> attention_layers;
+  Activation hidden_act = Activation::kSilu;
+  double embedding_multiplier = 1.0;  // input embeddings are scaled by it (Gemma: sqrt(hidden_size))
+  double final_logit_softcap = 0.0;   // logits = c * tanh(logits / c); 0: none
+  // Uniform-state canvas diffusion (DiffusionGemma): canvases of this many tokens are denoised after
+  // the committed text, each attending it and itself; 0 for other models. Not `diffusion`, which
+  // is the masked block diffusion of SDAR / Clover.
+  int64_t canvas_length = 0;
+
   // Quantized weights: the checkpoint's quantization_config (method kNone for float checkpoints), and
   // the code type float weights are quantized to at load (LoadOptions::quantization; kNone: kept).
   QuantConfig quant;
@@ -73,5 +108,10 @@ struct ModelConfig {
 };
 
 const char* FamilyName(ModelFamily f);
+
+// DiffusionGemma's config.json (nested text_config, Gemma 4 keys) into `m`, whose family, model_type,
+// architecture and quant are set; docs/DIFFUSION_GEMMA.md section 2 lists the keys. Same errors as
+// FromHf. Defined in config_diffusion_gemma.cpp.
+void ParseDiffusionGemmaConfig(const HfModelDir& dir, const std::string& where, ModelConfig* m);
 
 }  // namespace tessera

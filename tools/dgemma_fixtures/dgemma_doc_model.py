@@ -1,0 +1,191 @@
+"""DiffusionGemma written from docs/DIFFUSION_GEMMA.md sections 3-5 alone (float64 torch, plain loops,
+no transformers code), for make_dgemma_fixtures.py to compare with transformers on the GPU machine:
+if this agrees with transformers' logits, the document is what tessera must implement; where it does
+not, the difference names the section that is wrong. It also tries the candidate rules for the
+decoder's sliding-window layers (docs OPEN 2) and reports which one transformers follows.
+
+Shapes come from the weights (head dims, KV heads, whether v_proj exists), RoPE and windows from the
+config, so the check does not depend on how a transformers version spells the head-dim keys.
+"""
+import math
+
+import torch
+
+DEC, ENC = "model.decoder.", "model.encoder.language_model."
+# How a canvas row sees the committed keys in a sliding layer (docs section 3.2 / OPEN 2).
+SLIDING_RULES = ("cache_last_w_minus_1", "whole_prefix", "per_query_window")
+
+
+def rms(x, w=None, eps=1e-6):
+    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+class DocModel:
+    def __init__(self, state_dict, text_cfg, top_cfg):
+        self.sd = {k: v.detach().to("cpu", torch.float64) for k, v in state_dict.items()}
+        self.t = text_cfg
+        self.H = text_cfg["hidden_size"]
+        self.L = text_cfg["num_hidden_layers"]
+        self.heads = text_cfg["num_attention_heads"]
+        self.eps = text_cfg.get("rms_norm_eps", 1e-6)
+        self.W = text_cfg.get("sliding_window", 512)
+        self.E = text_cfg["num_experts"]
+        self.K = text_cfg["top_k_experts"]
+        self.cap = text_cfg.get("final_logit_softcapping") or 30.0
+        types = text_cfg.get("layer_types") or [
+            "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(self.L)]
+        self.sliding = [t == "sliding_attention" for t in types]
+        self.sliding[-1] = False
+        self.rope = text_cfg.get("rope_parameters") or {}
+        self.scale = math.sqrt(self.H)
+        self.tied = top_cfg.get("tie_word_embeddings", True)
+        self.cache = [[] for _ in range(self.L)]  # per layer: list of (pos, k [kvh, d], v [kvh, d])
+
+    def w(self, stack, name):
+        """A stack's tensor; the encoder falls back to the decoder's when tied (state_dict has both)."""
+        for p in ((ENC, DEC) if stack == "enc" else (DEC,)):
+            if p + name in self.sd:
+                return self.sd[p + name]
+        return None
+
+    def rope_apply(self, x, pos, layer):
+        """x [T, n, d]; pairs (i, i + d/2) for i < r at theta^(-2i/d) (docs 3.3)."""
+        d = x.shape[-1]
+        kind = "sliding_attention" if self.sliding[layer] else "full_attention"
+        p = self.rope.get(kind) or ({"rope_type": "default", "rope_theta": 1e4} if self.sliding[layer] else
+                                    {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6})
+        theta = p.get("rope_theta", 1e4)
+        if p.get("rope_type", "default") == "proportional":
+            r = int(math.floor(p.get("partial_rotary_factor", 1.0) * d / 2))
+        else:
+            r = d // 2
+        inv = torch.tensor([theta ** (-2.0 * i / d) for i in range(r)], dtype=torch.float64) / p.get("factor", 1.0)
+        ang = torch.tensor(pos, dtype=torch.float64)[:, None] * inv[None, :]  # [T, r]
+        c, s = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+        out = x.clone()
+        a, b = x[..., :r], x[..., d // 2:d // 2 + r]
+        out[..., :r] = a * c - b * s
+        out[..., d // 2:d // 2 + r] = b * c + a * s
+        return out
+
+    def qkv(self, stack, l, x, pos):
+        pre = f"layers.{l}.self_attn."
+        wq, wk, wv = self.w(stack, pre + "q_proj.weight"), self.w(stack, pre + "k_proj.weight"), \
+            self.w(stack, pre + "v_proj.weight")
+        d = wq.shape[0] // self.heads
+        kvh = wk.shape[0] // d
+        T = x.shape[0]
+        q = rms((x @ wq.T).view(T, self.heads, d), self.w(stack, pre + "q_norm.weight"), self.eps)
+        k_raw = (x @ wk.T).view(T, kvh, d)
+        v = (x @ wv.T).view(T, kvh, d) if wv is not None else k_raw  # full layers: V = raw K
+        k = rms(k_raw, self.w(stack, pre + "k_norm.weight"), self.eps)
+        return self.rope_apply(q, pos, l), self.rope_apply(k, pos, l), rms(v, None, self.eps)
+
+    def attend(self, stack, l, q, pos, keys, allowed):
+        """keys: list of (pos, k, v); allowed(pq, pk) -> bool. Scale 1, no soft-cap (docs 3.2)."""
+        K = torch.stack([k for _, k, _ in keys])  # [S, kvh, d]
+        V = torch.stack([v for _, _, v in keys])
+        kp = [p for p, _, _ in keys]
+        T, n, d = q.shape
+        g = n // K.shape[1]
+        out = torch.zeros(T, n, d, dtype=torch.float64)
+        for i in range(T):
+            m = torch.tensor([allowed(pos[i], pk) for pk in kp])
+            for h in range(n):
+                s = (K[:, h // g, :] @ q[i, h])
+                s = s.masked_fill(~m, float("-inf"))
+                out[i, h] = torch.softmax(s, 0) @ V[:, h // g, :]
+        return out.reshape(T, n * d) @ self.w(stack, f"layers.{l}.self_attn.o_proj.weight").T
+
+    def ffn(self, stack, l, h):
+        pre = f"layers.{l}."
+        n = lambda name, x: rms(x, self.w(stack, pre + name + ".weight"), self.eps)
+        x1 = n("pre_feedforward_layernorm", h)
+        m1 = (gelu_tanh(x1 @ self.w(stack, pre + "mlp.gate_proj.weight").T) *
+              (x1 @ self.w(stack, pre + "mlp.up_proj.weight").T)) @ self.w(stack, pre + "mlp.down_proj.weight").T
+        m1 = n("post_feedforward_layernorm_1", m1)
+        r = rms(h, None, self.eps) * self.w(stack, pre + "router.scale") * self.H ** -0.5
+        p = torch.softmax(r @ self.w(stack, pre + "router.proj.weight").T, -1)
+        top_w, top_i = torch.topk(p, self.K, -1)
+        top_w = top_w / top_w.sum(-1, keepdim=True) * self.w(stack, pre + "router.per_expert_scale")[top_i]
+        x2 = n("pre_feedforward_layernorm_2", h)
+        gu, dn = self.w(stack, pre + "experts.gate_up_proj"), self.w(stack, pre + "experts.down_proj")
+        I = dn.shape[2]
+        m2 = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(self.K):
+                e = int(top_i[t, j])
+                a = gu[e] @ x2[t]
+                m2[t] += top_w[t, j] * (dn[e] @ (gelu_tanh(a[:I]) * a[I:]))
+        m2 = n("post_feedforward_layernorm_2", m2)
+        return n("post_feedforward_layernorm", m1 + m2)
+
+    def layer(self, stack, l, x, pos, keys_for, allowed):
+        pre = f"layers.{l}."
+        a_in = rms(x, self.w(stack, pre + "input_layernorm.weight"), self.eps)
+        q, k, v = self.qkv(stack, l, a_in, pos)
+        new = [(pos[i], k[i], v[i]) for i in range(len(pos))]
+        att = self.attend(stack, l, q, pos, keys_for(l, new), allowed(l))
+        h = x + rms(att, self.w(stack, pre + "post_attention_layernorm.weight"), self.eps)
+        out = (h + self.ffn(stack, l, h)) * self.w(stack, pre + "layer_scalar").reshape(())
+        return out, new
+
+    def head(self, h, stack):
+        h = rms(h, self.w(stack, "norm.weight"), self.eps)  # each stack's final norm, one lm_head
+        lm = self.sd.get("lm_head.weight")
+        if lm is None:
+            lm = self.w("dec", "embed_tokens.weight")
+        z = h @ lm.T
+        return self.cap * torch.tanh(z / self.cap), h
+
+    def encode(self, ids):
+        """Causal, written to the cache (docs 1, 3.2). Returns (logits, final hidden, kv per layer)."""
+        start = len(self.cache[0])
+        pos = list(range(start, start + len(ids)))
+        x = self.w("enc", "embed_tokens.weight")[torch.tensor(ids)] * self.scale
+        kv = []
+        W = self.W
+        for l in range(self.L):
+            x, new = self.layer("enc", l, x, pos, lambda l_, new_: self.cache[l_] + new_,
+                                lambda l_: (lambda pq, pk: pk <= pq and (not self.sliding[l_] or pk > pq - W)))
+            self.cache[l] += new
+            kv.append(new)
+        logits, hf = self.head(x, "enc")
+        return logits, hf, kv
+
+    def decode(self, canvas, sc_logits=None, rule=SLIDING_RULES[0]):
+        """One denoising step (docs 3.2, 5); nothing is written to the cache."""
+        L0 = len(self.cache[0])
+        pos = list(range(L0, L0 + len(canvas)))
+        E = self.w("dec", "embed_tokens.weight")
+        e = E[torch.tensor(canvas)] * self.scale
+        if sc_logits is None:
+            soft = torch.zeros_like(e)
+        else:
+            soft = torch.softmax(sc_logits.detach().to("cpu", torch.float64), -1) @ E * self.scale
+        pre = "self_conditioning."
+        nrm = rms(soft, self.w("dec", pre + "pre_norm.weight"), self.eps)
+        sc = (gelu_tanh(nrm @ self.w("dec", pre + "gate_proj.weight").T) *
+              (nrm @ self.w("dec", pre + "up_proj.weight").T)) @ self.w("dec", pre + "down_proj.weight").T
+        x = rms(e + sc, None, self.eps)
+        W = self.W
+
+        def keys_for(l, new):
+            committed = self.cache[l]
+            if self.sliding[l] and rule == "cache_last_w_minus_1":
+                committed = committed[max(0, len(committed) - (W - 1)):]
+            return committed + new
+
+        def allowed(l):
+            if self.sliding[l] and rule == "per_query_window":
+                return lambda pq, pk: abs(pq - pk) < W
+            return lambda pq, pk: True
+
+        for l in range(self.L):
+            x, _ = self.layer("dec", l, x, pos, keys_for, allowed)
+        return self.head(x, "dec")[0]
