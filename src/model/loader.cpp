@@ -160,7 +160,8 @@ bool WeightLoader::QuantizeAtLoad(const std::string& flat) const {
   // The embedding and lm_head (one row read per token, or the logits' precision), the routers and the
   // shared-expert gates (a few rows whose rounding moves every expert choice) stay float.
   return flat.find("embed_tokens") == std::string::npos && flat.rfind("lm_head", 0) != 0 &&
-         !ends("mlp.gate.weight") && !ends("shared_expert_gate.weight");
+         !ends("mlp.gate.weight") && !ends("router.proj.weight") &&  // Qwen's router, Gemma's
+         !ends("shared_expert_gate.weight");
 }
 
 std::string WeightLoader::QuantizedModule(const std::string& flat) const {

@@ -13,6 +13,7 @@
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/weight_census.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -142,6 +143,13 @@ TEST(DiffusionGemmaConfig, PublishedShape) {
   EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied
   // KV per token: 25 sliding layers x 2 x 8 x 256 + 5 global layers x 2 x 2 x 512 f32 values.
   EXPECT_EQ(Model::KvBytesPerToken(m, DType::kF32), (25 * 2 * 8 * 256 + 5 * 2 * 2 * 512) * 4);
+  // The tensor list against the model card's counts (25.2B total, 3.8B active): 25.25B and 3.84B (the
+  // decoder-only self-conditioning MLP, 18M, counted as active).
+  const WeightCensus census = WeightCensus::Of(m);
+  EXPECT_NEAR(census.total / 1e9, 25.25, 0.01);
+  EXPECT_NEAR(census.ActiveParams() / 1e9, 3.84, 0.01);
+  EXPECT_EQ(census.embedding, 262144.0 * 2816);
+  EXPECT_EQ(census.moe_layers, 30);
 }
 
 TEST(DiffusionGemmaConfig, TransformersDefaultsForMissingKeys) {
