@@ -67,6 +67,9 @@ struct AttentionArgs {
   int64_t commit_len = 0;
   int64_t page_size = 0;
   int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
+  // Sliding window W > 0 (causal only, block_size 0): the query at position p sees keys (p - W, p].
+  // 0: no window. The CUDA backend does not implement it yet and refuses a call that sets it.
+  int64_t sliding_window = 0;
   float scale = 1.0f;
   float* out = nullptr;  // [T, num_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;
@@ -89,6 +92,10 @@ struct GatedDeltaArgs {
 };
 
 enum class GdnMode { kAuto, kChunked, kRecurrent };
+
+// The activation of a gated MLP / expert: act(x gate^T) * (x up^T). SiLU (Qwen) or the tanh
+// approximation of GELU (Gemma: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+enum class GluAct { kSilu, kGeluTanh };
 
 // How one logits row becomes a token (Backend::SampleRows): the engine's Sampler rule without the
 // penalties (engine/sampler.h; backend/sampling.h holds the reference). temperature <= 0: greedy,
@@ -241,6 +248,38 @@ class Backend {
     if (kv.n > 0)
       KvWriteRows(k, kv.v, k_stride, k_heads * head_dim, kv.src_rows, kv.cache_rows, kv.n, kv.k_cache, kv.v_cache);
   }
+  // General rotary embedding (rotate-half pairs): for i < rotated_pairs, dims (i, i + pair_offset) of
+  // each head turn by positions[r] * inv_freq[i]; the other dims pass unchanged. inv_freq is host
+  // memory ([rotated_pairs], the caller's f32 table). Covers full RoPE (pairs = offset = d/2) and
+  // Gemma 4's proportional RoPE (pairs < offset = d/2). cos / sin in f32. The default refuses:
+  // backends that serve Gemma implement it (the CPU does; CUDA not yet).
+  virtual void RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
+                         int64_t pair_offset, int64_t rotated_pairs, const float* inv_freq, const int64_t* positions) {
+    (void)x, (void)rows, (void)row_stride, (void)heads, (void)head_dim, (void)pair_offset, (void)rotated_pairs,
+        (void)inv_freq, (void)positions;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement RopePairs (Gemma RoPE)", Name());
+  }
+  // out = gelu_tanh(gate) * up, n elements (Gemma's MLPs). Default refuses (CUDA: not yet).
+  virtual void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+    (void)gate, (void)up, (void)n, (void)out;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement GeluTanhMul", Name());
+  }
+  // x[i] *= s, n elements. Default refuses (CUDA: not yet).
+  virtual void Scale(float* x, int64_t n, float s) {
+    (void)x, (void)n, (void)s;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement Scale", Name());
+  }
+  // x[i] = cap * tanh(x[i] / cap), n elements (Gemma's final logit soft-cap). Default refuses.
+  virtual void SoftCap(float* x, int64_t n, float cap) {
+    (void)x, (void)n, (void)cap;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement SoftCap", Name());
+  }
+  // x[i] *= table[idx[i]], n elements (Gemma's router: the top-k weights times a per-expert scale
+  // after renormalisation); x, idx, table in backend memory. Default refuses.
+  virtual void ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table) {
+    (void)x, (void)idx, (void)n, (void)table;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement ScaleByIndex", Name());
+  }
   // x[i] *= sigmoid(gate[i]) for rows with independent strides.
   virtual void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                            int64_t gate_stride) = 0;
@@ -365,6 +404,13 @@ class Backend {
   virtual void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                           const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                           float* out) = 0;
+  // MoeExperts with the experts' activation named: SiLU is MoeExperts itself; other activations
+  // (Gemma's gelu-tanh experts) need a backend that implements them (the CPU; CUDA not yet).
+  virtual void MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                             int64_t k, const std::vector<ExpertWeights>& experts, GluAct act, float* out) {
+    if (act == GluAct::kSilu) return MoeExperts(x, rows, hidden, idx, weights, k, experts, out);
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement gelu-tanh experts", Name());
+  }
   // The residual add and the norm after a MoE block, done by MoeRouteExperts' last step when given:
   // out += extra (when not null), then h += out and y = RmsNorm(h; w) as AddRmsNorm(out, h, ...).
   struct ResidualNorm {

@@ -37,6 +37,13 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& config)
     : model_(model), tokenizer_(tokenizer), config_(config) {
   const ModelConfig& mc = model_->config();
+  // Uniform-state canvas diffusion (DiffusionGemma) generates only through its canvas decoder, which
+  // does not exist yet: run as an autoregressive model it would answer with the encoder's logits.
+  if (mc.canvas_length > 0)
+    Fail(ErrorKind::kUnsupported,
+         "{}: generation needs the canvas decoder (issue 31), not implemented yet; `tessera logits` runs "
+         "its encoder",
+         FamilyName(mc.family));
   if (config_.max_model_len <= 0) config_.max_model_len = mc.max_position_embeddings;
   if (config_.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "page size must be positive");
   if (config_.max_num_seqs <= 0) Fail(ErrorKind::kInvalidArgument, "max_num_seqs must be positive");

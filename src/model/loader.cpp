@@ -19,7 +19,9 @@ namespace {
 
 // Groups a checkpoint may carry that a text-only forward never reads.
 const char* const kKnownUnusedPrefixes[] = {"model.visual.", "visual.", "mtp.", "model.mtp.",
-                                            "model.language_model.mtp."};
+                                            "model.language_model.mtp.",
+                                            // DiffusionGemma's Gemma 4 vision tower (text only here)
+                                            "model.encoder.vision_tower.", "model.encoder.embed_vision."};
 
 bool KnownUnused(const std::string& name) {
   for (const char* p : kKnownUnusedPrefixes)
@@ -85,8 +87,11 @@ void AppendLayerTensors(const ModelConfig& c, int64_t i, std::vector<ExpectedTen
 }  // namespace
 
 std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c) {
-  ArchFor(c.family);  // a parsed family without an architecture yet (diffusion_gemma) has no tensor list
   std::vector<ExpectedTensor> out;
+  if (const ArchBody* body = ArchFor(c.family).body) {  // an architecture with its own layer lists its own
+    body->tensors(c, &out);
+    return out;
+  }
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}});
   for (int64_t i = 0; i < c.num_layers; ++i) AppendLayerTensors(c, i, &out);
   out.push_back({"model.norm.weight", {c.hidden_size}});
@@ -155,7 +160,8 @@ bool WeightLoader::QuantizeAtLoad(const std::string& flat) const {
   // The embedding and lm_head (one row read per token, or the logits' precision), the routers and the
   // shared-expert gates (a few rows whose rounding moves every expert choice) stay float.
   return flat.find("embed_tokens") == std::string::npos && flat.rfind("lm_head", 0) != 0 &&
-         !ends("mlp.gate.weight") && !ends("shared_expert_gate.weight");
+         !ends("mlp.gate.weight") && !ends("router.proj.weight") &&  // Qwen's router, Gemma's
+         !ends("shared_expert_gate.weight");
 }
 
 std::string WeightLoader::QuantizedModule(const std::string& flat) const {
@@ -633,6 +639,19 @@ Tensor WeightLoader::EmbeddingShard(const std::string& flat, const std::vector<i
   return GatherCopy(v, H, {rows}, {0, H}, 1);
 }
 
+const float* WeightLoader::HostVector(std::vector<float> values) {
+  if (OnDevice()) return ToDeviceF32(values.data(), static_cast<int64_t>(values.size()));
+  return out_->owned_f32.emplace_back(std::move(values)).data();
+}
+
+float WeightLoader::Scalar(const std::string& flat) {
+  if (dummy_) return 1.0f;
+  const TensorView& v = View(flat, {1});
+  float x = 0;
+  ConvertToF32(v.dtype, v.data, &x, 1);
+  return x;
+}
+
 void WeightLoader::Validate(const std::string& flat, const std::vector<int64_t>& shape) {
   if (!dummy_) View(flat, shape);
 }
@@ -682,8 +701,6 @@ void WeightLoader::Finish() {
   }
 }
 
-namespace {
-
 // A SwiGLU block split column- then row-parallel: gate / up rows and down columns `part` of `inter`.
 MlpWeights LoadMlp(WeightLoader& L, const std::string& p, int64_t inter, int64_t hidden, IndexRange part) {
   MlpWeights m;
@@ -730,6 +747,8 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
   }
 }
 
+namespace {
+
 // The conv channels of a rank's GDN heads: its q, k (key heads) and v (value heads) channels.
 std::vector<IndexRange> GdnConvChannels(const ModelConfig& c, const RankShard& s) {
   const int64_t kd = c.linear_num_key_heads * c.linear_key_head_dim;
@@ -742,6 +761,11 @@ std::vector<IndexRange> GdnConvChannels(const ModelConfig& c, const RankShard& s
 void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights* out,
                       std::function<void(const std::string&)> log, const LoadTarget& target) {
   WeightLoader L(c, dir, out, std::move(log), target);
+  if (const ArchBody* body = ArchFor(c.family).body) {  // an architecture that loads its own layer
+    body->load(c, L, out);
+    L.Finish();
+    return;
+  }
   const RankShard& s = L.shard();
   const int64_t H = c.hidden_size;
   if (s.sharded())

@@ -85,6 +85,12 @@ class WeightLoader {
                           const std::vector<IndexRange>& rows);
   // Embedding rows `rows` plus one zero row at the end (where ids of other ranks' rows point).
   Tensor EmbeddingShard(const std::string& flat, const std::vector<int64_t>& shape, IndexRange rows);
+  // A vector computed at load (e.g. a product of checkpoint vectors, or all ones) placed on the target
+  // like Vector's result (owned host memory, or device memory).
+  const float* HostVector(std::vector<float> values);
+  // A one-element tensor's value on the host (Gemma's layer_scalar), marked consumed.
+  float Scalar(const std::string& flat);
+  bool dummy() const { return dummy_; }
   // Checks a tensor this rank does not hold (another rank's expert) and marks it consumed.
   void Validate(const std::string& flat, const std::vector<int64_t>& shape);
   // An all-zero expert [inter, hidden] / [hidden, inter]: stands for experts of other ranks (its
@@ -140,6 +146,12 @@ class WeightLoader {
   size_t total_bytes_ = 0, done_bytes_ = 0;
   int last_percent_ = -1;
 };
+
+// A gated MLP "<p>{gate,up,down}_proj.weight" split column- then row-parallel: gate / up rows and
+// down columns `part` of `inter`.
+MlpWeights LoadMlp(WeightLoader& L, const std::string& p, int64_t inter, int64_t hidden, IndexRange part);
+// The routed experts "<p>experts.*" (per expert, or fused gate_up_proj / down_proj), expert-parallel.
+void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, MoeWeights* moe);
 
 void LoadModelWeights(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
                       std::function<void(const std::string&)> log, const LoadTarget& target = {});

@@ -89,6 +89,8 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
          opts.load_format);
   const bool dummy = opts.load_format == "dummy";
   const int n = opts.tensor_parallel_size;
+  if (ArchFor(m->cfg_.family).body && n > 1)  // its layer has no rank split (all-reduces, shards) yet
+    Fail(ErrorKind::kUnsupported, "{}: tensor parallelism is not supported yet", FamilyName(m->cfg_.family));
   const std::vector<RankShard> shards = PlanShards(m->cfg_, n);  // fails for an impossible split
   // A bad cache type fails before any device is set up.
   const DType kv_dtype = ParseKvCacheDType(opts.kv_cache_dtype);
@@ -148,6 +150,12 @@ DType ParseKvCacheDType(const std::string& name) {
 }
 
 int64_t Model::KvBytesPerToken(const ModelConfig& c, DType kv_dtype) {
+  if (const ArchBody* body = ArchFor(c.family).body) {  // attention layers of different shapes: their sum
+    int64_t values = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      if (c.layer_kinds[l] == LayerKind::kFullAttention) values += body->kv_values_per_token(c, l);
+    return values * static_cast<int64_t>(DTypeSize(kv_dtype));
+  }
   return c.NumLayersOf(LayerKind::kFullAttention) * 2 * c.num_kv_heads * c.head_dim *
          static_cast<int64_t>(DTypeSize(kv_dtype));
 }
@@ -180,9 +188,13 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
     k.page_size = page_size;
     k.num_slots = num_state_slots;
     k.kv_dtype = be.KvCacheDType();  // K / V pages of the backend's element type; the states stay f32
-    const size_t kv_bytes =
-        static_cast<size_t>(num_pages * page_size * c.num_kv_heads * c.head_dim) * DTypeSize(k.kv_dtype);
-    for (int64_t i = 0; i < c.NumLayersOf(LayerKind::kFullAttention); ++i) {
+    // K and V pages per attention layer, in layer order (cache_index): one shape for the Qwen
+    // families, each layer's own where the architecture says (Gemma's sliding / global layers).
+    const ArchBody* body = ArchFor(c.family).body;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      if (c.layer_kinds[l] != LayerKind::kFullAttention) continue;
+      const int64_t per_row = body ? body->kv_values_per_token(c, l) / 2 : c.num_kv_heads * c.head_dim;
+      const size_t kv_bytes = static_cast<size_t>(num_pages * page_size * per_row) * DTypeSize(k.kv_dtype);
       k.k.push_back(zeroed(kv_bytes));
       k.v.push_back(zeroed(kv_bytes));
     }
@@ -286,6 +298,11 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
         Fail(ErrorKind::kInvalidArgument, "segment {}: bad sampling rule", si);
     for (int32_t lr : s.logits_rows)
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
+    if (ArchFor(c.family).body && c.canvas_length > 0 && (s.commit_len < T || s.block_size > 0))
+      Fail(ErrorKind::kUnsupported,
+           "segment {}: {} runs committed causal rows only so far (the encoder); its canvas decoder is not "
+           "implemented yet",
+           si, FamilyName(c.family));
     if (!(s.router_temperature > 0.f && std::isfinite(s.router_temperature)))
       Fail(ErrorKind::kInvalidArgument, "segment {}: router temperature {} must be finite and > 0", si,
            s.router_temperature);
@@ -361,7 +378,10 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   // Activations live in the backend's memory; token ids and positions stay on the host.
   DeviceBuffer h = DeviceBuffer::Floats(be, R * H), x = DeviceBuffer::Floats(be, R * H),
                o = DeviceBuffer::Floats(be, R * H);
-  if (sh.sharded()) {
+  const ArchBody* body = ArchFor(c.family).body;  // an architecture composing its own layer (arch.h)
+  if (body) {
+    body->embed(ctx, w, p.tokens.data(), h.f32());
+  } else if (sh.sharded()) {
     // Vocab-parallel: ids of other ranks' rows read the shard's trailing zero row.
     std::vector<int32_t> local(p.tokens.size());
     for (size_t i = 0; i < local.size(); ++i) {
@@ -387,10 +407,17 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   }
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
-  // Each residual add runs fused with the norm that follows it (the next layer's input norm after
-  // the FFN), except after the last layer, whose norm is the final one over the logits rows only.
-  if (c.num_layers > 0) be.RmsNorm(h.f32(), R, H, H, w.layers[0].input_norm, eps, one_plus, x.f32(), H);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  if (body) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      body->layer(ctx, w, l, h.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr);
+      if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
+    }
+  }
+  // The Qwen layer. Each residual add runs fused with the norm that follows it (the next layer's
+  // input norm after the FFN), except after the last layer, whose norm is the final one over the
+  // logits rows only.
+  if (!body && c.num_layers > 0) be.RmsNorm(h.f32(), R, H, H, w.layers[0].input_norm, eps, one_plus, x.f32(), H);
+  for (int64_t l = 0; !body && l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
     if (lw.kind == LayerKind::kFullAttention)
       AttentionForward(ctx, lw.attn, lw.cache_index, x.f32(), o.f32());
@@ -439,6 +466,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   if (!sh.sharded()) {
     DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
     be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
+    if (body && body->logits) body->logits(ctx, logits.f32(), L, V);
     // Sampled rows: tokens and probabilities (S ints, then S floats) are all that leaves the device.
     DeviceBuffer picked;
     if (S > 0) {

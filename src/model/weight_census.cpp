@@ -14,6 +14,7 @@ namespace {
 double MatrixBytes(const ModelConfig& cfg, const std::string& name, int64_t n, int64_t k) {
   const bool eligible = name.find("embed_tokens") == std::string::npos && name.rfind("lm_head", 0) != 0 &&
                         name.find("mlp.gate.weight") == std::string::npos &&
+                        name.find("router.proj.weight") == std::string::npos &&
                         name.find("shared_expert_gate") == std::string::npos;
   QuantKind kind = cfg.load_quant;
   int64_t group = kind == QuantKind::kInt4 ? std::min<int64_t>(kLoadInt4Group, k) : k;
@@ -29,6 +30,17 @@ double MatrixBytes(const ModelConfig& cfg, const std::string& name, int64_t n, i
   return static_cast<double>(n) * static_cast<double>(QuantRowBytes(kind, k)) + groups * 4 * (zeros ? 2 : 1);
 }
 
+bool EndsWith(const std::string& s, const char* suffix) {
+  const std::string x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// Roles by name, for every family's names: the input embedding ("model.embed_tokens.weight", or
+// DiffusionGemma's "model.decoder.embed_tokens.weight") and the routed experts (Qwen's
+// "mlp.experts.N.*_proj.weight", Gemma's fused 3-D "experts.gate_up_proj" / "experts.down_proj").
+bool IsEmbedding(const std::string& name) { return EndsWith(name, "embed_tokens.weight"); }
+bool IsRoutedExpert(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
 }  // namespace
 
 WeightCensus WeightCensus::Of(const ModelConfig& cfg) {
@@ -39,18 +51,21 @@ WeightCensus WeightCensus::Of(const ModelConfig& cfg) {
     for (int64_t d : t.shape) n *= static_cast<double>(d);
     w.total += n;
     const bool matrix = t.shape.size() == 2 && t.shape[1] != 1;
-    const double bytes = matrix ? MatrixBytes(cfg, t.name, t.shape[0], t.shape[1]) : 2 * n;
+    const bool stacked = t.shape.size() == 3;  // fused experts [E, n, k]: E matrices of [n, k]
+    const double bytes = matrix    ? MatrixBytes(cfg, t.name, t.shape[0], t.shape[1])
+                         : stacked ? MatrixBytes(cfg, t.name, t.shape[0] * t.shape[1], t.shape[2])
+                                   : 2 * n;
     w.weight_bytes += bytes;
-    if (t.name.find(".mlp.experts.") != std::string::npos)
+    if (IsRoutedExpert(t.name))
       w.expert_bytes += bytes;
-    else if (t.shape.size() == 2 && t.name != "model.embed_tokens.weight" && t.name != "lm_head.weight")
+    else if (t.shape.size() == 2 && !IsEmbedding(t.name) && t.name != "lm_head.weight")
       w.dense_bytes += bytes;
-    if (t.name == "model.embed_tokens.weight") {
+    if (IsEmbedding(t.name)) {
       w.embedding = n;
       if (cfg.tie_word_embeddings) w.lm_head = n;
     } else if (t.name == "lm_head.weight") {
       w.lm_head = n;
-    } else if (t.name.find(".mlp.experts.") != std::string::npos) {
+    } else if (IsRoutedExpert(t.name)) {
       w.routed_experts += n;
     } else if (t.shape.size() == 2) {
       w.dense_matrix += n;

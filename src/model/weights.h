@@ -17,6 +17,8 @@ struct AttentionWeights {
   Tensor q_proj, k_proj, v_proj, o_proj;  // q_proj yields [q, gate] per head when gated
   const float* q_norm = nullptr;          // [head_dim]
   const float* k_norm = nullptr;
+  // [head_dim]: V's per-head RmsNorm weight (all ones for Gemma's weightless v_norm); null: no norm.
+  const float* v_norm = nullptr;
 };
 
 // One projection of the GDN input into the combined buffer [q k v | z | b | a]. The architectures
@@ -42,6 +44,11 @@ struct MlpWeights {
 
 struct MoeWeights {
   Tensor router;  // [num_experts, hidden]
+  // Gemma's router (MoeRoutedForward): its input is RmsNorm(h) with this weight ([hidden]: the
+  // checkpoint's router.scale times hidden^-0.5), and its renormalised top-k weights are multiplied
+  // by per_expert_scale[e] ([num_experts]). Null for the Qwen families.
+  const float* router_input_norm = nullptr;
+  const float* per_expert_scale = nullptr;
   std::vector<ExpertWeights> experts;
   bool has_shared = false;
   MlpWeights shared;
@@ -94,6 +101,9 @@ struct ModelWeights {
   Tensor embed, lm_head;
   const float* final_norm = nullptr;
   std::vector<LayerWeights> layers;
+  // An architecture that composes its own layers (arch.h ArchBody) keeps its weights here, in a
+  // type only its file knows (layers[] then carries only kind / is_moe / cache_index).
+  std::shared_ptr<void> arch;
 };
 
 }  // namespace tessera

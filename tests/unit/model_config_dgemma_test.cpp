@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/weight_census.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -127,9 +129,27 @@ TEST(DiffusionGemmaConfig, PublishedShape) {
       EXPECT_DOUBLE_EQ(a.rope.linear_factor, 1.0);
     }
   }
-  // No architecture is registered yet: the tensor list (and so loading, `tessera inspect`) refuses
-  // the family by name instead of listing Qwen tensors.
-  ExpectError([&] { ExpectedTensors(m); }, ErrorKind::kUnsupported, {"diffusion_gemma"});
+  // The architecture's own tensor list (arch/diffusion_gemma.cpp): the saved layout under
+  // model.decoder.*, global layers without v_proj, fused experts, both stacks' layer_scalar.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ExpectedTensor& t : ExpectedTensors(m)) shapes[t.name] = t.shape;
+  EXPECT_EQ(shapes.at("model.decoder.embed_tokens.weight"), (std::vector<int64_t>{262144, 2816}));
+  EXPECT_EQ(shapes.at("model.decoder.layers.0.self_attn.v_proj.weight"), (std::vector<int64_t>{8 * 256, 2816}));
+  EXPECT_EQ(shapes.count("model.decoder.layers.5.self_attn.v_proj.weight"), 0u);
+  EXPECT_EQ(shapes.at("model.decoder.layers.5.self_attn.k_proj.weight"), (std::vector<int64_t>{2 * 512, 2816}));
+  EXPECT_EQ(shapes.at("model.decoder.layers.5.self_attn.q_proj.weight"), (std::vector<int64_t>{16 * 512, 2816}));
+  EXPECT_EQ(shapes.at("model.decoder.layers.3.experts.gate_up_proj"), (std::vector<int64_t>{128, 2 * 704, 2816}));
+  EXPECT_EQ(shapes.at("model.encoder.language_model.layers.29.layer_scalar"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied
+  // KV per token: 25 sliding layers x 2 x 8 x 256 + 5 global layers x 2 x 2 x 512 f32 values.
+  EXPECT_EQ(Model::KvBytesPerToken(m, DType::kF32), (25 * 2 * 8 * 256 + 5 * 2 * 2 * 512) * 4);
+  // The tensor list against the model card's counts (25.2B total, 3.8B active): 25.25B and 3.84B (the
+  // decoder-only self-conditioning MLP, 18M, counted as active).
+  const WeightCensus census = WeightCensus::Of(m);
+  EXPECT_NEAR(census.total / 1e9, 25.25, 0.01);
+  EXPECT_NEAR(census.ActiveParams() / 1e9, 3.84, 0.01);
+  EXPECT_EQ(census.embedding, 262144.0 * 2816);
+  EXPECT_EQ(census.moe_layers, 30);
 }
 
 TEST(DiffusionGemmaConfig, TransformersDefaultsForMissingKeys) {

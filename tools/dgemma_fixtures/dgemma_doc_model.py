@@ -1,33 +1,51 @@
-"""DiffusionGemma written from docs/DIFFUSION_GEMMA.md sections 3-5 alone (float64 torch, plain loops,
-no transformers code), for make_dgemma_fixtures.py to compare with transformers on the GPU machine:
-if this agrees with transformers' logits, the document is what tessera must implement; where it does
-not, the difference names the section that is wrong. It also tries the candidate rules for the
-decoder's sliding-window layers (docs OPEN 2) and reports which one transformers follows.
+"""DiffusionGemma written from docs/DIFFUSION_GEMMA.md sections 3-5 alone (float64 numpy, plain loops,
+no transformers code). make_dgemma_fixtures.py compares it with transformers on the GPU machine: if it
+agrees with transformers' logits, the document is what tessera must implement; where it does not, the
+difference names the section that is wrong. It also tries the candidate rules for the decoder's
+sliding-window layers (docs OPEN 2) and reports which one transformers follows. Before those
+references exist, make_dgemma_selfcheck.py runs it against tessera's C++ on a numpy-made checkpoint:
+a self-consistency check of the document, not an independent reference.
 
 Shapes come from the weights (head dims, KV heads, whether v_proj exists), RoPE and windows from the
 config, so the check does not depend on how a transformers version spells the head-dim keys.
+Weights and inputs may be torch tensors (any dtype / device) or array-likes; outputs are numpy float64.
 """
 import math
 
-import torch
+import numpy as np
 
 DEC, ENC = "model.decoder.", "model.encoder.language_model."
 # How a canvas row sees the committed keys in a sliding layer (docs section 3.2 / OPEN 2).
 SLIDING_RULES = ("cache_last_w_minus_1", "whole_prefix", "per_query_window")
 
 
+def to_f64(v):
+    """A torch tensor (any device / dtype, bf16 included) or an array-like as a float64 numpy array."""
+    if hasattr(v, "detach"):
+        v = v.detach().to("cpu")
+        if v.is_floating_point():
+            v = v.double()
+        return v.numpy().astype(np.float64)
+    return np.asarray(v, dtype=np.float64)
+
+
 def rms(x, w=None, eps=1e-6):
-    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
     return y * w if w is not None else y
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softmax(x, axis=-1):
+    z = np.exp(x - x.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
 
 
 class DocModel:
     def __init__(self, state_dict, text_cfg, top_cfg):
-        self.sd = {k: v.detach().to("cpu", torch.float64) for k, v in state_dict.items()}
+        self.sd = {k: to_f64(v) for k, v in state_dict.items()}
         self.t = text_cfg
         self.H = text_cfg["hidden_size"]
         self.L = text_cfg["num_hidden_layers"]
@@ -64,10 +82,10 @@ class DocModel:
             r = int(math.floor(p.get("partial_rotary_factor", 1.0) * d / 2))
         else:
             r = d // 2
-        inv = torch.tensor([theta ** (-2.0 * i / d) for i in range(r)], dtype=torch.float64) / p.get("factor", 1.0)
-        ang = torch.tensor(pos, dtype=torch.float64)[:, None] * inv[None, :]  # [T, r]
-        c, s = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
-        out = x.clone()
+        inv = np.array([theta ** (-2.0 * i / d) for i in range(r)], dtype=np.float64) / p.get("factor", 1.0)
+        ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # [T, r]
+        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        out = x.copy()
         a, b = x[..., :r], x[..., d // 2:d // 2 + r]
         out[..., :r] = a * c - b * s
         out[..., d // 2:d // 2 + r] = b * c + a * s
@@ -80,26 +98,25 @@ class DocModel:
         d = wq.shape[0] // self.heads
         kvh = wk.shape[0] // d
         T = x.shape[0]
-        q = rms((x @ wq.T).view(T, self.heads, d), self.w(stack, pre + "q_norm.weight"), self.eps)
-        k_raw = (x @ wk.T).view(T, kvh, d)
-        v = (x @ wv.T).view(T, kvh, d) if wv is not None else k_raw  # full layers: V = raw K
+        q = rms((x @ wq.T).reshape(T, self.heads, d), self.w(stack, pre + "q_norm.weight"), self.eps)
+        k_raw = (x @ wk.T).reshape(T, kvh, d)
+        v = (x @ wv.T).reshape(T, kvh, d) if wv is not None else k_raw  # full layers: V = raw K
         k = rms(k_raw, self.w(stack, pre + "k_norm.weight"), self.eps)
         return self.rope_apply(q, pos, l), self.rope_apply(k, pos, l), rms(v, None, self.eps)
 
     def attend(self, stack, l, q, pos, keys, allowed):
         """keys: list of (pos, k, v); allowed(pq, pk) -> bool. Scale 1, no soft-cap (docs 3.2)."""
-        K = torch.stack([k for _, k, _ in keys])  # [S, kvh, d]
-        V = torch.stack([v for _, _, v in keys])
+        K = np.stack([k for _, k, _ in keys])  # [S, kvh, d]
+        V = np.stack([v for _, _, v in keys])
         kp = [p for p, _, _ in keys]
         T, n, d = q.shape
         g = n // K.shape[1]
-        out = torch.zeros(T, n, d, dtype=torch.float64)
+        out = np.zeros((T, n, d))
         for i in range(T):
-            m = torch.tensor([allowed(pos[i], pk) for pk in kp])
+            m = np.array([allowed(pos[i], pk) for pk in kp])
             for h in range(n):
-                s = (K[:, h // g, :] @ q[i, h])
-                s = s.masked_fill(~m, float("-inf"))
-                out[i, h] = torch.softmax(s, 0) @ V[:, h // g, :]
+                s = np.where(m, K[:, h // g, :] @ q[i, h], -np.inf)
+                out[i, h] = softmax(s, 0) @ V[:, h // g, :]
         return out.reshape(T, n * d) @ self.w(stack, f"layers.{l}.self_attn.o_proj.weight").T
 
     def ffn(self, stack, l, h):
@@ -110,13 +127,14 @@ class DocModel:
               (x1 @ self.w(stack, pre + "mlp.up_proj.weight").T)) @ self.w(stack, pre + "mlp.down_proj.weight").T
         m1 = n("post_feedforward_layernorm_1", m1)
         r = rms(h, None, self.eps) * self.w(stack, pre + "router.scale") * self.H ** -0.5
-        p = torch.softmax(r @ self.w(stack, pre + "router.proj.weight").T, -1)
-        top_w, top_i = torch.topk(p, self.K, -1)
-        top_w = top_w / top_w.sum(-1, keepdim=True) * self.w(stack, pre + "router.per_expert_scale")[top_i]
+        p = softmax(r @ self.w(stack, pre + "router.proj.weight").T, -1)
+        top_i = np.argsort(-p, axis=-1, kind="stable")[:, :self.K]  # ties: the lower expert first
+        top_w = np.take_along_axis(p, top_i, -1)
+        top_w = top_w / top_w.sum(-1, keepdims=True) * self.w(stack, pre + "router.per_expert_scale")[top_i]
         x2 = n("pre_feedforward_layernorm_2", h)
         gu, dn = self.w(stack, pre + "experts.gate_up_proj"), self.w(stack, pre + "experts.down_proj")
         I = dn.shape[2]
-        m2 = torch.zeros_like(h)
+        m2 = np.zeros_like(h)
         for t in range(h.shape[0]):
             for j in range(self.K):
                 e = int(top_i[t, j])
@@ -141,13 +159,13 @@ class DocModel:
         if lm is None:
             lm = self.w("dec", "embed_tokens.weight")
         z = h @ lm.T
-        return self.cap * torch.tanh(z / self.cap), h
+        return self.cap * np.tanh(z / self.cap), h
 
     def encode(self, ids):
         """Causal, written to the cache (docs 1, 3.2). Returns (logits, final hidden, kv per layer)."""
         start = len(self.cache[0])
         pos = list(range(start, start + len(ids)))
-        x = self.w("enc", "embed_tokens.weight")[torch.tensor(ids)] * self.scale
+        x = self.w("enc", "embed_tokens.weight")[np.asarray(ids)] * self.scale
         kv = []
         W = self.W
         for l in range(self.L):
@@ -163,11 +181,11 @@ class DocModel:
         L0 = len(self.cache[0])
         pos = list(range(L0, L0 + len(canvas)))
         E = self.w("dec", "embed_tokens.weight")
-        e = E[torch.tensor(canvas)] * self.scale
+        e = E[np.asarray(canvas)] * self.scale
         if sc_logits is None:
-            soft = torch.zeros_like(e)
+            soft = np.zeros_like(e)
         else:
-            soft = torch.softmax(sc_logits.detach().to("cpu", torch.float64), -1) @ E * self.scale
+            soft = softmax(to_f64(sc_logits), -1) @ E * self.scale
         pre = "self_conditioning."
         nrm = rms(soft, self.w("dec", pre + "pre_norm.weight"), self.eps)
         sc = (gelu_tanh(nrm @ self.w("dec", pre + "gate_proj.weight").T) *

@@ -435,15 +435,15 @@ def doc_model_check(m64, ref, got, prompt, canvas1, canvas2, commit, canvas3):
     import dgemma_doc_model as dm
     cfg = ref["config_json"]
     doc = dm.DocModel(m64.state_dict(), cfg["text_config"], cfg)
-    diff = lambda a, b: float((a.double().cpu() - b.double().cpu()).abs().max())
+    diff = lambda a, b: float(np.abs(dm.to_f64(a) - dm.to_f64(b)).max())  # the doc model answers numpy
     out = {}
     if "enc" in got:
         lg, _, kv = doc.encode(prompt)
         out["encoder_logits"] = diff(lg, got["enc"])
         for i, (hk, hv) in enumerate(got.get("kv", [])):  # HF keeps the last T_kept positions
             n = hk.shape[1]
-            dk = torch.stack([k for _, k, _ in kv[i][-n:]]).transpose(0, 1)
-            dv = torch.stack([v for _, _, v in kv[i][-n:]]).transpose(0, 1)
+            dk = np.stack([k for _, k, _ in kv[i][-n:]]).transpose(1, 0, 2)
+            dv = np.stack([v for _, _, v in kv[i][-n:]]).transpose(1, 0, 2)
             out[f"kv_layer{i}"] = max(diff(dk, hk), diff(dv, hv))
     else:
         doc.encode(prompt)

@@ -18,6 +18,11 @@ namespace {
 
 inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// GELU, tanh approximation (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
+inline float GeluTanh(float x) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
+}
 
 // Runs a Linear on the calling thread or the pool; w is [n, k].
 void MatMulOn(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate, ThreadPool* pool) {
@@ -137,6 +142,44 @@ void CpuBackend::SiluMul(const float* gate, const float* up, int64_t n, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
+void CpuBackend::GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = GeluTanh(gate[i]) * up[i];
+}
+
+void CpuBackend::RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
+                           int64_t pair_offset, int64_t rotated_pairs, const float* inv_freq,
+                           const int64_t* positions) {
+  TESSERA_CHECK(rotated_pairs <= pair_offset && pair_offset + rotated_pairs <= head_dim);
+  std::vector<float> cs(rotated_pairs), sn(rotated_pairs);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < rotated_pairs; ++i) {
+      const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+      cs[i] = std::cos(angle);
+      sn[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + r * row_stride + h * head_dim;
+      for (int64_t i = 0; i < rotated_pairs; ++i) {
+        const float a = v[i], b = v[i + pair_offset];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + pair_offset] = b * cs[i] + a * sn[i];
+      }
+    }
+  }
+}
+
+void CpuBackend::Scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void CpuBackend::ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= table[idx[i]];
+}
+
 void CpuBackend::Add(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
@@ -200,6 +243,12 @@ void CpuBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts
 void CpuBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                             const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                             float* out) {
+  MoeExpertsAct(x, rows, hidden, idx, weights, k, experts, GluAct::kSilu, out);
+}
+
+void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                               const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                               GluAct act, float* out) {
   const int64_t num_experts = static_cast<int64_t>(experts.size());
   // Group (row, slot) pairs by expert; each expert's output lands in its own slot row, then the
   // slots of a row are summed in slot order, so a row's result never depends on the other rows.
@@ -223,7 +272,10 @@ void CpuBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const 
       std::memcpy(xs.data() + i * hidden, x + (rowsel[i] / k) * hidden, hidden * sizeof(float));
     MatMulOn(xs.data(), m, experts[e].gate, g.data(), false, pool);
     MatMulOn(xs.data(), m, experts[e].up, u.data(), false, pool);
-    for (int64_t i = 0; i < m * inter; ++i) g[i] = Silu(g[i]) * u[i];
+    if (act == GluAct::kSilu)
+      for (int64_t i = 0; i < m * inter; ++i) g[i] = Silu(g[i]) * u[i];
+    else
+      for (int64_t i = 0; i < m * inter; ++i) g[i] = GeluTanh(g[i]) * u[i];
     MatMulOn(g.data(), m, experts[e].down, d.data(), false, pool);
     for (int64_t i = 0; i < m; ++i) {
       const float wgt = weights[rowsel[i]];

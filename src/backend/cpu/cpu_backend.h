@@ -27,6 +27,12 @@ class CpuBackend : public Backend {
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) override;
   void DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) override;
   void SiluMul(const float* gate, const float* up, int64_t n, float* out) override;
+  void RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t pair_offset,
+                 int64_t rotated_pairs, const float* inv_freq, const int64_t* positions) override;
+  void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) override;
+  void Scale(float* x, int64_t n, float s) override;
+  void SoftCap(float* x, int64_t n, float cap) override;
+  void ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table) override;
   void Add(const float* x, int64_t n, float* y) override;
   void Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
               int64_t dst_stride) override;
@@ -48,6 +54,8 @@ class CpuBackend : public Backend {
                 int32_t* idx, float* weights) override;
   void MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                   int64_t k, const std::vector<ExpertWeights>& experts, float* out) override;
+  void MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                     int64_t k, const std::vector<ExpertWeights>& experts, GluAct act, float* out) override;
 
   void Softmax(float* x, int64_t rows, int64_t n) override;
   void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;

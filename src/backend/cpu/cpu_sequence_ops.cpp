@@ -44,25 +44,27 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
     const int64_t p = a.first_pos + t;
     const int64_t n =
         (a.block_size <= 0 ? p : std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1)) + 1;
+    // First visible key: the sliding window's (p - W, p] (causal rows only), else 0.
+    const int64_t j0 = a.sliding_window > 0 ? std::max<int64_t>(0, p - a.sliding_window + 1) : 0;
     const float* q0 = a.q + t * a.q_stride + kvh * group * hd;  // the group's query heads are adjacent
     auto key_row = [&](int64_t j, const float* cache, const float* fresh) -> const float* {
       if (j >= a.first_pos) return fresh + (j - a.first_pos) * a.kv_stride + kvh * hd;
       return cache + cache_row[j] * kv_dim + kvh * hd;
     };
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float* kr = key_row(j, static_cast<const float*>(a.k_cache), a.k);
       for (int64_t g = 0; g < group; ++g) scores[g * total_keys + j] = Dot(q0 + g * hd, kr, hd) * a.scale;
     }
     for (int64_t g = 0; g < group; ++g) {
       float* sc = scores + g * total_keys;
-      float mx = sc[0];
-      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, sc[j]);
+      float mx = sc[j0];
+      for (int64_t j = j0 + 1; j < n; ++j) mx = std::max(mx, sc[j]);
       double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+      for (int64_t j = j0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
       sums[g] = sum;
     }
     std::fill(acc, acc + group * hd, 0.0f);
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float* vr = key_row(j, static_cast<const float*>(a.v_cache), a.v);
       for (int64_t g = 0; g < group; ++g) {
         const float pj = scores[g * total_keys + j];
@@ -95,6 +97,8 @@ __attribute__((target("avx2,fma"))) void AttentionItemsAvx2(const AttentionArgs&
 // through a row table built once per call rather than a page lookup per key and head.
 void CpuBackend::Attention(const AttentionArgs& a) {
   const int64_t group = a.num_heads / a.num_kv_heads;
+  if (a.sliding_window > 0 && a.block_size > 0)
+    Fail(ErrorKind::kUnsupported, "attention: a sliding window with a block-causal mask is not defined");
   if (group > 64)
     Fail(ErrorKind::kUnsupported, "attention: {} query heads per kv head (at most 64 supported)", group);
   const int64_t total_keys = a.first_pos + a.T;

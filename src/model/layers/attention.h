@@ -1,6 +1,7 @@
 // tessera model layer: full (softmax) attention with per-head q/k RMSNorm before RoPE (partial
 // when rotary_dim < head_dim), GQA, an optional sigmoid output gate (Qwen3-Next / Qwen3.5: q_proj
-// yields [q, gate] per head), paged KV cache, causal or block-causal mask per segment.
+// yields [q, gate] per head), paged KV cache, causal or block-causal mask per segment; and the same
+// for a layer of its own shape (SpecAttentionForward: Gemma 4's sliding-window / global layers).
 #pragma once
 
 #include "model/layers/context.h"
@@ -11,5 +12,13 @@ namespace tessera {
 // x: [rows, hidden] (already input-normed) -> out: [rows, hidden].
 void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_t cache_index,
                       const float* x, float* out);
+
+// Attention of a layer whose shape is its own (AttentionLayerSpec: Gemma 4's sliding and global
+// layers): spec.head_dim / num_kv_heads, q / k RmsNorm (plain w) then RopePairs by spec.rope, V
+// from v_proj or (spec.value_from_key) the raw k_proj output, V normed by w.v_norm when set, a
+// causal mask limited to spec.sliding_window keys when set, scores times `scale`, no output gate.
+// Committed rows go to the cache as the Qwen layer's do. x: [rows, hidden] -> out: [rows, hidden].
+void SpecAttentionForward(const LayerContext& ctx, const AttentionLayerSpec& spec, const AttentionWeights& w,
+                          float scale, int64_t cache_index, const float* x, float* out);
 
 }  // namespace tessera

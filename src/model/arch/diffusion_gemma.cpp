@@ -1,0 +1,242 @@
+// tessera model: DiffusionGemma (DiffusionGemmaForBlockDiffusion, model_type diffusion_gemma): the
+// Gemma 4 MoE text stack, composed here from the shared layers as docs/DIFFUSION_GEMMA.md sections
+// 3-4 describe it. Per layer (3.1): input norm, attention of the layer's own shape (sliding window
+// with its head dim / KV heads and default RoPE, or global with V from K, a weightless V norm and
+// proportional RoPE; scores unscaled), post-attention norm into the residual h; then a dense gelu-tanh
+// MLP and the routed experts side by side, each between its own pre / post norms, the router reading
+// h itself (weightless norm times router.scale / sqrt(H), per-expert scales after renormalisation);
+// their sum normed, added to h, the whole scaled by the stack's layer_scalar. Embedding times
+// sqrt(H) (rounded to bf16 for bf16 weights), final norm, tied lm_head, tanh soft-cap.
+// So far the ENCODER path only (committed causal rows: a prompt, a commit); the canvas decoder
+// (self-conditioned input, decoder layer_scalars, the canvas sliding rule of 3.2) is refused by
+// Model::Forward. The self-conditioning weights are loaded and accounted for already.
+// Checkpoint names (section 4): the tied stack under model.decoder.* (or, in the converter's layout,
+// model.encoder.language_model.*), layer_scalar per stack, no lm_head.weight when tied; the vision
+// tower is skipped by the loader's known-unused list. Untied checkpoints (two stacks) are refused.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/arch/arch.h"
+#include "model/layers/attention.h"
+#include "model/layers/context.h"
+#include "model/layers/moe.h"
+#include "model/loader.h"
+
+namespace tessera {
+
+namespace {
+
+const std::string kDec = "model.decoder.";
+const std::string kEnc = "model.encoder.language_model.";
+
+// What a Gemma layer has beyond LayerWeights (input_norm = input_layernorm, post_norm =
+// post_attention_layernorm, attn, mlp = the dense MLP, moe = router + experts).
+struct GemmaLayer {
+  const float* pre_ff_norm = nullptr;     // pre_feedforward_layernorm: the dense MLP's input
+  const float* post_ff_norm_1 = nullptr;  // post_feedforward_layernorm_1: after the dense MLP
+  const float* pre_ff_norm_2 = nullptr;   // pre_feedforward_layernorm_2: the experts' input
+  const float* post_ff_norm_2 = nullptr;  // post_feedforward_layernorm_2: after the experts
+  const float* post_ff_norm = nullptr;    // post_feedforward_layernorm: after their sum
+  float encoder_scalar = 1.0f, decoder_scalar = 1.0f;  // each stack's layer_scalar
+};
+
+struct GemmaWeights {
+  std::vector<GemmaLayer> layers;
+  float embed_scale = 1.0f;  // sqrt(H), in the embedding's dtype (docs 3.5)
+  // Decoder input (docs 5), loaded for the canvas decoder to come.
+  MlpWeights self_cond;
+  const float* self_cond_pre_norm = nullptr;
+};
+
+const GemmaWeights& Arch(const ModelWeights& w) { return *static_cast<const GemmaWeights*>(w.arch.get()); }
+
+std::string LayerPrefix(const std::string& stack, int64_t l) { return stack + "layers." + std::to_string(l) + "."; }
+
+GluAct ActOf(const ModelConfig& c) { return c.hidden_act == Activation::kGeluTanh ? GluAct::kGeluTanh : GluAct::kSilu; }
+
+const char* const kLayerNorms[] = {"input_layernorm",           "post_attention_layernorm",
+                                   "pre_feedforward_layernorm", "post_feedforward_layernorm_1",
+                                   "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2",
+                                   "post_feedforward_layernorm"};
+
+// The saved layout: model.decoder.* (the encoder's weights are tied to it), both stacks'
+// layer_scalar, no lm_head.weight when tied.
+void Tensors(const ModelConfig& c, std::vector<ExpectedTensor>* out) {
+  const int64_t H = c.hidden_size, V = c.vocab_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const int64_t F = c.intermediate_size, nh = c.num_heads;
+  out->push_back({kDec + "embed_tokens.weight", {V, H}});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const AttentionLayerSpec& a = c.attention_layers.at(l);
+    const std::string p = LayerPrefix(kDec, l), s = p + "self_attn.";
+    for (const char* n : kLayerNorms) out->push_back({p + n + ".weight", {H}});
+    out->push_back({s + "q_proj.weight", {nh * a.head_dim, H}});
+    out->push_back({s + "k_proj.weight", {a.num_kv_heads * a.head_dim, H}});
+    if (!a.value_from_key) out->push_back({s + "v_proj.weight", {a.num_kv_heads * a.head_dim, H}});
+    out->push_back({s + "o_proj.weight", {H, nh * a.head_dim}});
+    out->push_back({s + "q_norm.weight", {a.head_dim}});
+    out->push_back({s + "k_norm.weight", {a.head_dim}});
+    out->push_back({p + "mlp.gate_proj.weight", {F, H}});
+    out->push_back({p + "mlp.up_proj.weight", {F, H}});
+    out->push_back({p + "mlp.down_proj.weight", {H, F}});
+    out->push_back({p + "router.proj.weight", {E, H}});
+    out->push_back({p + "router.scale", {H}});
+    out->push_back({p + "router.per_expert_scale", {E}});
+    out->push_back({p + "experts.gate_up_proj", {E, 2 * I, H}});
+    out->push_back({p + "experts.down_proj", {E, H, I}});
+    out->push_back({p + "layer_scalar", {1}});
+    out->push_back({LayerPrefix(kEnc, l) + "layer_scalar", {1}});
+  }
+  out->push_back({kDec + "norm.weight", {H}});
+  const std::string sc = kDec + "self_conditioning.";
+  out->push_back({sc + "pre_norm.weight", {H}});
+  out->push_back({sc + "gate_proj.weight", {F, H}});
+  out->push_back({sc + "up_proj.weight", {F, H}});
+  out->push_back({sc + "down_proj.weight", {H, F}});
+  if (!c.tie_word_embeddings) out->push_back({"lm_head.weight", {V, H}});
+}
+
+void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
+  const char* fam = FamilyName(c.family);
+  if (L.dummy()) Fail(ErrorKind::kUnsupported, "{}: dummy weights are not supported yet", fam);
+  if (!c.tie_word_embeddings)  // transformers then unties the encoder and decoder stacks too (docs OPEN 5)
+    Fail(ErrorKind::kUnsupported, "{}: untied checkpoints (tie_word_embeddings false: two stacks) are not supported",
+         fam);
+  if (static_cast<int64_t>(c.attention_layers.size()) != c.num_layers)
+    Fail(ErrorKind::kInternal, "{}: {} attention layer specs for {} layers", fam, c.attention_layers.size(),
+         c.num_layers);
+  const int64_t H = c.hidden_size, V = c.vocab_size, E = c.num_experts, F = c.intermediate_size, nh = c.num_heads;
+  // The tied stack: the saved layout keeps model.decoder.*, the converter's model.encoder.language_model.*.
+  const std::string P = L.Has(kDec + "embed_tokens.weight") ? kDec : kEnc;
+  auto g = std::make_shared<GemmaWeights>();
+  out->embed = L.Matrix(P + "embed_tokens.weight", {V, H});
+  // transformers multiplies by embed_scale.to(weight dtype): bf16(sqrt(2816)) = 53.0 (docs 3.5).
+  const float scale = static_cast<float>(c.embedding_multiplier);
+  g->embed_scale = out->embed.dtype == DType::kBF16 ? Bf16ToF32(F32ToBf16(scale)) : scale;
+  int64_t max_head_dim = 0;
+  for (const AttentionLayerSpec& a : c.attention_layers) max_head_dim = std::max(max_head_dim, a.head_dim);
+  const float* ones = L.HostVector(std::vector<float>(static_cast<size_t>(max_head_dim), 1.0f));  // weightless v_norm
+  const float router_mult = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H)));
+  out->layers.resize(c.num_layers);
+  g->layers.resize(c.num_layers);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const AttentionLayerSpec& a = c.attention_layers[l];
+    LayerWeights& lw = out->layers[l];
+    GemmaLayer& gl = g->layers[l];
+    const std::string p = LayerPrefix(P, l), s = p + "self_attn.";
+    lw.kind = LayerKind::kFullAttention;  // softmax attention; its shape is attention_layers[l]
+    lw.is_moe = true;
+    lw.cache_index = l;
+    lw.input_norm = L.Vector(p + "input_layernorm.weight", {H});
+    lw.post_norm = L.Vector(p + "post_attention_layernorm.weight", {H});
+    const int64_t d = a.head_dim, kv = a.num_kv_heads * d;
+    lw.attn.q_proj = L.Matrix(s + "q_proj.weight", {nh * d, H});
+    lw.attn.k_proj = L.Matrix(s + "k_proj.weight", {kv, H});
+    if (!a.value_from_key) lw.attn.v_proj = L.Matrix(s + "v_proj.weight", {kv, H});
+    lw.attn.o_proj = L.Matrix(s + "o_proj.weight", {H, nh * d});
+    lw.attn.q_norm = L.Vector(s + "q_norm.weight", {d});
+    lw.attn.k_norm = L.Vector(s + "k_norm.weight", {d});
+    lw.attn.v_norm = ones;
+    lw.mlp = LoadMlp(L, p + "mlp.", F, H, {0, F});
+    lw.moe.router = L.Matrix(p + "router.proj.weight", {E, H});
+    {  // the router's input norm weight: router.scale * H^-0.5, folded once
+      const TensorView& v = L.View(p + "router.scale", {H});
+      std::vector<float> w(static_cast<size_t>(H));
+      ConvertToF32(v.dtype, v.data, w.data(), w.size());
+      for (float& x : w) x *= router_mult;
+      lw.moe.router_input_norm = L.HostVector(std::move(w));
+    }
+    lw.moe.per_expert_scale = L.Vector(p + "router.per_expert_scale", {E});
+    LoadExperts(c, L, p, &lw.moe);
+    gl.pre_ff_norm = L.Vector(p + "pre_feedforward_layernorm.weight", {H});
+    gl.post_ff_norm_1 = L.Vector(p + "post_feedforward_layernorm_1.weight", {H});
+    gl.pre_ff_norm_2 = L.Vector(p + "pre_feedforward_layernorm_2.weight", {H});
+    gl.post_ff_norm_2 = L.Vector(p + "post_feedforward_layernorm_2.weight", {H});
+    gl.post_ff_norm = L.Vector(p + "post_feedforward_layernorm.weight", {H});
+    // layer_scalar is a buffer, not tied: each stack keeps its own (a checkpoint with one set gives it
+    // to both; docs OPEN 4).
+    const std::string dec = LayerPrefix(kDec, l) + "layer_scalar", enc = LayerPrefix(kEnc, l) + "layer_scalar";
+    const bool has_dec = L.Has(dec), has_enc = L.Has(enc);
+    gl.decoder_scalar = L.Scalar(has_dec || !has_enc ? dec : enc);  // neither: fails naming the decoder's
+    gl.encoder_scalar = has_enc ? L.Scalar(enc) : gl.decoder_scalar;
+  }
+  out->final_norm = L.Vector(P + "norm.weight", {H});
+  if (L.Has("lm_head.weight")) {
+    out->lm_head = L.Matrix("lm_head.weight", {V, H});
+  } else {
+    out->lm_head = out->embed;  // tied to model.decoder.embed_tokens
+  }
+  const std::string sc = kDec + "self_conditioning.";
+  g->self_cond_pre_norm = L.Vector(sc + "pre_norm.weight", {H});
+  g->self_cond = LoadMlp(L, sc, F, H, {0, F});
+  out->arch = std::move(g);
+}
+
+// Encoder input: the raw scaled embedding (the decoder's is normalised and self-conditioned).
+void Embed(const LayerContext& ctx, const ModelWeights& w, const int32_t* tokens, float* h) {
+  ctx.be->Embedding(w.embed, tokens, ctx.rows, h);
+  ctx.be->Scale(h, ctx.rows * ctx.cfg->hidden_size, Arch(w).embed_scale);
+}
+
+// docs 3.1, the encoder stack (its layer_scalar).
+void Layer(const LayerContext& ctx, const ModelWeights& w, int64_t l, float* h, int32_t* expert_counts) {
+  Backend& be = *ctx.be;
+  const ModelConfig& c = *ctx.cfg;
+  const LayerWeights& lw = w.layers[l];
+  const GemmaLayer& gl = Arch(w).layers[l];
+  const int64_t R = ctx.rows, H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const GluAct act = ActOf(c);
+  auto norm = [&](const float* in, const float* weight, float* y) { be.RmsNorm(in, R, H, H, weight, eps, false, y, H); };
+  DeviceBuffer x = DeviceBuffer::Floats(be, R * H), o = DeviceBuffer::Floats(be, R * H),
+               m = DeviceBuffer::Floats(be, R * H);
+  // h = h + post_attention_layernorm(attn(input_layernorm(h))); scores unscaled (q, k are normed).
+  norm(h, lw.input_norm, x.f32());
+  SpecAttentionForward(ctx, c.attention_layers[l], lw.attn, 1.0f, lw.cache_index, x.f32(), o.f32());
+  norm(o.f32(), lw.post_norm, o.f32());
+  be.Add(o.f32(), R * H, h);
+  // Dense MLP and experts side by side on h, each between its own norms; the router reads h itself.
+  norm(h, gl.pre_ff_norm, x.f32());
+  DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32(), act);
+  norm(o.f32(), gl.post_ff_norm_1, o.f32());
+  norm(h, gl.pre_ff_norm_2, x.f32());
+  MoeRoutedForward(ctx, lw.moe, h, x.f32(), act, m.f32(), expert_counts);
+  norm(m.f32(), gl.post_ff_norm_2, m.f32());
+  be.Add(m.f32(), R * H, o.f32());
+  norm(o.f32(), gl.post_ff_norm, o.f32());
+  // (h + post_feedforward_layernorm(m1 + m2)) * layer_scalar
+  be.Add(o.f32(), R * H, h);
+  if (gl.encoder_scalar != 1.0f) be.Scale(h, R * H, gl.encoder_scalar);
+}
+
+void Logits(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab) {
+  ctx.be->SoftCap(logits, rows * vocab, static_cast<float>(ctx.cfg->final_logit_softcap));
+}
+
+int64_t KvValuesPerToken(const ModelConfig& c, int64_t l) {
+  const AttentionLayerSpec& a = c.attention_layers.at(l);
+  return 2 * a.num_kv_heads * a.head_dim;
+}
+
+void NoGdnTensors(const ModelConfig&, const std::string& prefix, std::vector<ExpectedTensor>*) {
+  Fail(ErrorKind::kCorrupt, "{}: diffusion_gemma has no linear-attention layers", prefix);
+}
+
+void NoGdnLoad(const ModelConfig&, const std::string& prefix, WeightLoader&, GdnWeights*) {
+  Fail(ErrorKind::kCorrupt, "{}: diffusion_gemma has no linear-attention layers", prefix);
+}
+
+const ArchBody kBody{Tensors, Load, Embed, Layer, Logits, KvValuesPerToken};
+
+}  // namespace
+
+const ArchSpec& DiffusionGemmaArch() {
+  static const ArchSpec spec{ModelFamily::kDiffusionGemma, "diffusion_gemma", NoGdnTensors, NoGdnLoad, &kBody};
+  return spec;
+}
+
+}  // namespace tessera
