@@ -67,6 +67,9 @@ int RunInspect(const InspectFlags& f) {
   const double read_per_token = census.FormatTokenBytes();
   const int64_t full = cfg.NumLayersOf(LayerKind::kFullAttention);
   const int64_t linear = cfg.NumLayersOf(LayerKind::kLinearAttention);
+  // Of the attention layers, those with a sliding window (Gemma 4's local layers); the rest are global.
+  int64_t sliding = 0;
+  for (const AttentionLayerSpec& a : cfg.attention_layers) sliding += a.sliding_window > 0 ? 1 : 0;
   int64_t moe = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) moe += cfg.IsMoeLayer(l);
   // KV and recurrent state as tessera's caches hold them: K / V of the chosen element type, the state f32.
@@ -89,7 +92,7 @@ int RunInspect(const InspectFlags& f) {
   j["model_type"] = cfg.model_type;
   j["family"] = FamilyName(cfg.family);
   j["diffusion"] = cfg.diffusion;
-  j["layers"] = {{"total", cfg.num_layers}, {"full_attention", full}, {"linear_attention", linear},
+  j["layers"] = {{"total", cfg.num_layers}, {"full_attention", full}, {"sliding_window", sliding}, {"linear_attention", linear},
                  {"moe", moe}, {"dense", cfg.num_layers - moe}};
   j["hidden_size"] = cfg.hidden_size;
   j["vocab_size"] = cfg.vocab_size;
@@ -139,9 +142,11 @@ int RunInspect(const InspectFlags& f) {
   }
   std::printf("model:            %s (%s, family %s)%s\n", cfg.architecture.c_str(), cfg.model_type.c_str(),
               FamilyName(cfg.family), cfg.diffusion ? ", block diffusion" : "");
-  std::printf("layers:           %lld (%lld full attention, %lld Gated DeltaNet; %lld MoE, %lld dense)\n",
-              (long long)cfg.num_layers, (long long)full, (long long)linear, (long long)moe,
-              (long long)(cfg.num_layers - moe));
+  const std::string attention =
+      sliding > 0 ? fmt::format("{} attention: {} sliding-window, {} global", full, sliding, full - sliding)
+                  : fmt::format("{} full attention", full);
+  std::printf("layers:           %lld (%s, %lld Gated DeltaNet; %lld MoE, %lld dense)\n", (long long)cfg.num_layers,
+              attention.c_str(), (long long)linear, (long long)moe, (long long)(cfg.num_layers - moe));
   if (cfg.num_experts > 0)
     std::printf("experts:          %lld routed, top-%lld%s\n", (long long)cfg.num_experts,
                 (long long)cfg.num_experts_per_tok, cfg.shared_expert_intermediate_size > 0 ? " + shared expert" : "");

@@ -270,6 +270,26 @@ TEST(CliInspect, ReadPerTokenIsTheDecodeFloorsCount) {
   EXPECT_NE(r.out.find("top-8 experts"), std::string::npos) << r.out;
 }
 
+// Gemma 4's attention layers are local (sliding window) or global: inspect counts both kinds (it
+// called all of them "full attention"). The checkpoint is the DiffusionGemma self-check's (numpy).
+TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
+  const std::string out = ScratchDir("cli-dgemma");
+  auto made = RunCommand("/usr/bin/python3 " + Quote(std::string(TESSERA_SOURCE_DIR) +
+                                                    "/tools/dgemma_fixtures/make_dgemma_selfcheck.py") +
+                         " " + Quote(out));
+  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(out + "/dgemma_tiny_a"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("layers:           4 (4 attention: 2 sliding-window, 2 global, 0 Gated DeltaNet"),
+            std::string::npos)
+      << r.out;
+  r = RunCommand(Bin() + " inspect --model " + Quote(out + "/dgemma_tiny_a") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["layers"]["sliding_window"].get<int64_t>(), 2) << r.out;
+  r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")));
+  EXPECT_NE(r.out.find("(48 full attention, 0 Gated DeltaNet"), std::string::npos) << r.out;
+}
+
 // The GPU memory plan: utilization x the device, minus the bf16 weights and the context estimate,
 // the state slots and the activation reserve, leaves the KV pool; a device too small is an error.
 TEST(CliInspect, GpuMemoryPlanAddsUp) {
