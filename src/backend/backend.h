@@ -70,6 +70,12 @@ struct AttentionArgs {
   // Sliding window W > 0 (causal only, block_size 0): the query at position p sees keys (p - W, p].
   // 0: no window. The CUDA backend does not implement it yet and refuses a call that sets it.
   int64_t sliding_window = 0;
+  // >= 0: rows [canvas_begin, T) are a canvas (DiffusionGemma's decoder, docs/DIFFUSION_GEMMA.md 3.2):
+  // each sees every key before the canvas and every canvas key (bidirectional), or with a sliding
+  // window W the last W-1 keys before the canvas and the whole canvas, the same set for every canvas
+  // row (transformers' cached generation path). Rows before it keep the causal (windowed) rule.
+  // Needs block_size 0. -1: no canvas. The CUDA backend does not implement it yet and refuses it.
+  int64_t canvas_begin = -1;
   float scale = 1.0f;
   float* out = nullptr;  // [T, num_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;

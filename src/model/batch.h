@@ -30,6 +30,12 @@ struct Segment {
   // logits row: the backend draws the tokens where the logits are (Backend::SampleRows) and only the
   // tokens and their probabilities come back (ForwardResult::picks), not the [rows, vocab] logits.
   std::vector<RowSampling> sample;
+  // Canvas-decoder models (DiffusionGemma, ModelConfig::canvas_length > 0), where the uncommitted
+  // block is a canvas (decoder path: bidirectional, self-conditioned input, decoder layer_scalars;
+  // docs/DIFFUSION_GEMMA.md 1, 5): the self-conditioning input of its rows, [T - commit_len, hidden],
+  // the soft embedding softmax(S) @ embed_tokens * embed_scale of the previous step's processed
+  // logits S. Empty: a canvas's first step (zeros). Must be empty for other models and rows.
+  std::vector<float> self_conditioning;
   // MoE models: the router logits of this segment's rows are divided by it before the softmax and
   // top-k (a request's router temperature; 1 = unchanged). Must be finite and > 0.
   float router_temperature = 1.f;

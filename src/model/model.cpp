@@ -298,11 +298,22 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
         Fail(ErrorKind::kInvalidArgument, "segment {}: bad sampling rule", si);
     for (int32_t lr : s.logits_rows)
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
-    if (ArchFor(c.family).body && c.canvas_length > 0 && (s.commit_len < T || s.block_size > 0))
-      Fail(ErrorKind::kUnsupported,
-           "segment {}: {} runs committed causal rows only so far (the encoder); its canvas decoder is not "
-           "implemented yet",
-           si, FamilyName(c.family));
+    // A canvas-decoder model (DiffusionGemma): committed rows are causal (the encoder), the
+    // uncommitted block is a canvas (the decoder) with an optional self-conditioning input.
+    const bool canvas_model = c.canvas_length > 0;
+    if (canvas_model && s.block_size > 0)
+      Fail(ErrorKind::kInvalidArgument, "segment {}: {} has no block-causal mask (block_size {})", si,
+           FamilyName(c.family), s.block_size);
+    const int64_t canvas_rows = T - s.commit_len;
+    if (!s.self_conditioning.empty() &&
+        (!canvas_model || canvas_rows == 0 ||
+         static_cast<int64_t>(s.self_conditioning.size()) != canvas_rows * c.hidden_size))
+      Fail(ErrorKind::kInvalidArgument,
+           "segment {}: self-conditioning input of {} values; expected none, or [{} canvas rows, {}] for a "
+           "canvas-decoder model",
+           si, s.self_conditioning.size(), canvas_model ? canvas_rows : 0, c.hidden_size);
+    p.segments.back().canvas = canvas_model && canvas_rows > 0;
+    p.segments.back().self_conditioning = s.self_conditioning.empty() ? nullptr : s.self_conditioning.data();
     if (!(s.router_temperature > 0.f && std::isfinite(s.router_temperature)))
       Fail(ErrorKind::kInvalidArgument, "segment {}: router temperature {} must be finite and > 0", si,
            s.router_temperature);

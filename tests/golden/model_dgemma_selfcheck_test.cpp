@@ -1,9 +1,12 @@
-// tessera model tests: DiffusionGemma's encoder (arch/diffusion_gemma.cpp) on the CPU backend against
-// tools/dgemma_fixtures/dgemma_doc_model.py, docs/DIFFUSION_GEMMA.md written as float64 numpy code.
+// tessera model tests: DiffusionGemma's encoder and canvas decoder (arch/diffusion_gemma.cpp) on the
+// CPU backend against tools/dgemma_fixtures/dgemma_doc_model.py, docs/DIFFUSION_GEMMA.md written as
+// float64 numpy code.
 // SELF-CONSISTENCY ONLY, not a reference: both sides come from the same document, so agreement says
 // the C++ computes what the document says (sections 3-4: sliding / global attention with their head
 // dims and RoPE kinds, V from K, the dense MLP beside the experts, the scaled router, layer_scalar,
-// embedding scale, soft-cap, tied lm_head), not that the document is what transformers does. The
+// embedding scale, soft-cap, tied lm_head; section 5's self-conditioned decoder input, the decoder's
+// layer_scalars, bidirectional canvas attention with the cached generation path's sliding rule), not
+// that the document is what transformers does. The
 // transformers fixtures of make_dgemma_fixtures.py (GPU machine) will replace this check.
 // The checkpoint (tiny shape "dgemma_tiny_a": window 8 < prompt 24, bf16 weights, the saved tensor
 // layout with a vision-tower tensor to skip) and the doc model's logits are made at test time by
@@ -44,13 +47,26 @@ const std::string& Dir() {
 struct Want {
   std::vector<int32_t> ids;
   NpyArray logits;  // [24, vocab]
+  // The decoder after the 24-token prompt (window 8): two steps of one 16-token canvas.
+  std::vector<int32_t> canvas1, canvas2;
+  NpyArray step1, step2;          // [16, vocab]
+  NpyArray step1_whole_prefix;    // step 1 by the other sliding rule (docs OPEN 2): must NOT match
+  std::vector<float> soft2;       // [16, hidden]: step 2's self-conditioning input
 };
 
 const Want& Expected() {
   static const Want w = [] {
     Want x;
-    x.ids = ReadJsonFile(Dir() + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
+    const auto j = ReadJsonFile(Dir() + "/selfcheck.json");
+    x.ids = j["prompt_ids"].get<std::vector<int32_t>>();
     x.logits = ReadNpy(Dir() + "/encoder_logits.npy");
+    x.canvas1 = j["canvas_step1_ids"].get<std::vector<int32_t>>();
+    x.canvas2 = j["canvas_step2_ids"].get<std::vector<int32_t>>();
+    x.step1 = ReadNpy(Dir() + "/decoder_step1_logits.npy");
+    x.step2 = ReadNpy(Dir() + "/decoder_step2_logits.npy");
+    x.step1_whole_prefix = ReadNpy(Dir() + "/decoder_step1_whole_prefix_logits.npy");
+    const NpyArray soft = ReadNpy(Dir() + "/self_conditioning_step2.npy");
+    x.soft2.assign(soft.data.begin(), soft.data.end());
     return x;
   }();
   return w;
@@ -58,20 +74,36 @@ const Want& Expected() {
 
 int32_t Argmax(const float* v, int64_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
-// Rows [row0, row0 + n) of `got` (n rows of vocab V) against the doc model's rows from position pos0.
-void ExpectRows(const float* got, int64_t n, int64_t pos0, const char* what) {
+// n rows of `got` (vocab V each) against the doc model's rows of `ref` from row pos0 (the encoder's
+// logits by default, whose rows are positions).
+double ExpectRows(const float* got, int64_t n, int64_t pos0, const char* what, const NpyArray* ref = nullptr) {
   const Want& w = Expected();
-  const int64_t V = w.logits.shape.at(1);
+  if (!ref) ref = &w.logits;
+  const int64_t V = ref->shape.at(1);
   double worst = 0;
   for (int64_t r = 0; r < n; ++r) {
-    const float* want = w.logits.data.data() + (pos0 + r) * V;
+    const float* want = ref->data.data() + (pos0 + r) * V;
     const double d = testing::MaxAbsDiff(got + r * V, want, V);
     worst = std::max(worst, d);
     EXPECT_LE(d, 1e-3) << what << " position " << pos0 + r;
     EXPECT_EQ(Argmax(got + r * V, V), Argmax(want, V)) << what << " position " << pos0 + r;
   }
-  std::printf("dgemma self-check %-34s positions %2ld..%2ld  max |C++ - doc model| %.3e\n", what,
+  std::printf("dgemma self-check %-40s rows %2ld..%2ld  max |C++ - doc model| %.3e\n", what,
               static_cast<long>(pos0), static_cast<long>(pos0 + n - 1), worst);
+  return worst;
+}
+
+// The largest difference between n rows of `got` and `ref`'s first rows.
+double MaxDiff(const float* got, int64_t n, const NpyArray& ref) {
+  const int64_t V = ref.shape.at(1);
+  double worst = 0;
+  for (int64_t r = 0; r < n; ++r) worst = std::max(worst, testing::MaxAbsDiff(got + r * V, ref.data.data() + r * V, V));
+  return worst;
+}
+
+std::vector<int32_t> Cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
 TEST(DiffusionGemmaSelfCheck, LoadsTheSavedLayout) {
@@ -125,12 +157,93 @@ TEST(DiffusionGemmaSelfCheck, EncoderLogitsInChunksThroughPagedCache) {
   }
 }
 
-TEST(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
+// The canvas decoder (docs 5, 3.2) after a prompt longer than the window, the prompt committed
+// through the paged cache: step 1 without self-conditioning, step 2 with step 1's soft embedding.
+// Sequence a's pages cover the prompt only (a canvas K/V write would fall outside them).
+TEST(DiffusionGemmaSelfCheck, DecoderStepsAfterPromptLongerThanWindow) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
-  Batch b;  // an uncommitted canvas: the decoder path
-  b.segments.push_back(Seg(nullptr, 0, w.ids, 8, true));
-  ExpectError([&] { m->Forward(b); }, ErrorKind::kUnsupported, {"decoder"});
+  const int64_t H = m->config().hidden_size, P = static_cast<int64_t>(w.ids.size());
+  const int64_t C = static_cast<int64_t>(w.canvas1.size());
+  ASSERT_EQ(C, m->config().canvas_length);
+  ASSERT_EQ(static_cast<int64_t>(w.soft2.size()), C * H);
+  m->AllocateCaches(16, 4, 0);
+  SequenceCache a;
+  for (int32_t p = 0; p < 6; ++p) a.pages.push_back(p * 2);
+  {
+    Batch batch;
+    batch.segments.push_back(Seg(&a, 0, w.ids, P, false));
+    m->Forward(batch);
+  }
+  Batch s1;
+  s1.segments.push_back(Seg(&a, P, w.canvas1, 0, true));
+  ForwardResult r1 = m->Forward(s1);
+  ExpectRows(r1.logits.data(), C, 0, "decoder step 1 (no self-conditioning)", &w.step1);
+  // The other sliding rule (whole prefix) differs by far more: the window of the canvas is exercised.
+  EXPECT_GT(MaxDiff(r1.logits.data(), C, w.step1_whole_prefix), 0.1);
+  Batch s2;
+  s2.segments.push_back(Seg(&a, P, w.canvas2, 0, true));
+  s2.segments[0].self_conditioning = w.soft2;
+  ForwardResult r2 = m->Forward(s2);
+  ExpectRows(r2.logits.data(), C, 0, "decoder step 2 (self-conditioned)", &w.step2);
+  s2.segments[0].self_conditioning.clear();  // the input matters
+  EXPECT_GT(MaxDiff(m->Forward(s2).logits.data(), C, w.step2), 0.1);
+  // Nothing of the canvas persisted: step 1 again gives the same logits.
+  ForwardResult again = m->Forward(s1);
+  EXPECT_EQ(again.logits, r1.logits);
+}
+
+// A commit and the next canvas step in ONE segment (committed rows: encoder, uncommitted: decoder),
+// batched with another sequence's self-conditioned step 2; and the same without a cache.
+TEST(DiffusionGemmaSelfCheck, DecoderFusedWithCommitAndBatched) {
+  auto m = Model::Load(Dir());
+  const Want& w = Expected();
+  const int64_t V = m->config().vocab_size, P = static_cast<int64_t>(w.ids.size());
+  const int64_t C = static_cast<int64_t>(w.canvas1.size());
+  m->AllocateCaches(16, 4, 0);
+  SequenceCache a, b;
+  for (int32_t p = 0; p < 6; ++p) a.pages.push_back(p * 2);
+  for (int32_t p = 0; p < 6; ++p) b.pages.push_back(p * 2 + 1);
+  const std::vector<int32_t> head(w.ids.begin(), w.ids.begin() + 16), tail(w.ids.begin() + 16, w.ids.end());
+  {
+    Batch batch;
+    batch.segments.push_back(Seg(&a, 0, head, 16, false));
+    batch.segments.push_back(Seg(&b, 0, w.ids, P, false));
+    m->Forward(batch);
+  }
+  Batch batch;
+  batch.segments.push_back(Seg(&a, 16, Cat(tail, w.canvas1), P - 16, true));
+  batch.segments.push_back(Seg(&b, P, w.canvas2, 0, true));
+  batch.segments[1].self_conditioning = w.soft2;
+  ForwardResult r = m->Forward(batch);
+  ExpectRows(r.logits.data(), P - 16, 16, "fused: commit rows (encoder)");
+  ExpectRows(r.logits.data() + (P - 16) * V, C, 0, "fused: canvas rows, step 1", &w.step1);
+  ExpectRows(r.logits.data() + P * V, C, 0, "batched: other sequence, step 2", &w.step2);
+  Batch stateless;  // prompt and canvas in one segment from position 0, nothing cached
+  stateless.segments.push_back(Seg(nullptr, 0, Cat(w.ids, w.canvas2), P, true));
+  stateless.segments[0].self_conditioning = w.soft2;
+  ForwardResult s = m->Forward(stateless);
+  ExpectRows(s.logits.data(), P, 0, "no cache: prompt rows (encoder)");
+  ExpectRows(s.logits.data() + P * V, C, 0, "no cache: canvas rows, step 2", &w.step2);
+}
+
+TEST(DiffusionGemmaSelfCheck, RefusesBadDecoderInputs) {
+  auto m = Model::Load(Dir());
+  const Want& w = Expected();
+  const int64_t P = static_cast<int64_t>(w.ids.size());
+  Batch b;  // a self-conditioning input of the wrong size
+  b.segments.push_back(Seg(nullptr, 0, Cat(w.ids, w.canvas2), P, true));
+  b.segments[0].self_conditioning.assign(w.soft2.begin(), w.soft2.end() - 1);
+  ExpectError([&] { m->Forward(b); }, ErrorKind::kInvalidArgument, {"self-conditioning"});
+  b.segments[0].commit_len = P + static_cast<int64_t>(w.canvas2.size());  // no canvas rows for it
+  b.segments[0].self_conditioning = w.soft2;
+  ExpectError([&] { m->Forward(b); }, ErrorKind::kInvalidArgument, {"self-conditioning"});
+  Batch bc;  // no block-causal mask in this family
+  bc.segments.push_back(Seg(nullptr, 0, w.ids, 16, true, 8));
+  ExpectError([&] { m->Forward(bc); }, ErrorKind::kInvalidArgument, {"block"});
+}
+
+TEST(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
   LoadOptions tp;
   tp.tensor_parallel_size = 2;
   ExpectError([&] { Model::Load(Dir(), tp); }, ErrorKind::kUnsupported, {"tensor parallelism"});

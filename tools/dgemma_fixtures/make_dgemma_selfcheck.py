@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """DiffusionGemma SELF-CONSISTENCY data (not a reference): a tiny random checkpoint written with numpy
-alone, and the encoder logits that dgemma_doc_model.py (docs/DIFFUSION_GEMMA.md as float64 code)
-computes on it. tests/golden/model_dgemma_selfcheck_test.cpp runs it into a scratch directory and
-holds tessera's C++ encoder to those logits (1e-3). Both sides were written from the same document, so
+alone, and the logits that dgemma_doc_model.py (docs/DIFFUSION_GEMMA.md as float64 code) computes on
+it: the encoder's over the prompt, then two denoising steps of the canvas decoder after that prompt
+(step 1 without self-conditioning, step 2 self-conditioned on step 1's processed logits S = logits /
+t_max). tests/golden/model_dgemma_selfcheck_test.cpp runs it into a scratch directory and holds
+tessera's C++ encoder and decoder to those logits (1e-3). Both sides were written from the same document, so
 agreement says the C++ does what the document says, not that the document is what transformers does:
 make_dgemma_fixtures.py's transformers references (GPU machine) settle that, and replace this check.
 
@@ -15,7 +17,11 @@ vision-tower tensor the loader must skip.
 
 Usage: /usr/bin/python3 tools/dgemma_fixtures/make_dgemma_selfcheck.py OUT
 Writes OUT/dgemma_tiny_a/{config.json, generation_config.json, model.safetensors, selfcheck.json,
-encoder_logits.npy ([24, 512] f64)}; about 0.9 MB, a second or two.
+encoder_logits.npy ([24, 512] f64), decoder_step1_logits.npy and decoder_step2_logits.npy ([16, 512]
+f64, the generation path's sliding rule "cache_last_w_minus_1"), decoder_step1_whole_prefix_logits.npy
+(the other rule, which the test must NOT match: it shows the window is exercised),
+self_conditioning_step2.npy ([16, 64] f64: softmax(S) @ embed_tokens * sqrt(H), the decoder's
+self-conditioning input of step 2 in the form tessera takes it)}; about 1 MB, a few seconds.
 """
 import json
 import os
@@ -29,6 +35,7 @@ import dgemma_doc_model as dm  # noqa: E402
 
 SEED = 1234
 PROMPT_LEN = 24
+T_MAX = 0.8  # generation_config's t_max: the first step's temperature
 TEXT = dict(model_type="diffusion_gemma_text", vocab_size=512, hidden_size=64, intermediate_size=128,
             num_hidden_layers=4,
             layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
@@ -153,11 +160,30 @@ def main():
     doc = dm.DocModel({k: v for k, v in named.items() if not k.startswith("model.encoder.vision")}, TEXT, CONFIG)
     logits, _, _ = doc.encode(prompt)
     np.save(os.path.join(d, "encoder_logits.npy"), logits.astype(np.float64))
+    # Two denoising steps of one canvas after the prompt (docs 5, 6). The canvases are arbitrary
+    # tokens: the check is of the decoder's function, not of the sampler.
+    C = CONFIG["canvas_length"]
+    canvas1 = [int(x) for x in rng.integers(0, TEXT["vocab_size"], C)]
+    canvas2 = [int(x) for x in rng.integers(0, TEXT["vocab_size"], C)]
+    step1 = doc.decode(canvas1)
+    s1 = step1 / T_MAX  # the processed logits fed back
+    soft = dm.softmax(s1, -1) @ doc.w("dec", "embed_tokens.weight") * doc.scale
+    step2 = doc.decode(canvas2, sc_logits=s1)
+    np.save(os.path.join(d, "decoder_step1_logits.npy"), step1.astype(np.float64))
+    np.save(os.path.join(d, "decoder_step2_logits.npy"), step2.astype(np.float64))
+    np.save(os.path.join(d, "self_conditioning_step2.npy"), soft.astype(np.float64))
+    np.save(os.path.join(d, "decoder_step1_whole_prefix_logits.npy"),
+            doc.decode(canvas1, rule="whole_prefix").astype(np.float64))
     with open(os.path.join(d, "selfcheck.json"), "w") as f:
         json.dump(dict(kind="self-consistency of docs/DIFFUSION_GEMMA.md (NOT a transformers reference)",
                        generator="tools/dgemma_fixtures/make_dgemma_selfcheck.py", seed=SEED, prompt_ids=prompt,
                        encoder_logits="encoder_logits.npy [24, 512] f64 from dgemma_doc_model.DocModel.encode",
-                       sliding_window=TEXT["sliding_window"]), f, indent=1)
+                       sliding_window=TEXT["sliding_window"], canvas_step1_ids=canvas1, canvas_step2_ids=canvas2,
+                       decoder_sliding_rule="cache_last_w_minus_1", step1_temperature=T_MAX,
+                       decoder_logits="decoder_step{1,2}_logits.npy [16, 512] f64 from DocModel.decode after the "
+                                      "prompt; step 2 with sc_logits = step 1 / step1_temperature",
+                       self_conditioning="self_conditioning_step2.npy [16, 64] f64 = softmax(step1 / "
+                                         "step1_temperature) @ embed_tokens * sqrt(hidden)"), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-// tessera cpu backend: the per-sequence ops: paged attention (causal / block-causal) and the
-// Gated DeltaNet pieces (causal depthwise conv1d, gated delta rule in chunked and recurrent form).
+// tessera cpu backend: the per-sequence ops: paged attention (causal / block-causal / sliding, with
+// DiffusionGemma's bidirectional canvas rows) and the Gated DeltaNet pieces (causal depthwise
+// conv1d, gated delta rule in chunked and recurrent form).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,10 +43,14 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
     const int64_t kvh = static_cast<int64_t>(w) / a.T, t = static_cast<int64_t>(w) % a.T;
     // Last key visible from the query at absolute position p: itself (causal) or its block's end.
     const int64_t p = a.first_pos + t;
+    const bool canvas = a.canvas_begin >= 0 && t >= a.canvas_begin;
     const int64_t n =
-        (a.block_size <= 0 ? p : std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1)) + 1;
-    // First visible key: the sliding window's (p - W, p] (causal rows only), else 0.
-    const int64_t j0 = a.sliding_window > 0 ? std::max<int64_t>(0, p - a.sliding_window + 1) : 0;
+        canvas ? total_keys
+               : (a.block_size <= 0 ? p : std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1)) + 1;
+    // First visible key: the sliding window's (p - W, p] (causal rows only), for a canvas row the
+    // last W-1 keys before the canvas (AttentionArgs::canvas_begin), else 0.
+    const int64_t W = a.sliding_window;
+    const int64_t j0 = W <= 0 ? 0 : std::max<int64_t>(0, canvas ? a.first_pos + a.canvas_begin - (W - 1) : p - W + 1);
     const float* q0 = a.q + t * a.q_stride + kvh * group * hd;  // the group's query heads are adjacent
     auto key_row = [&](int64_t j, const float* cache, const float* fresh) -> const float* {
       if (j >= a.first_pos) return fresh + (j - a.first_pos) * a.kv_stride + kvh * hd;
@@ -99,6 +104,9 @@ void CpuBackend::Attention(const AttentionArgs& a) {
   const int64_t group = a.num_heads / a.num_kv_heads;
   if (a.sliding_window > 0 && a.block_size > 0)
     Fail(ErrorKind::kUnsupported, "attention: a sliding window with a block-causal mask is not defined");
+  if (a.canvas_begin >= 0 && (a.block_size > 0 || a.canvas_begin >= a.T))
+    Fail(ErrorKind::kInvalidArgument, "attention: canvas rows from {} of {} with block size {}", a.canvas_begin, a.T,
+         a.block_size);
   if (group > 64)
     Fail(ErrorKind::kUnsupported, "attention: {} query heads per kv head (at most 64 supported)", group);
   const int64_t total_keys = a.first_pos + a.T;

@@ -105,6 +105,9 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   for (const AttentionArgs& a : args)
     if (a.sliding_window > 0)
       Fail(ErrorKind::kUnsupported, "cuda attention: sliding-window attention is not implemented yet");
+  for (const AttentionArgs& a : args)
+    if (a.canvas_begin >= 0)
+      Fail(ErrorKind::kUnsupported, "cuda attention: canvas (bidirectional decoder) rows are not implemented yet");
   const int64_t heads = args[0].num_heads, D = args[0].head_dim, kv_heads = args[0].num_kv_heads;
   const int64_t kv_dim = kv_heads * D;
   // A bf16 or split cache (cuda_kv_layout.h): the kernels read every K/V row in the cache's layout, keys

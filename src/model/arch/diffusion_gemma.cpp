@@ -7,9 +7,13 @@
 // h itself (weightless norm times router.scale / sqrt(H), per-expert scales after renormalisation);
 // their sum normed, added to h, the whole scaled by the stack's layer_scalar. Embedding times
 // sqrt(H) (rounded to bf16 for bf16 weights), final norm, tied lm_head, tanh soft-cap.
-// So far the ENCODER path only (committed causal rows: a prompt, a commit); the canvas decoder
-// (self-conditioned input, decoder layer_scalars, the canvas sliding rule of 3.2) is refused by
-// Model::Forward. The self-conditioning weights are loaded and accounted for already.
+// Two paths through the one (tied) stack, chosen per row: committed rows are the ENCODER (a prompt,
+// a commit: causal, written to the cache, the raw scaled embedding, the encoder's layer_scalars); a
+// segment's uncommitted rows are a CANVAS, one denoising step of the DECODER (section 5: the
+// embedding plus the self-conditioning MLP of the previous step's soft embedding, normalised without
+// weight even at the first step; the decoder's layer_scalars; bidirectional attention over the
+// committed keys and the canvas, in sliding layers only the last W-1 committed keys: transformers'
+// cached generation path, docs OPEN 2; nothing written to the cache).
 // Checkpoint names (section 4): the tied stack under model.decoder.* (or, in the converter's layout,
 // model.encoder.language_model.*), layer_scalar per stack, no lm_head.weight when tied; the vision
 // tower is skipped by the loader's known-unused list. Untied checkpoints (two stacks) are refused.
@@ -48,9 +52,10 @@ struct GemmaLayer {
 struct GemmaWeights {
   std::vector<GemmaLayer> layers;
   float embed_scale = 1.0f;  // sqrt(H), in the embedding's dtype (docs 3.5)
-  // Decoder input (docs 5), loaded for the canvas decoder to come.
+  // Decoder input (docs 5).
   MlpWeights self_cond;
   const float* self_cond_pre_norm = nullptr;
+  const float* ones = nullptr;  // [max(H, head dims)] of 1: the weightless norms (v_norm, sc.post_norm)
 };
 
 const GemmaWeights& Arch(const ModelWeights& w) { return *static_cast<const GemmaWeights*>(w.arch.get()); }
@@ -119,7 +124,8 @@ void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
   g->embed_scale = out->embed.dtype == DType::kBF16 ? Bf16ToF32(F32ToBf16(scale)) : scale;
   int64_t max_head_dim = 0;
   for (const AttentionLayerSpec& a : c.attention_layers) max_head_dim = std::max(max_head_dim, a.head_dim);
-  const float* ones = L.HostVector(std::vector<float>(static_cast<size_t>(max_head_dim), 1.0f));  // weightless v_norm
+  const float* ones = L.HostVector(std::vector<float>(static_cast<size_t>(std::max(max_head_dim, H)), 1.0f));
+  g->ones = ones;
   const float router_mult = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H)));
   out->layers.resize(c.num_layers);
   g->layers.resize(c.num_layers);
@@ -176,13 +182,74 @@ void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
   out->arch = std::move(g);
 }
 
-// Encoder input: the raw scaled embedding (the decoder's is normalised and self-conditioned).
-void Embed(const LayerContext& ctx, const ModelWeights& w, const int32_t* tokens, float* h) {
-  ctx.be->Embedding(w.embed, tokens, ctx.rows, h);
-  ctx.be->Scale(h, ctx.rows * ctx.cfg->hidden_size, Arch(w).embed_scale);
+// The rows of the segments' canvases (decoder rows): [row0 + commit_len, row0 + T) each.
+int64_t CanvasRows(const LayerContext& ctx) {
+  int64_t n = 0;
+  for (const SegmentRows& s : ctx.segments)
+    if (s.canvas) n += s.T - s.commit_len;
+  return n;
 }
 
-// docs 3.1, the encoder stack (its layer_scalar).
+// Encoder rows: the raw scaled embedding e. Canvas rows (docs 5): x0 = rmsnorm_noweight(e + sc), sc =
+// the self-conditioning MLP of pre_norm(soft), soft the segment's [C, H] input (zeros at a canvas's
+// first step, where sc is 0 and x0 = rmsnorm_noweight(e): the norm is applied all the same).
+void Embed(const LayerContext& ctx, const ModelWeights& w, const int32_t* tokens, float* h) {
+  Backend& be = *ctx.be;
+  const GemmaWeights& g = Arch(w);
+  const int64_t H = ctx.cfg->hidden_size;
+  be.Embedding(w.embed, tokens, ctx.rows, h);
+  be.Scale(h, ctx.rows * H, g.embed_scale);
+  const int64_t Rc = CanvasRows(ctx);
+  if (Rc == 0) return;
+  const float eps = static_cast<float>(ctx.cfg->rms_norm_eps);
+  bool any_soft = false;
+  for (const SegmentRows& s : ctx.segments) any_soft |= s.canvas && s.self_conditioning;
+  if (any_soft) {  // one MLP over every canvas row of the batch (rows without an input stay zero: sc = 0)
+    std::vector<float> soft(static_cast<size_t>(Rc * H), 0.0f);
+    int64_t at = 0;
+    for (const SegmentRows& s : ctx.segments) {
+      if (!s.canvas) continue;
+      const int64_t C = s.T - s.commit_len;
+      if (s.self_conditioning) std::copy(s.self_conditioning, s.self_conditioning + C * H, soft.begin() + at * H);
+      at += C;
+    }
+    DeviceBuffer x = DeviceBuffer::Floats(be, Rc * H), sc = DeviceBuffer::Floats(be, Rc * H);
+    be.Upload(x.data(), soft.data(), soft.size() * sizeof(float));
+    be.RmsNorm(x.f32(), Rc, H, H, g.self_cond_pre_norm, eps, false, x.f32(), H);
+    DenseMlpForward(be, g.self_cond, Rc, x.f32(), sc.f32(), ActOf(*ctx.cfg));
+    at = 0;
+    for (const SegmentRows& s : ctx.segments) {
+      if (!s.canvas) continue;
+      const int64_t C = s.T - s.commit_len;
+      be.Add(sc.f32() + at * H, C * H, h + (s.row0 + s.commit_len) * H);
+      at += C;
+    }
+  }
+  for (const SegmentRows& s : ctx.segments)  // sc.post_norm: weightless, always applied
+    if (s.canvas) {
+      float* x0 = h + (s.row0 + s.commit_len) * H;
+      be.RmsNorm(x0, s.T - s.commit_len, H, H, g.ones, eps, false, x0, H);
+    }
+}
+
+// (h + ...) * layer_scalar: the encoder stack's on committed rows, the decoder's on canvas rows.
+void ScaleByStack(const LayerContext& ctx, const GemmaLayer& gl, float* h) {
+  Backend& be = *ctx.be;
+  const int64_t H = ctx.cfg->hidden_size;
+  const int64_t Rc = CanvasRows(ctx);
+  if (Rc == 0 || Rc == ctx.rows || gl.encoder_scalar == gl.decoder_scalar) {  // one scalar for every row
+    const float s = Rc == 0 ? gl.encoder_scalar : gl.decoder_scalar;
+    if (s != 1.0f) be.Scale(h, ctx.rows * H, s);
+    return;
+  }
+  for (const SegmentRows& s : ctx.segments) {
+    const int64_t enc = s.canvas ? s.commit_len : s.T;
+    if (enc > 0 && gl.encoder_scalar != 1.0f) be.Scale(h + s.row0 * H, enc * H, gl.encoder_scalar);
+    if (s.T > enc && gl.decoder_scalar != 1.0f) be.Scale(h + (s.row0 + enc) * H, (s.T - enc) * H, gl.decoder_scalar);
+  }
+}
+
+// docs 3.1; the stacks share every weight but layer_scalar (ScaleByStack).
 void Layer(const LayerContext& ctx, const ModelWeights& w, int64_t l, float* h, int32_t* expert_counts) {
   Backend& be = *ctx.be;
   const ModelConfig& c = *ctx.cfg;
@@ -210,7 +277,7 @@ void Layer(const LayerContext& ctx, const ModelWeights& w, int64_t l, float* h, 
   norm(o.f32(), gl.post_ff_norm, o.f32());
   // (h + post_feedforward_layernorm(m1 + m2)) * layer_scalar
   be.Add(o.f32(), R * H, h);
-  if (gl.encoder_scalar != 1.0f) be.Scale(h, R * H, gl.encoder_scalar);
+  ScaleByStack(ctx, gl, h);
 }
 
 void Logits(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab) {

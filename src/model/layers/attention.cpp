@@ -61,6 +61,7 @@ AttentionCalls PlanAttention(const LayerContext& ctx, int64_t cache_index, const
     a.page_size = ctx.caches ? ctx.caches->page_size : 0;
     a.block_size = s.block_size;
     a.sliding_window = window;
+    a.canvas_begin = s.canvas ? s.commit_len : -1;
     a.scale = scale;
     a.out = attn + s.row0 * qdim;
     a.out_stride = qdim;

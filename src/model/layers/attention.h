@@ -16,8 +16,10 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
 // Attention of a layer whose shape is its own (AttentionLayerSpec: Gemma 4's sliding and global
 // layers): spec.head_dim / num_kv_heads, q / k RmsNorm (plain w) then RopePairs by spec.rope, V
 // from v_proj or (spec.value_from_key) the raw k_proj output, V normed by w.v_norm when set, a
-// causal mask limited to spec.sliding_window keys when set, scores times `scale`, no output gate.
-// Committed rows go to the cache as the Qwen layer's do. x: [rows, hidden] -> out: [rows, hidden].
+// causal mask limited to spec.sliding_window keys when set, scores times `scale`, no output gate;
+// a canvas segment's uncommitted rows (SegmentRows::canvas) attend bidirectionally (the backend's
+// AttentionArgs::canvas_begin rule). Committed rows go to the cache as the Qwen layer's do; canvas
+// rows never do. x: [rows, hidden] -> out: [rows, hidden].
 void SpecAttentionForward(const LayerContext& ctx, const AttentionLayerSpec& spec, const AttentionWeights& w,
                           float scale, int64_t cache_index, const float* x, float* out);
 

@@ -20,6 +20,9 @@ struct SegmentRows {
   int64_t commit_len = 0;
   int64_t block_size = 0;
   const SequenceCache* cache = nullptr;  // nullptr: stateless (positions from 0, nothing persists)
+  // Rows [commit_len, T) are a DiffusionGemma canvas (decoder path, AttentionArgs::canvas_begin).
+  bool canvas = false;
+  const float* self_conditioning = nullptr;  // host [T - commit_len, hidden] (Segment), null: zeros
 };
 
 struct LayerContext {
