@@ -40,9 +40,12 @@ std::string AccessLog::Format(const AccessLogEntry& e, bool log_requests) {
   j["request_id"] = e.request_id;
   j["key_id"] = e.key_id.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.key_id);
   j["remote"] = e.remote;
-  j["method"] = e.method;
-  j["path"] = e.path;
+  if (e.refused.empty()) {
+    j["method"] = e.method;
+    j["path"] = e.path;
+  }
   j["status"] = e.status;
+  if (!e.refused.empty()) j["refused"] = e.refused;
   if (e.prompt_tokens >= 0) {
     j["prompt_tokens"] = e.prompt_tokens;
     j["completion_tokens"] = e.completion_tokens;

@@ -27,6 +27,9 @@ struct AccessLogEntry {
   bool stream = false;
   std::string finish_reason;
   std::string error;               // message of an error answer
+  // A connection refused over a limit ("max_connections", "max_connections_per_client"): no
+  // request was read, so the line has no method or path.
+  std::string refused;
   std::string prompt, completion;  // only written when log_requests
 };
 

@@ -52,6 +52,7 @@ void Session::RefuseConnection(HttpServer::Impl::ConnLimit over) {
   // Not a request (none was read): counted by its own counter, so a flood of refusals does not read
   // as a rate of failed requests (tessera_request_errors_total, the error-rate alert).
   refused_ = true;
+  entry_.refused = over == HttpServer::Impl::ConnLimit::kTotal ? "max_connections" : "max_connections_per_client";
   srv_->m.connections_refused.Inc({over == HttpServer::Impl::ConnLimit::kTotal ? "total" : "per_client"});
   const HttpSection& c = srv_->cfg.server;
   ApiError e =
@@ -202,6 +203,9 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
       return SendResponse(503, R"({"status":"loading"})", "application/json");
     return SendResponse(200, R"({"status":"ok"})", "application/json");
   }
+  if (health_only_ && path != "/metrics")
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("the health port serves only /health and /metrics, not {}", path), "", "not_found");
   if (!srv_->allow.Allowed(remote_))
     throw ApiError(403, "permission_error", fmt::format("client address {} is not allowed", remote_));
   // The chat page (web/, built in): loads without an API key; its API calls carry the key typed in.
@@ -390,6 +394,39 @@ void HttpServer::Impl::DoAccept() {
   });
 }
 
+void HttpServer::Impl::DoHealthAccept() {
+  health_acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (!health_acceptor.is_open()) return;
+    if (ec) {  // as DoAccept
+      health_retry.expires_after(std::chrono::milliseconds(100));
+      health_retry.async_wait([this](beast::error_code tec) {
+        if (!tec && health_acceptor.is_open()) DoHealthAccept();
+      });
+      return;
+    }
+    beast::error_code ig;
+    socket.set_option(tcp::no_delay(true), ig);
+    std::make_shared<Session>(std::move(socket), this, /*health_only=*/true)->Run();
+    DoHealthAccept();
+  });
+}
+
+// Opens, binds and listens on host:port (Error naming what failed).
+static void Listen(tcp::acceptor& a, net::io_context& ioc, const std::string& host, int64_t port,
+                   const char* key) {
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || results.empty())
+    Fail(ErrorKind::kInvalidArgument, "cannot resolve server.host '{}': {}", host, ec.message());
+  tcp::endpoint ep = results.begin()->endpoint();
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) Fail(ErrorKind::kInvalidArgument, "cannot listen on {}:{} ({}): {}", host, port, key, ec.message());
+}
+
 HttpServer::HttpServer(ServerConfig config, EngineApi& engine, PromptBuilder& prompts)
     : impl_(std::make_shared<Impl>(std::move(config), engine, prompts)) {}
 
@@ -398,20 +435,15 @@ HttpServer::~HttpServer() { Stop(); }
 void HttpServer::Start() {
   Impl& s = *impl_;
   if (s.started.exchange(true)) return;
-  beast::error_code ec;
-  tcp::resolver resolver(s.ioc);
-  auto results = resolver.resolve(s.cfg.server.host, std::to_string(s.cfg.server.port), ec);
-  if (ec || results.empty())
-    Fail(ErrorKind::kInvalidArgument, "cannot resolve server.host '{}': {}", s.cfg.server.host, ec.message());
-  tcp::endpoint ep = results.begin()->endpoint();
-  s.acceptor.open(ep.protocol(), ec);
-  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) s.acceptor.bind(ep, ec);
-  if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec)
-    Fail(ErrorKind::kInvalidArgument, "cannot listen on {}:{}: {}", s.cfg.server.host, s.cfg.server.port,
-         ec.message());
+  Listen(s.acceptor, s.ioc, s.cfg.server.host, s.cfg.server.port, "server.port");
   s.bound_port = s.acceptor.local_endpoint().port();
+  if (s.cfg.server.health_port != 0) {
+    if (s.cfg.server.health_port == s.bound_port)
+      Fail(ErrorKind::kInvalidArgument, "server.health_port {} is the main port", s.cfg.server.health_port);
+    Listen(s.health_acceptor, s.ioc, s.cfg.server.host, s.cfg.server.health_port, "server.health_port");
+    s.health_bound_port = s.health_acceptor.local_endpoint().port();
+    net::post(s.health_acceptor.get_executor(), [impl = impl_] { impl->DoHealthAccept(); });
+  }
   net::post(s.acceptor.get_executor(), [impl = impl_] { impl->DoAccept(); });
   for (int64_t i = 0; i < s.cfg.server.threads; ++i)
     s.threads.emplace_back([impl = impl_] { impl->ioc.run(); });
@@ -458,10 +490,22 @@ void HttpServer::Stop() {
   // queued ones are dropped.
   s.prompt_pool.stop();
   s.prompt_pool.join();
+  // No thread touches a socket now. Close the listeners and every connection's socket: idle
+  // keep-alive connections and requests still being read would otherwise stay open (their clients
+  // waiting) until the server object is destroyed. The drain (WaitForIdle) ran before Stop.
+  beast::error_code ec;
+  s.acceptor.close(ec);
+  s.health_acceptor.close(ec);
+  {
+    std::lock_guard<std::mutex> l(s.sessions_mu);
+    for (Session* session : s.sessions) session->CloseSocket();
+  }
   // Sessions still referenced by queued handlers are destroyed with the io_context (in ~Impl).
 }
 
 int HttpServer::port() const { return impl_->bound_port; }
+
+int HttpServer::health_port() const { return impl_->health_bound_port; }
 
 int64_t HttpServer::in_flight() const {
   std::lock_guard<std::mutex> l(impl_->mu);

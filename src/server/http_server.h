@@ -31,13 +31,18 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  void Start();          // binds host:port (Error when it cannot) and starts the I/O threads
+  void Start();  // binds host:port (and health_port; Error when it cannot) and starts the I/O threads
   void StopAccepting();  // closes the listener; /health turns 503 "draining"; new requests get 503
   // Waits until no request is in flight (idle keep-alive connections do not count); false when
   // the deadline passed first.
   bool WaitForIdle(std::chrono::steady_clock::time_point deadline);
-  void Stop();       // cancels what is in flight, closes everything, joins the threads
+  // Cancels what is in flight, joins the threads, then closes every socket (listeners, idle
+  // keep-alive connections, requests being read or answered): returns without waiting on clients.
+  void Stop();
   int port() const;  // the bound port (after Start; useful with port 0)
+  // server.health_port's bound port (0 when off): only GET/HEAD /health and /metrics, outside the
+  // connection limits, open until Stop (a readiness probe sees "draining").
+  int health_port() const;
   int64_t in_flight() const;
   MetricsRegistry& metrics();
   // The server's metric families, e.g. for a collector that copies the engine's per-expert routing

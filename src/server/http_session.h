@@ -98,6 +98,7 @@ struct HttpServer::Impl {
   }
 
   void DoAccept();
+  void DoHealthAccept();  // the health port's loop: no connection limits, no drain stop
   void BeginRequest() {
     std::lock_guard<std::mutex> l(mu);
     ++in_flight;
@@ -168,6 +169,11 @@ struct HttpServer::Impl {
   std::mutex conn_mu;
   int64_t connections = 0;
   std::map<std::string, int64_t> connections_per_client;  // remote address -> open; no zero entries
+  // Every live Session (registered by its constructor, removed by its destructor), so that Stop can
+  // close the sockets of idle keep-alive connections and of requests still being read. Declared
+  // before `ioc` for the same reason as the counts.
+  std::mutex sessions_mu;
+  std::set<Session*> sessions;
   net::io_context ioc;
   // Parses generation bodies and builds their prompts (server.prompt_threads). Declared after
   // `ioc`: it is destroyed first, with the sessions its queued work still holds, whose sockets
@@ -175,6 +181,10 @@ struct HttpServer::Impl {
   net::thread_pool prompt_pool{static_cast<size_t>(std::max<int64_t>(1, cfg.server.prompt_threads))};
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;  // backs off after a failed accept (EMFILE...)
+  // server.health_port's listener (open only when it is set) and its own back-off timer.
+  tcp::acceptor health_acceptor{net::make_strand(ioc)};
+  net::steady_timer health_retry{health_acceptor.get_executor()};
+  std::atomic<int> health_bound_port{0};
   net::executor_work_guard<net::io_context::executor_type> work;
   std::vector<std::thread> threads;
   std::atomic<bool> draining{false}, started{false}, stopped{false};
@@ -226,16 +236,37 @@ struct Gen {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl* srv) : stream_(std::move(socket)), srv_(srv) {}
+  // `health_only`: a connection of server.health_port (only /health and /metrics, not counted).
+  Session(tcp::socket socket, HttpServer::Impl* srv, bool health_only = false)
+      : stream_(std::move(socket)), srv_(srv), health_only_(health_only) {
+    std::lock_guard<std::mutex> l(srv_->sessions_mu);
+    srv_->sessions.insert(this);
+  }
   // The connection is counted while its session lives: until the socket is closed and the last
   // handler has run.
   ~Session() {
+    {
+      // First: Stop may be closing this session's socket under the lock.
+      std::lock_guard<std::mutex> l(srv_->sessions_mu);
+      srv_->sessions.erase(this);
+    }
     if (counted_) srv_->RemoveConnection(remote_);
+  }
+  // Stop, once no I/O thread runs: closes the socket (the client sees the connection end); the
+  // handlers still queued are dropped with the io_context.
+  void CloseSocket() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
   }
 
   void Run() {
     beast::error_code ec;
     remote_ = stream_.socket().remote_endpoint(ec).address().to_string();
+    if (health_only_) {
+      net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+      return;
+    }
     HttpServer::Impl::ConnLimit over = srv_->AddConnection(remote_);
     counted_ = over == HttpServer::Impl::ConnLimit::kNone;
     net::dispatch(stream_.get_executor(), [self = shared_from_this(), over] {
@@ -309,7 +340,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* srv_;
   std::string remote_;
-  bool counted_ = false;  // by HttpServer::Impl::AddConnection
+  bool health_only_ = false;  // accepted on server.health_port
+  bool counted_ = false;      // by HttpServer::Impl::AddConnection
   bool refused_ = false;  // answered by RefuseConnection: no request, not in the request metrics
   // The request being answered.
   AccessLogEntry entry_;

@@ -89,6 +89,8 @@ const std::vector<Entry>& Entries() {
                   "open connections in all; more get 503 and are closed (0 = unlimited)"),
       TESSERA_KEY(server, max_connections_per_client, "--max-connections-per-client", kInt, false, AtLeast(0),
                   "open connections per client address; more get 429 and are closed (0 = unlimited)"),
+      TESSERA_KEY(server, health_port, "--health-port", kInt, false, Within(0, 65535),
+                  "second port on --host serving only /health and /metrics, outside the connection limits (0 = off)"),
       TESSERA_KEY(engine, max_num_seqs, "--max-num-seqs", kInt, false, AtLeast(1), "sequences per step"),
       TESSERA_KEY(engine, max_num_batched_tokens, "--max-num-batched-tokens", kInt, false, AtLeast(1),
                   "tokens per step"),
@@ -556,6 +558,8 @@ void ValidateServerConfig(const ServerConfig& c) {
     bad("model.kv_cache_dtype", fmt::format("{} needs a GPU (model.device cuda, --device cuda); the CPU backend "
                                             "keeps an f32 KV cache",
                                             c.model.kv_cache_dtype));
+  if (c.server.health_port != 0 && c.server.health_port == c.server.port)
+    bad("server.health_port", fmt::format("must differ from server.port ({})", c.server.port));
   if (c.diffusion.block_size > 0 && c.diffusion.steps > c.diffusion.block_size)
     bad("diffusion.steps", "must not exceed diffusion.block_size");
   // Every rule compiles (its regexes included) or the error names it; the classifier's URL parses.

@@ -54,6 +54,10 @@ struct HttpSection {
   // Off by default: one address is often an app server or a proxy carrying many users, and batch
   // clients (evaluations, load tests) hold hundreds of connections; vLLM and llama-server cap none.
   int64_t max_connections_per_client = 0;
+  // A second listener on host that answers only GET/HEAD /health and /metrics (other paths 404),
+  // outside max_connections and the per-client cap: a liveness/readiness probe still gets through
+  // while the main port is flooded. 0 = off; must differ from port.
+  int64_t health_port = 0;
 };
 
 struct EngineSection {

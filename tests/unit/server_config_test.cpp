@@ -329,6 +329,25 @@ TEST(ServerConfig, ConnectionLimitKeysAndFlags) {
   }
 }
 
+// server.health_port: 0 (off) by default, set by YAML or --health-port, refused (naming the key) when
+// it is the main port or out of range.
+TEST(ServerConfig, HealthPortKeyAndFlag) {
+  EXPECT_EQ(ServerConfig{}.server.health_port, 0);
+  ServerConfig c = ParseServerConfig("server:\n  port: 8000\n  health_port: 8001\n");
+  EXPECT_EQ(c.server.health_port, 8001);
+  ValidateServerConfig(c);
+  c = WithFlags(c, {"--health-port", "9000"});
+  EXPECT_EQ(c.server.health_port, 9000);
+  ValidateServerConfig(c);
+  EXPECT_NE(EffectiveConfigString(c).find("server.health_port: 9000\n"), std::string::npos);
+  for (const char* v : {"8000", "-1", "65536"}) {
+    ServerConfig b;
+    SetConfigValue(b, "server.health_port", v);
+    std::string err = ErrorOf([&] { ValidateServerConfig(b); });
+    EXPECT_NE(err.find("'server.health_port'"), std::string::npos) << v << ": " << err;
+  }
+}
+
 TEST(ServerConfig, LoadsFile) {
   std::string dir = testing::ScratchDir("server_config");
   testing::WriteFile(dir + "/c.yaml", "model:\n  name: from-file\n");

@@ -1,14 +1,18 @@
 // tessera tests: the operational side of the HTTP server over real sockets: API keys (401),
 // IP allow-list (403), body limit (413), rate limits and the concurrency cap (429 + Retry-After),
 // the admission queue, request timeout (504, engine cancelled), client disconnect mid-stream
-// (engine cancelled), connection limits (503 / 429 at connect) and graceful shutdown.
+// (engine cancelled), connection limits (503 / 429 at connect, their access-log lines), the health
+// port under a connection flood, and graceful shutdown (Stop closes what is still open).
 #include <gtest/gtest.h>
+#include <poll.h>
 
+#include <cerrno>
 #include <future>
 
 #include "server/http_server.h"
 #include "unit/server_http_fakes.h"
 #include "unit/server_test_fixture.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -37,6 +41,44 @@ class ServerOps : public FakeServerTest {
     for (int i = 0; i < 500; ++i) {
       if (Call(port, "GET", "/health").status == 200) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // The access log's lines, parsed.
+  static std::vector<ojson> LogLines(const std::string& path) {
+    std::vector<ojson> out;
+    std::string log = testing::ReadFile(path);
+    for (size_t pos = 0; pos < log.size();) {
+      size_t nl = log.find('\n', pos);
+      if (nl == std::string::npos) nl = log.size();
+      out.push_back(ojson::parse(log.substr(pos, nl - pos)));
+      pos = nl + 1;
+    }
+    return out;
+  }
+  // A loopback port free a moment ago (the health port needs a number: 0 turns it off).
+  static int FreePort() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port = ntohs(a.sin_port);
+    ::close(fd);
+    return port;
+  }
+  // Whether the server ends the connection within `ms`: EOF, or a reset.
+  static bool ClosedWithin(Client& c, int ms) {
+    pollfd p{c.fd(), POLLIN, 0};
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[4096];
+      ssize_t n = ::recv(c.fd(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
     }
     return false;
   }
@@ -118,6 +160,8 @@ TEST_F(ServerOps, BodyLimit) {
 // server.max_connections a connection gets one 503 with Retry-After, without its request being
 // read, and is closed; a closed connection gives its place back.
 TEST_F(ServerOps, ConnectionLimit) {
+  const std::string dir = testing::ScratchDir("server_refused_log");
+  cfg.server.access_log = dir + "/access.log";
   cfg.server.max_connections = 2;
   Start();
   Client upload(port), idle(port);
@@ -134,6 +178,18 @@ TEST_F(ServerOps, ConnectionLimit) {
   EXPECT_NE(m.body.find("tessera_http_connections_refused_total{limit=\"total\"} 1\n"), std::string::npos)
       << m.body;
   EXPECT_EQ(m.body.find("tessera_request_errors_total{code=\"503\"}"), std::string::npos) << m.body;
+  // The refusal has one access-log line (written before its answer went out): status, address and
+  // reason, no request (none was read). Read now: ServedAgain below may be refused again while the
+  // closed connection's session is going away.
+  std::vector<ojson> refused;
+  for (const ojson& line : LogLines(dir + "/access.log"))
+    if (line.contains("refused")) refused.push_back(line);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0]["status"], 503);
+  EXPECT_EQ(refused[0]["remote"], "127.0.0.1");
+  EXPECT_EQ(refused[0]["refused"], "max_connections");
+  EXPECT_FALSE(refused[0].contains("method"));
+  EXPECT_FALSE(refused[0].contains("path"));
   upload.Close();
   EXPECT_TRUE(ServedAgain());
   EXPECT_EQ(engine.num_submitted(), 0u);
@@ -142,6 +198,8 @@ TEST_F(ServerOps, ConnectionLimit) {
 // server.max_connections_per_client: one address over its share gets 429 and is closed; other
 // addresses are still served. By default there is no per-address cap, only the total; 0 lifts both.
 TEST_F(ServerOps, PerClientConnectionLimit) {
+  const std::string dir = testing::ScratchDir("server_refused_log2");
+  cfg.server.access_log = dir + "/access.log";
   cfg.server.max_connections_per_client = 2;
   Start();
   Client a(port), b(port);
@@ -156,6 +214,15 @@ TEST_F(ServerOps, PerClientConnectionLimit) {
   const HttpResponse m = other.Read();
   EXPECT_NE(m.body.find("tessera_http_connections_refused_total{limit=\"per_client\"} 1\n"), std::string::npos)
       << m.body;
+  int refusals = 0;
+  for (const ojson& line : LogLines(dir + "/access.log")) {
+    if (!line.contains("refused")) continue;
+    ++refusals;
+    EXPECT_EQ(line["status"], 429);
+    EXPECT_EQ(line["remote"], "127.0.0.1");
+    EXPECT_EQ(line["refused"], "max_connections_per_client");
+  }
+  EXPECT_EQ(refusals, 1);
   a.Close();
   EXPECT_TRUE(ServedAgain());
 
@@ -183,6 +250,43 @@ TEST_F(ServerOps, PerClientConnectionLimit) {
     held.push_back(std::make_unique<Client>(port));
     Hold(*held.back());
   }
+}
+
+// server.health_port: a kubelet probe still gets /health while the main port is full (its
+// connections are outside max_connections), and that port serves nothing else.
+TEST_F(ServerOps, HealthPortAnswersWhileTheMainPortIsFull) {
+  cfg.server.max_connections = 2;
+  cfg.server.health_port = FreePort();
+  ASSERT_GT(cfg.server.health_port, 0);
+  Start();
+  ASSERT_EQ(server->health_port(), cfg.server.health_port);
+  Client a(port), b(port);
+  Hold(a);
+  Hold(b);
+  Client refused(port);
+  ExpectRefused(refused, 503, "service_unavailable", /*send=*/true);
+  const int hp = server->health_port();
+  std::vector<std::unique_ptr<Client>> probes;  // held open: still no limit on this port
+  for (int i = 0; i < 4; ++i) {
+    probes.push_back(std::make_unique<Client>(hp));
+    Hold(*probes.back());
+  }
+  EXPECT_EQ(Call(hp, "GET", "/health").status, 200);
+  EXPECT_EQ(Call(hp, "HEAD", "/health").status, 200);
+  HttpResponse m = Call(hp, "GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("tessera_http_connections_refused_total{limit=\"total\"} 1\n"), std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("\ntessera_http_connections_open 2\n"), std::string::npos) << m.body;
+  ExpectApiError(Call(hp, "GET", "/v1/models"), 404, "");
+  ExpectApiError(Call(hp, "POST", "/v1/chat/completions", ChatBody()), 404, "");
+  EXPECT_EQ(Call(hp, "GET", "/").status, 404);  // not the chat page either
+  EXPECT_EQ(engine.num_submitted(), 0u);
+  // Draining: the main listener is gone, the probe sees 503 "draining".
+  server->StopAccepting();
+  HttpResponse d = Call(hp, "GET", "/health");
+  EXPECT_EQ(d.status, 503);
+  EXPECT_NE(d.body.find("draining"), std::string::npos);
 }
 
 TEST_F(ServerOps, MalformedHttpIs400) {
@@ -350,6 +454,24 @@ TEST_F(ServerOps, WaitForIdleTimesOutAndStopCancels) {
   server->Stop();
   EXPECT_TRUE(engine.WaitCancelled(0));
   EXPECT_FALSE(a.get().ok);  // the connection was closed without an answer
+}
+
+// Stop closes what is still open after the drain: an idle keep-alive connection and one whose
+// request is still being read get the connection's end at once, and Stop returns promptly.
+TEST_F(ServerOps, StopClosesIdleAndHalfReadConnections) {
+  Start();
+  Client idle(port), partial(port);
+  Hold(idle);
+  ASSERT_TRUE(partial.SendRaw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is reading its body
+  server->StopAccepting();
+  EXPECT_TRUE(server->WaitForIdle(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  const auto t0 = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  // The server object is still alive: before, the sockets stayed open until it was destroyed.
+  EXPECT_TRUE(ClosedWithin(idle, 2000)) << "the idle keep-alive connection was left open";
+  EXPECT_TRUE(ClosedWithin(partial, 2000)) << "the half-read request's connection was left open";
 }
 
 }  // namespace
