@@ -100,22 +100,8 @@ void CpuBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads,
     float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), expo);
   }
-  std::vector<float> cs(half), sn(half);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(positions[r]) * inv_freq[i];
-      cs[i] = std::cos(angle);
-      sn[i] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + r * row_stride + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * cs[i] - b * sn[i];
-        v[i + half] = b * cs[i] + a * sn[i];
-      }
-    }
-  }
+  // The first rotary_dim of each head rotated as (i, i + half) pairs: RopePairs' case of half pairs.
+  RopePairs(x, rows, row_stride, heads, head_dim, half, half, inv_freq.data(), positions);
 }
 
 void CpuBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
