@@ -140,20 +140,17 @@ void ParseDiffusionGemmaConfig(const HfModelDir& dir, const std::string& where, 
   m.final_logit_softcap = GetNumber(c, "final_logit_softcapping", 30.0, where);
   m.canvas_length = GetInt(top, "canvas_length", 256, where);
 
-  auto positive = [&](int64_t v, const char* key) {
-    if (v <= 0) Fail(ErrorKind::kCorrupt, "{}: \"{}\" must be positive, got {}", where, key, v);
-  };
-  positive(m.vocab_size, "vocab_size");
-  positive(m.hidden_size, "hidden_size");
-  positive(m.num_layers, "num_hidden_layers");
-  positive(m.num_heads, "num_attention_heads");
-  positive(m.num_kv_heads, "num_key_value_heads");
-  positive(m.head_dim, "head_dim");
-  positive(m.intermediate_size, "intermediate_size");
-  positive(m.num_experts, "num_experts");
-  positive(m.num_experts_per_tok, "top_k_experts");
-  positive(m.moe_intermediate_size, "moe_intermediate_size");
-  positive(m.canvas_length, "canvas_length");
+  RequirePositive(m.vocab_size, "vocab_size", where);
+  RequirePositive(m.hidden_size, "hidden_size", where);
+  RequirePositive(m.num_layers, "num_hidden_layers", where);
+  RequirePositive(m.num_heads, "num_attention_heads", where);
+  RequirePositive(m.num_kv_heads, "num_key_value_heads", where);
+  RequirePositive(m.head_dim, "head_dim", where);
+  RequirePositive(m.intermediate_size, "intermediate_size", where);
+  RequirePositive(m.num_experts, "num_experts", where);
+  RequirePositive(m.num_experts_per_tok, "top_k_experts", where);
+  RequirePositive(m.moe_intermediate_size, "moe_intermediate_size", where);
+  RequirePositive(m.canvas_length, "canvas_length", where);
   if (m.num_experts_per_tok > m.num_experts)
     Fail(ErrorKind::kCorrupt, "{}: top_k_experts ({}) exceeds num_experts ({})", where, m.num_experts_per_tok,
          m.num_experts);
@@ -179,7 +176,7 @@ void ParseDiffusionGemmaConfig(const HfModelDir& dir, const std::string& where, 
   sliding[m.num_layers - 1] = false;  // as transformers forces it
 
   const int64_t window = GetInt(c, "sliding_window", 512, where);
-  positive(window, "sliding_window");
+  RequirePositive(window, "sliding_window", where);
   const std::map<int64_t, LayerOverride> per_layer = ParsePerLayer(c, m.num_layers, where);
   const int64_t global_head_dim = GetInt(c, "global_head_dim", 512, where);
   const int64_t global_kv = GetInt(c, "num_global_key_value_heads", m.num_kv_heads, where);

@@ -51,6 +51,12 @@ inline bool GetBool(const json& j, const char* key, bool fallback, const std::st
   return v->get<bool>();
 }
 
+// A size read from the config must be positive (a zero or negative one would surface later as an
+// out-of-bounds read or a division by zero).
+inline void RequirePositive(int64_t v, const char* key, const std::string& where) {
+  if (v <= 0) Fail(ErrorKind::kCorrupt, "{}: \"{}\" must be positive, got {}", where, key, v);
+}
+
 inline std::string GetString(const json& j, const char* key, const std::string& fallback, const std::string& where) {
   const json* v = Lookup(j, key);
   if (!v) return fallback;

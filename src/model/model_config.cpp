@@ -17,6 +17,7 @@ using config_json::GetBool;
 using config_json::GetInt;
 using config_json::GetNumber;
 using config_json::Lookup;
+using config_json::RequirePositive;
 
 std::string ModelConfig::WeightFormat() const {
   if (quant.quantized()) return quant.Describe();
@@ -177,20 +178,17 @@ ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
   m.block_size = GetInt(c, "block_size", GetInt(dir.config, "block_size", 0, where), where);
 
   // Consistency checks that would otherwise surface as out-of-bounds reads.
-  auto positive = [&](int64_t v, const char* key) {
-    if (v <= 0) Fail(ErrorKind::kCorrupt, "{}: \"{}\" must be positive, got {}", where, key, v);
-  };
-  positive(m.vocab_size, "vocab_size");
-  positive(m.hidden_size, "hidden_size");
-  positive(m.num_layers, "num_hidden_layers");
-  positive(m.num_kv_heads, "num_key_value_heads");
-  positive(m.head_dim, "head_dim");
+  RequirePositive(m.vocab_size, "vocab_size", where);
+  RequirePositive(m.hidden_size, "hidden_size", where);
+  RequirePositive(m.num_layers, "num_hidden_layers", where);
+  RequirePositive(m.num_kv_heads, "num_key_value_heads", where);
+  RequirePositive(m.head_dim, "head_dim", where);
   if (m.num_heads % m.num_kv_heads != 0)
     Fail(ErrorKind::kCorrupt, "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
          where, m.num_heads, m.num_kv_heads);
   if (m.num_experts > 0) {
-    positive(m.num_experts_per_tok, "num_experts_per_tok");
-    positive(m.moe_intermediate_size, "moe_intermediate_size");
+    RequirePositive(m.num_experts_per_tok, "num_experts_per_tok", where);
+    RequirePositive(m.moe_intermediate_size, "moe_intermediate_size", where);
     if (m.num_experts_per_tok > m.num_experts)
       Fail(ErrorKind::kCorrupt, "{}: num_experts_per_tok ({}) exceeds num_experts ({})", where,
            m.num_experts_per_tok, m.num_experts);
