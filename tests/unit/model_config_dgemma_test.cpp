@@ -217,6 +217,9 @@ TEST(DiffusionGemmaConfig, Refusals) {
               {"config.json", "use_bidirectional_attention"});
   ExpectError(parse(with("hidden_activation", "silu")), ErrorKind::kUnsupported, {"hidden_activation", "silu"});
   ExpectError(parse(with("top_k_experts", 200)), ErrorKind::kCorrupt, {"top_k_experts", "num_experts"});
+  ExpectError(parse(with("sliding_window", 0)), ErrorKind::kCorrupt, {"sliding_window", "must be positive"});
+  ExpectError(parse(with("moe_intermediate_size", -4)), ErrorKind::kCorrupt,
+              {"moe_intermediate_size", "must be positive, got -4"});
   ExpectError(parse(with("num_global_key_value_heads", 3)), ErrorKind::kCorrupt, {"layer 5", "KV heads"});
   ExpectError(parse(with("layer_types", json::array({"sliding_attention"}))), ErrorKind::kCorrupt,
               {"layer_types", "30"});
