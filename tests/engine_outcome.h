@@ -20,6 +20,7 @@ struct Outcome {
   FinishReason reason = FinishReason::kNone;
   RequestStats stats;
   std::string error;
+  bool invalid_request = false;  // the kError blamed the request's input
   bool finished = false;
 };
 
@@ -48,6 +49,7 @@ inline GenerationRequest MakeCollectingRequest(std::vector<int32_t> prompt, int6
       case GenerationEvent::Kind::kError:
         out->finished = true;
         out->error = ev.error;
+        out->invalid_request = ev.invalid_request;
         break;
     }
   };

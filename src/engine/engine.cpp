@@ -278,7 +278,7 @@ void Engine::ReleaseResources(Sequence& seq) {
   seq.snapshot_at = -1;
 }
 
-void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error) {
+void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error, bool invalid_request) {
   if (seq.finished) return;
   seq.finished = true;
   ReleaseResources(seq);
@@ -288,6 +288,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
     ev.index = seq.index;
     ev.kind = GenerationEvent::Kind::kError;
     ev.error = error;
+    ev.invalid_request = invalid_request;
     if (seq.req.on_event) seq.req.on_event(ev);
     return;
   }

@@ -89,7 +89,8 @@ class Engine : public EngineApi {
   // Sampler, decoders and router temperature of a validated sequence (one choice of a request).
   void InitSequence(Sequence& seq);
   void Admit();
-  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  // invalid_request: a kError that the request's own input caused (see GenerationEvent).
+  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "", bool invalid_request = false);
   void ReleaseResources(Sequence& seq);
   bool EnsurePages(Sequence& seq, int64_t positions);
   void Preempt(Sequence& victim);
@@ -100,6 +101,9 @@ class Engine : public EngineApi {
   // Structured output (engine_structured.cpp). An autoregressive token of a constrained sequence:
   // masks `logits` (host row) before the sampler draws; false when the sequence ended instead.
   bool MaskForSampling(Sequence& seq, float* logits, int64_t vocab);
+  // Ends a sequence whose grammar threw: a bad-argument error (too ambiguous, too deep) is the
+  // request's fault, anything else the engine's.
+  void FailOnGrammar(Sequence& seq, const Error& e);
   // After the token is appended: advances the grammar; true when the sequence is complete.
   bool AdvanceGrammar(Sequence& seq, int32_t token);
   // A completed diffusion block's fresh tokens into the grammar, up to the first end token or the

@@ -33,13 +33,17 @@ std::shared_ptr<const grammar::CompiledGrammar> Engine::CompileGrammar(grammar::
   return grammar_compiler_->Compile(format, text);
 }
 
+void Engine::FailOnGrammar(Sequence& seq, const Error& e) {
+  Finish(seq, FinishReason::kError, e.what(), e.kind() == ErrorKind::kInvalidArgument);
+}
+
 bool Engine::MaskForSampling(Sequence& seq, float* logits, int64_t vocab) {
   try {
     if (seq.constraint->MaskLogits(logits, vocab)) return true;
     // Complete, and no end token may come (ignore_eos): the output is over.
     Finish(seq, FinishReason::kStop);
   } catch (const Error& e) {
-    Finish(seq, FinishReason::kError, e.what());
+    FailOnGrammar(seq, e);
   }
   return false;
 }
@@ -52,7 +56,7 @@ bool Engine::AdvanceGrammar(Sequence& seq, int32_t token) {
     if (!c.Accept(token)) Fail(ErrorKind::kInternal, "token {} was drawn outside the grammar's mask", token);
     return c.Done();
   } catch (const Error& e) {
-    Finish(seq, FinishReason::kError, e.what());
+    FailOnGrammar(seq, e);
     return true;
   }
 }
@@ -72,7 +76,7 @@ size_t Engine::AdvanceGrammarBlock(Sequence& seq, const std::vector<int32_t>& fr
     }
     *done = c.Done();
   } catch (const Error& e) {
-    Finish(seq, FinishReason::kError, e.what());
+    FailOnGrammar(seq, e);
     *done = true;
     return 0;
   }

@@ -108,6 +108,9 @@ struct GenerationEvent {
   std::vector<int32_t> raw_output;     // kFinished: every generated id (diffusion: block-aligned,
                                        // before the max_tokens cut; includes eos)
   std::string error;                   // kError (the request is over)
+  // kError: the request's own input is at fault (its grammar proved too ambiguous to follow...),
+  // found only while generating: a client error even after output has started.
+  bool invalid_request = false;
 };
 
 struct GenerationRequest {

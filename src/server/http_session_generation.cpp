@@ -293,8 +293,9 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
       return FinishChoice(g, ev.index, ev.finish_reason, ev.stats);
     case GenerationEvent::Kind::kError:
       // The engine reports request problems it finds (bad ids, too long...) this way; once output
-      // has started it can only be an internal failure. One failed choice fails the request.
-      if (!g->first_token_seen) return FailGeneration(g, InvalidRequest(ev.error));
+      // has started it is an internal failure unless the engine says the request's input caused it
+      // (a grammar too ambiguous to follow). One failed choice fails the request.
+      if (!g->first_token_seen || ev.invalid_request) return FailGeneration(g, InvalidRequest(ev.error));
       return FailGeneration(g, ApiError(500, "internal_error", ev.error));
   }
 }

@@ -238,6 +238,27 @@ TEST(EngineStructuredOutput, GrammarOfAnotherEngineIsRefused) {
   EXPECT_THROW(a.CompileGrammar(GrammarFormat::kJson, R"({"type": "number", "multipleOf": 2})"), Error);
 }
 
+// A grammar that compiles but proves too ambiguous while generating (after a^n each way to owe
+// b's is a parse of its own; logit_bias makes the model write a's) ends the request with an error
+// that blames the request, not the engine: the server answers it 400 even after output started.
+TEST(EngineStructuredOutput, GrammarTooAmbiguousMidOutputIsTheRequestsFault) {
+  Fixtures& f = Shared();
+  Engine engine(f.model.get(), f.tok.get(), Config(false));
+  auto g = engine.CompileGrammar(GrammarFormat::kGrammar, "start: s\ns: \"a\" s | \"a\" s \"b\" | \"\"");
+  const std::vector<int32_t> a = f.tok->Encode("a", false);
+  ASSERT_EQ(a.size(), 1u);
+  Outcome out;
+  GenerationRequest r = MakeCollectingRequest(Prompt(8), 200, &out);
+  r.grammar = g;
+  r.sampling.logit_bias = {{a[0], 100.f}};
+  engine.Submit(std::move(r));
+  engine.RunUntilIdle();
+  EXPECT_NE(out.error.find("too ambiguous"), std::string::npos) << out.error;
+  EXPECT_TRUE(out.invalid_request);
+  EXPECT_GE(out.tokens.size(), 5u);  // output had started
+  EXPECT_EQ(out.text, std::string(out.tokens.size(), 'a'));
+}
+
 // docs/PERFORMANCE.md: tokens per forward of diffusion requests with and without a JSON Schema
 // constraint (block-aligned output tokens / denoising steps, summed over schemas and seeds).
 TEST(EngineStructuredOutput, DiffusionTokensPerForward) {

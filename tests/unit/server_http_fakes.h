@@ -107,6 +107,7 @@ class FakeEngine : public EngineApi {
   FinishReason finish = FinishReason::kStop;
   std::string error;  // non-empty: a kError event after error_after pieces
   size_t error_after = 0;
+  bool error_invalid_request = false;  // the kError blames the request (GenerationEvent::invalid_request)
   int diffusion_steps_per_block = 0;  // emit kDiffusionStep events before each piece
   bool with_logprobs = false;
 
@@ -124,6 +125,7 @@ class FakeEngine : public EngineApi {
         GenerationEvent e;
         e.kind = GenerationEvent::Kind::kError;
         e.error = error;
+        e.invalid_request = error_invalid_request;
         r.on_event(e);
         return;
       }

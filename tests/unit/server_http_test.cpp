@@ -422,6 +422,26 @@ TEST_F(ServerHttp, EngineErrors) {
   EXPECT_EQ(ojson::parse(evs[evs.size() - 2].data)["error"]["type"], "internal_error");
 }
 
+// A failure the engine blames on the request's input (a grammar too ambiguous to follow, found
+// while generating) is the client's error even after output started: 400, in the stream too.
+// It was a 500 "internal_error".
+TEST_F(ServerHttp, EngineErrorBlamingTheRequestAfterOutputIs400) {
+  engine.error = "grammar too ambiguous: more than 1024 parses are alive at one position";
+  engine.error_after = 2;
+  engine.error_invalid_request = true;
+  Start();
+  std::string msg = ExpectApiError(Post("/v1/chat/completions", Chat()), 400, "", "invalid_request_error");
+  EXPECT_NE(msg.find("too ambiguous"), std::string::npos) << msg;
+  auto r = Post("/v1/chat/completions", Chat({{"stream", true}}));
+  EXPECT_EQ(r.status, 200);
+  std::vector<SseEvent> evs;
+  ASSERT_TRUE(ParseSse(r.body, evs));
+  ASSERT_GE(evs.size(), 2u);
+  EXPECT_EQ(evs.back().data, "[DONE]");
+  ojson err = ojson::parse(evs[evs.size() - 2].data)["error"];
+  EXPECT_EQ(err["type"], "invalid_request_error") << err;
+}
+
 TEST_F(ServerHttp, MetricsEndpoint) {
   Start();
   Post("/v1/chat/completions", Chat());
