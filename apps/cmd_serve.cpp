@@ -287,6 +287,8 @@ int RunServe(ServeFlags& f) {
   HttpServer server(cfg, deferred, prompts);
   server.Start();
   std::printf("tessera: listening on http://%s:%d\n", cfg.server.host.c_str(), server.port());
+  if (server.health_port() != 0)
+    std::printf("tessera: /health and /metrics also on http://%s:%d\n", cfg.server.host.c_str(), server.health_port());
   std::fflush(stdout);
 
   if (cfg.model.dtype != "auto")

@@ -9,11 +9,12 @@ PKGS=(
   libpcre2-dev libutf8proc-dev libssl-dev libxxhash-dev libopenblas-openmp-dev
   libboost1.81-dev
 )
-# Test-only tools; `--no-test-deps` (container builds, deploy/Dockerfile.*) leaves them out.
+# Test-only tools (clang: the sanitizer build and the fuzzers, libclang-rt-dev: their runtimes);
+# `--no-test-deps` (container builds, deploy/Dockerfile.*) leaves them out.
 TEST_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jinja2 python3-numpy python3-jsonschema
-  chromium yamllint
+  chromium yamllint clang libclang-rt-dev
 )
 with_tests=1
 [ "${1:-}" = "--no-test-deps" ] && with_tests=0

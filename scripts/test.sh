@@ -15,8 +15,10 @@ bash scripts/build.sh build -DTESSERA_TESTS=ON -DTESSERA_BENCH=ON
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 # The CUDA backend is compiled (and its tests skipped without a GPU) in the release build above;
-# the sanitizer build covers the host code.
-bash scripts/build.sh build-asan -DTESSERA_SANITIZE=ON -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# the sanitizer build covers the host code. With clang: a second compiler's warnings and checks, and
+# it compiles this code base faster under the sanitizers than g++ (http_server.cpp 47 s against
+# 62 s at -O1, a test file at -O0 18 s against 32 s).
+bash scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DTESSERA_SANITIZE=ON -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800)

@@ -300,8 +300,18 @@ TEST(CliDeploy, ContainersAndManifestsKeepTheirPromises) {
   YAML::Node pod = dep["spec"]["template"]["spec"];
   EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>());
   YAML::Node c = pod["containers"][0];
-  for (const char* probe : {"readinessProbe", "livenessProbe", "startupProbe"})
+  // The probes reach /health on the ConfigMap's health port (outside the connection caps, so a flood
+  // on the API port does not get a live pod restarted), through the container port that exposes it.
+  const int health_port = ParseServerConfig(ConfigTexts().at("k8s/configmap.yaml")).server.health_port;
+  EXPECT_NE(health_port, 0);
+  std::map<std::string, int> ports;
+  for (const auto& p : c["ports"]) ports[p["name"].as<std::string>()] = p["containerPort"].as<int>();
+  for (const char* probe : {"readinessProbe", "livenessProbe", "startupProbe"}) {
     EXPECT_EQ(c[probe]["httpGet"]["path"].as<std::string>(), "/health") << probe;
+    EXPECT_EQ(ports[c[probe]["httpGet"]["port"].as<std::string>()], health_port) << probe;
+  }
+  EXPECT_EQ(dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"].as<std::string>(),
+            std::to_string(health_port));
   EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 1);
 
   std::string nginx = Read("nginx/tessera.conf");

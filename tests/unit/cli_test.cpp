@@ -493,6 +493,30 @@ TEST(CliServe, StateSnapshotsReachTheEngine) {
   }
 }
 
+// With --health-port, serve's start-up lines name the second port too (a probe or a person reading
+// the log must know where /health answers outside the connection caps), and it answers there.
+TEST(CliServe, PrintsTheHealthPortBesideTheMainOne) {
+  // A port that was free a moment ago (bound, read, closed): the OS hands out ports in order, so the
+  // chance another process takes it before serve binds it is small.
+  auto r = RunCommand("python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+                      "print(s.getsockname()[1])'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string health = r.out.substr(0, r.out.find('\n'));
+  const std::string out = ScratchDir("cli-serve-health") + "/stdout";
+  r = RunCommand("(" + Bin() + " serve --port 0 --health-port " + health + " --access-log '' --model " +
+                 Quote(Model("qwen3_moe")) + " --tokenizer " + Quote(DataPath("fixtures/tokenizers/bytes")) + " >" +
+                 out + " 2>&1 & p=$!; i=0; while [ $i -lt 600 ] && ! grep -q 'also on' " + out +
+                 "; do sleep 0.1; i=$((i + 1)); done; python3 -c 'import urllib.request,sys; "
+                 "print(\"health\", urllib.request.urlopen(\"http://127.0.0.1:" + health +
+                 "/metrics\").status)'; kill -TERM $p; wait $p)");
+  const std::string log = ReadFile(out);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << log;
+  EXPECT_NE(log.find("tessera: listening on http://127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("tessera: /health and /metrics also on http://127.0.0.1:" + health + "\n"), std::string::npos)
+      << log;
+  EXPECT_NE(r.out.find("health 200"), std::string::npos) << r.out << r.err;
+}
+
 TEST(CliVerify, ReportsEachChecksumMismatch) {
   std::string dir = ScratchDir("cli-verify");
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
