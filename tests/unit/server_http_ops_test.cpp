@@ -312,6 +312,49 @@ TEST_F(ServerOps, RequestsPerMinute) {
   EXPECT_EQ(engine.num_submitted(), 2u);
 }
 
+// Issue 34 item 4: per-key rate limits hold under concurrency (48 requests at once from two keys,
+// 5 a minute each: exactly 5 of each key's pass, none over-admitted), and what a request carries
+// never leaks: neither the API key nor the prompt is in the access log (log_requests off) or in
+// /metrics.
+TEST_F(ServerOps, RateLimitsHoldUnderConcurrencyAndNothingLeaks) {
+  const std::string log = testing::ScratchDir("server-ops-ratelimit") + "/access.log";
+  cfg.security.api_keys = {"sk-alpha-0123456789", "sk-beta-0123456789"};
+  cfg.limits.requests_per_minute = 5;
+  cfg.server.threads = 4;
+  cfg.server.access_log = log;
+  Start();
+  const std::string marker = "prompt-marker-7f3a9c";
+  const std::string body =
+      ojson({{"messages", ojson::array({{{"role", "user"}, {"content", marker}}})}}).dump();
+  std::vector<std::future<int>> calls;
+  for (int i = 0; i < 48; ++i)
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      return Call(port, "POST", "/v1/chat/completions", body,
+                  {{"Authorization", "Bearer " + cfg.security.api_keys[i % 2]}})
+          .status;
+    }));
+  std::map<int, int> ok, limited;  // per key index
+  for (int i = 0; i < 48; ++i) {
+    const int status = calls[i].get();
+    if (status == 200) ++ok[i % 2];
+    else if (status == 429) ++limited[i % 2];
+    else ADD_FAILURE() << "status " << status;
+  }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(ok[k], 5) << "key " << k;
+    EXPECT_EQ(limited[k], 19) << "key " << k;
+  }
+  EXPECT_EQ(engine.num_submitted(), 10u);
+  const std::string metrics = Call(port, "GET", "/metrics").body;
+  server->Stop();  // flushes the access log
+  const std::string logged = testing::ReadFile(log);
+  EXPECT_EQ(LogLines(log).size(), 48u + 1u);  // every request, and the /metrics call
+  for (const std::string& secret : {cfg.security.api_keys[0], cfg.security.api_keys[1], marker}) {
+    EXPECT_EQ(logged.find(secret), std::string::npos) << secret;
+    EXPECT_EQ(metrics.find(secret), std::string::npos) << secret;
+  }
+}
+
 TEST_F(ServerOps, TokensPerMinute) {
   cfg.limits.tokens_per_minute = 30;  // the fake prompt is 18 tokens
   Start();
