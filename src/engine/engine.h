@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/engine_api.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
