@@ -327,8 +327,7 @@ TEST(BackendOps, MoeRouteAndExpertsMatchNaive) {
   std::vector<double> ref(rows * H, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<double> p(E);
-    double sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(double(logits[r * E + e])));
+    for (int64_t e = 0; e < E; ++e) p[e] = std::exp(double(logits[r * E + e]));
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
