@@ -487,7 +487,8 @@ TEST_F(CudaAttention, QkNormRopeKvWriteEqualsTwoOps) {
         std::vector<float> q, k;
         std::vector<uint8_t> kc, vc;
       };
-      auto run = [&](bool fused) {
+      // Copies: clang 14 cannot capture structured bindings.
+      auto run = [&, qh = qh, kh = kh, hd = hd, rd = rd, one_plus = one_plus](bool fused) {
         DeviceBuffer dq = dev(q.data(), q.size() * 4), dk = dev(k.data(), k.size() * 4);
         DeviceBuffer dkc = dev(fill.data(), cache_bytes), dvc = dev(fill.data(), cache_bytes);
         if (fused) {

@@ -491,7 +491,7 @@ TEST(CudaBench, MatMulRows) {
           outs.push_back({&parts[j], dy.f32() + row0 * m});
           row0 += ns[j];
         }
-        auto call = [&] {
+        auto call = [&, ns = ns] {  // a copy: clang 14 cannot capture structured bindings
           if (ns.size() == 1)
             be[b]->MatMul(dx.f32(), m, parts[0], dy.f32(), false);
           else

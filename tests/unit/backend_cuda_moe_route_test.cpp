@@ -78,7 +78,7 @@ TEST_F(CudaConformance, MoeRouteExpertsResidualNormEqualsSeparateOps) {
         const auto x = Rand(R * H, -1, 1, 400 + R), h0 = Rand(R * H, -2, 2, 401 + R), extra = Rand(R * H, -1, 1, 402);
         const auto logits = Rand(R * E, -4, 4, 403 + R);
         const float *dl = Dev(logits), *dw = Dev(norm_w), *dextra = with_extra ? Dev(extra) : nullptr;
-        auto run = [&](bool fused, bool step) {
+        auto run = [&, k = k, H = H](bool fused, bool step) {  // copies: clang 14 cannot capture bindings
           float *xy = Dev(x), *h = Dev(h0), *out = Dev(std::vector<float>(R * H, 7.0f));
           int32_t* idx = Dev(std::vector<int32_t>(R * k, -1));
           float* wts = Dev(std::vector<float>(R * k, 7.0f));

@@ -227,7 +227,7 @@ TEST(GrammarJsonSchema, UnsupportedKeywordsAreNamed) {
   };
   for (const auto& [schema, part1, part2] : bad) {
     SCOPED_TRACE(schema);
-    ExpectError([&] { Schema(schema); }, ErrorKind::kInvalidArgument, {part1, part2});
+    ExpectError([&, s = schema] { Schema(s); }, ErrorKind::kInvalidArgument, {part1, part2});  // clang 14: no captured bindings
   }
 }
 
