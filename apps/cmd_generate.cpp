@@ -153,6 +153,10 @@ int RunGenerate(GenerateFlags& f) {
   sp.presence_penalty = f.presence_penalty;
   sp.frequency_penalty = f.frequency_penalty;
   sp.ignore_eos = f.ignore_eos;
+  if (mc.canvas_length > 0) {  // DiffusionGemma: its sampler's knobs, and no temperature of its own
+    ec.canvas = CanvasSamplerParams::FromGenerationConfig(dir.generation_config, dir.dir + "/generation_config.json");
+    if (!f.temperature) sp.temperature = 1.0f;
+  }
   const bool diffusion = mc.diffusion || f.diffusion;
   if (!diffusion && (f.block_size || f.steps || !f.policy.empty() || f.threshold || f.mask_token_id))
     throw UsageError("diffusion settings given for an autoregressive model: add --diffusion to run it as one");

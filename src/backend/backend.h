@@ -202,6 +202,16 @@ class Backend {
   virtual void MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
     for (const MatMulOut& o : outs) MatMul(x, m, *o.w, o.y);
   }
+  // y[m, k] = x[m, n] * w[n, k] (no transpose: each output row a weighted sum of w's rows), f32
+  // accumulation, w bf16 or f32 and not quantized. DiffusionGemma's self-conditioning input
+  // (docs/DIFFUSION_GEMMA.md 5): a step's probabilities [canvas, vocab] times the [vocab, hidden]
+  // embedding, which MatMul would need transposed (a second copy of the table). Default refuses
+  // (CUDA: not yet).
+  virtual void MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) {
+    (void)x, (void)m, (void)w, (void)y;
+    Fail(ErrorKind::kUnsupported, "backend {} does not implement MatMulNoTrans (the self-conditioning input)",
+         Name());
+  }
   // out[i, :] = table[ids[i], :] as f32.
   virtual void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
 

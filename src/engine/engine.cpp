@@ -37,13 +37,19 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& config)
     : model_(model), tokenizer_(tokenizer), config_(config) {
   const ModelConfig& mc = model_->config();
-  // Uniform-state canvas diffusion (DiffusionGemma) generates only through its canvas decoder, which
-  // does not exist yet: run as an autoregressive model it would answer with the encoder's logits.
-  if (mc.canvas_length > 0)
-    Fail(ErrorKind::kUnsupported,
-         "{}: generation needs the canvas decoder (issue 31), not implemented yet; `tessera logits` runs "
-         "its encoder",
-         FamilyName(mc.family));
+  // Uniform-state canvas diffusion (DiffusionGemma) generates through its canvas loop
+  // (engine_canvas.cpp), on the CPU backend only: the CUDA backend lacks its ops (RopePairs, the
+  // canvas attention, MatMulNoTrans...) and would fail at the first forward.
+  canvas_ = mc.canvas_length > 0;
+  if (canvas_) {
+    if (config_.force_diffusion)
+      Fail(ErrorKind::kInvalidArgument, "{} is a canvas-diffusion model: masked block diffusion cannot be forced on it",
+           FamilyName(mc.family));
+    if (model_->backend().IsDevice())
+      Fail(ErrorKind::kUnsupported, "{}: generation runs on the CPU backend only (backend {} lacks its ops)",
+           FamilyName(mc.family), model_->backend().Name());
+    config_.canvas.Validate("engine canvas settings");
+  }
   if (config_.max_model_len <= 0) config_.max_model_len = mc.max_position_embeddings;
   if (config_.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "page size must be positive");
   if (config_.max_num_seqs <= 0) Fail(ErrorKind::kInvalidArgument, "max_num_seqs must be positive");
@@ -182,6 +188,7 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
     return *error = fmt::format("router temperature must be in [{}, {}], got {}", kMinRouterTemperature,
                                 kMaxRouterTemperature, *r.router_temperature),
            false;
+  if (canvas_) return ValidateCanvas(seq, error);
   if (info_.diffusion != r.diffusion.has_value())
     return *error = info_.diffusion ? "this is a diffusion model: the request needs diffusion settings"
                                  : "diffusion settings were given but this model is autoregressive", false;
@@ -259,6 +266,7 @@ void Engine::InitSequence(Sequence& seq) {
   if (!seq.req.sampling.ignore_eos) end_ids.insert(end_ids.end(), eos_ids_.begin(), eos_ids_.end());
   seq.sampler = std::make_unique<Sampler>(seq.req.sampling, seq.req.prompt, std::move(end_ids));
   if (seq.req.diffusion) seq.diffusion.emplace(*seq.req.diffusion, seq.req.prompt);
+  if (canvas_) InitCanvas(seq);
   if (seq.req.grammar)
     seq.constraint = std::make_unique<GrammarConstraint>(seq.req.grammar, seq.req.sampling.stop_token_ids,
                                                          seq.req.sampling.ignore_eos);
@@ -471,7 +479,9 @@ bool Engine::Step() {
     seg.first_pos = s->num_cached;
     seg.router_temperature = s->router_temperature;
     bool prompt_chunk = false;
-    if (!s->diffusion) {
+    if (s->canvas) {
+      if (!PlanCanvas(*s, budget, plan.empty(), &seg, &prompt_chunk)) continue;
+    } else if (!s->diffusion) {
       int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->num_cached;
       int64_t n = std::min(remaining, budget);
       // Without chunked prefill a prompt runs whole, alone in a step if it must.
@@ -551,7 +561,7 @@ bool Engine::Step() {
     // back); the rules take the sequences' draws now, in the order the host sampler would.
     for (auto& p : plan) {
       Sequence& s = *p.seq;
-      if (p.prompt_chunk || p.segment.logits_rows.empty()) continue;
+      if (p.prompt_chunk || p.segment.logits_rows.empty() || s.canvas) continue;  // canvas rows: on the host
       if (s.diffusion) {
         // A logit bias changes the block's rows before the draw: those come back to the host.
         // So do a constrained block's: each position is drawn under its prefix's grammar mask.
@@ -578,6 +588,7 @@ bool Engine::Step() {
 
     const int64_t vocab = model_->config().vocab_size;
     size_t row = 0, pick = 0;  // next row of result.logits / result.picks
+    std::vector<Sequence*> canvases_going_on;  // their self-conditioning inputs, in one product below
     for (auto& p : plan) {
       Sequence& s = *p.seq;
       const Segment& seg = p.segment;
@@ -594,7 +605,9 @@ bool Engine::Step() {
       s.stats.expert_distinct_sum += distinct_sum;
       s.stats.expert_layer_steps += moe_layers;
       if (p.prompt_chunk) continue;
-      if (!s.diffusion) {
+      if (s.canvas) {
+        if (ApplyCanvasStep(s, logits, vocab)) canvases_going_on.push_back(&s);
+      } else if (!s.diffusion) {
         // Log-probabilities are those of the model's distribution, before penalties and the grammar.
         std::vector<float> raw;
         if (s.req.sampling.top_logprobs >= 0) raw.assign(logits, logits + vocab);
@@ -690,6 +703,7 @@ bool Engine::Step() {
           Finish(s, FinishReason::kLength);
       }
     }
+    if (!canvases_going_on.empty()) UpdateSelfConditioning(canvases_going_on);
   }
   running_.remove_if([](const std::unique_ptr<Sequence>& s) { return s->finished; });
   PublishSnapshot();

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/engine_api.h"
+#include "engine/engine_canvas.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
 
@@ -25,6 +27,7 @@ namespace tessera {
 class Model;
 class Tokenizer;
 struct Sequence;
+struct Segment;
 
 enum class SchedulingPolicy { kFcfs, kShortestPromptFirst, kPriority };
 
@@ -53,6 +56,11 @@ struct EngineConfig {
   // MoE router temperature of requests that do not set one (router logits / T before the softmax
   // and top-k; 1 = the model as trained). In [kMinRouterTemperature, kMaxRouterTemperature].
   float router_temperature = 1.f;
+  // Canvas models (DiffusionGemma): the sampler's knobs (the model's generation_config.json, read by the
+  // caller with CanvasSamplerParams::FromGenerationConfig; transformers' defaults otherwise), and an
+  // observer of every denoising step (tests: the random draws and decisions; null: none).
+  CanvasSamplerParams canvas;
+  std::function<void(const CanvasStepTrace&)> canvas_trace;
 };
 
 class Engine : public EngineApi {
@@ -112,6 +120,21 @@ class Engine : public EngineApi {
   size_t AdvanceGrammarBlock(Sequence& seq, const std::vector<int32_t>& fresh, bool* done);
   void PublishSnapshot();
 
+  // Canvas diffusion (DiffusionGemma, docs/DIFFUSION_GEMMA.md 6; engine_canvas.cpp).
+  // What a canvas model's request may not ask for (each refusal names it), and its pages.
+  bool ValidateCanvas(const Sequence& seq, std::string* error) const;
+  void InitCanvas(Sequence& seq);
+  // seq's segment this step: [committed tokens the cache lacks; the canvas], or a prompt chunk alone
+  // when both do not fit `budget`. False: nothing for seq this step.
+  bool PlanCanvas(Sequence& seq, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk);
+  // One denoising step from the canvas rows' logits [C, vocab] (host, divided in place by the step's
+  // temperature): sampling, acceptance, re-noising, the stop rule; a finished canvas's argmax is
+  // output and queued for its commit, or the sequence finishes. True: the canvas goes on and needs its
+  // self-conditioning input (UpdateSelfConditioning).
+  bool ApplyCanvasStep(Sequence& seq, float* logits, int64_t vocab);
+  // The self-conditioning inputs of the canvases that go on, from their processed logits, in one product.
+  void UpdateSelfConditioning(const std::vector<Sequence*>& seqs);
+
   // Prefix caching (engine_prefix_cache.cpp).
   // Shares the longest usable cached prefix with a sequence being admitted: retains the pages,
   // sets its pages and num_cached, counts the query. RollbackPrefix undoes it when admission
@@ -135,6 +158,7 @@ class Engine : public EngineApi {
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixCache> prefix_cache_;  // null when prefix caching is off
   bool hybrid_ = false;                        // the model has recurrent-state layers
+  bool canvas_ = false;                        // a canvas-decoder model (DiffusionGemma)
   std::vector<int32_t> eos_ids_;
   std::once_flag grammar_once_;
   std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;  // CompileGrammar's, once built

@@ -89,7 +89,10 @@ struct DiffusionStepView {
 struct RequestStats {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   int64_t forwards = 0;                        // model forwards this request took part in
-  std::vector<int64_t> steps_per_block;        // diffusion only
+  std::vector<int64_t> steps_per_block;        // diffusion only (canvas models: steps per canvas)
+  // Canvas models: transformers' tokens_per_forward, the new tokens up to and including the first eos
+  // (whole canvases) over the denoising forwards.
+  double tokens_per_forward = 0;
   int64_t expert_distinct_sum = 0;             // sum over (step, MoE layer) of distinct experts touched
   int64_t expert_layer_steps = 0;              // number of (step, MoE layer) pairs in that sum
   double queue_seconds = 0, first_token_seconds = 0, total_seconds = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/diffusion_decoder.h"
+#include "engine/engine_canvas.h"
 #include "engine/grammar_constraint.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
@@ -39,6 +40,7 @@ struct Sequence {
   bool first_token_sent = false;
 
   // Autoregressive: prompt + generated tokens. Diffusion: prompt + completed blocks' new tokens.
+  // Canvas: prompt + finished canvases (argmax), each committed by the forward after it finished.
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
   int64_t num_cached = 0;     // positions [0, num_cached) are committed in the cache
@@ -54,6 +56,7 @@ struct Sequence {
 
   std::unique_ptr<Sampler> sampler;
   std::optional<DiffusionDecoder> diffusion;
+  std::unique_ptr<CanvasState> canvas;  // canvas models (DiffusionGemma), else null
   std::unique_ptr<GrammarConstraint> constraint;  // structured output (req.grammar), else null
 
   std::unique_ptr<IncrementalDecoder> detok;

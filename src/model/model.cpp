@@ -207,6 +207,18 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
   });
 }
 
+std::vector<float> Model::SelfConditioningInput(const float* z, int64_t rows) {
+  const ArchBody* body = ArchFor(cfg_.family).body;
+  if (!body || !body->self_conditioning)
+    Fail(ErrorKind::kUnsupported, "{} has no canvas decoder (no self-conditioning input)", FamilyName(cfg_.family));
+  if (ranks_.size() != 1)  // refused at load today; the product would need the whole embedding on one rank
+    Fail(ErrorKind::kUnsupported, "the self-conditioning input is not implemented with tensor parallelism");
+  Rank& rk = *ranks_[0];
+  std::vector<float> out(static_cast<size_t>(rows * cfg_.hidden_size));
+  if (rows > 0) body->self_conditioning(*rk.backend, cfg_, *rk.weights, z, rows, out.data());
+  return out;
+}
+
 int64_t Model::page_size() const { return ranks_[0]->caches->page_size; }
 int64_t Model::num_pages() const { return ranks_[0]->caches->num_pages; }
 int64_t Model::num_state_slots() const { return ranks_[0]->caches->num_slots; }

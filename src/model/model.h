@@ -63,6 +63,14 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   ForwardResult Forward(const Batch& batch, const ForwardOptions& opts = {});
 
+  // Canvas-decoder models (DiffusionGemma, docs/DIFFUSION_GEMMA.md 5): the next denoising step's
+  // self-conditioning input (Segment::self_conditioning), [rows, hidden] on the host, from this step's
+  // processed logits z = logits / temperature, [rows, vocab] on the host: softmax(z) @ embed_tokens *
+  // embed_scale, z first rounded to the embedding's dtype as transformers stores it. The rows of several
+  // canvases may go in one call (each output row depends on its own row only). Error(kUnsupported)
+  // for other models.
+  std::vector<float> SelfConditioningInput(const float* z, int64_t rows);
+
   // Cache storage, sized by the engine. Re-allocating drops all cached content.
   void AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_state_slots);
   int64_t page_size() const;

@@ -6,6 +6,10 @@ sliding-window layers (docs OPEN 2) and reports which one transformers follows. 
 references exist, make_dgemma_selfcheck.py runs it against tessera's C++ on a numpy-made checkpoint:
 a self-consistency check of the document, not an independent reference.
 
+`DocModel.generate` adds section 6 (the canvas sampler) with the random draws read from a trace instead
+of a generator: tests/golden/engine_dgemma_canvas_test.cpp records every draw tessera's engine makes
+and replay_canvas_trace.py runs them through it.
+
 Shapes come from the weights (head dims, KV heads, whether v_proj exists), RoPE and windows from the
 config, so the check does not depend on how a transformers version spells the head-dim keys.
 Weights and inputs may be torch tensors (any dtype / device) or array-likes; outputs are numpy float64.
@@ -207,3 +211,93 @@ class DocModel:
         for l in range(self.L):
             x, _ = self.layer("dec", l, x, pos, keys_for, allowed)
         return self.head(x, "dec")[0]
+
+    # ---- docs section 6: the sampler, with recorded draws in place of a generator ----
+
+    def generate(self, prompt, trace, params, eos_ids, max_tokens, round_s_to_bf16=False):
+        """Section 6 for one sequence in float64, every random draw taken from `trace` (what the engine
+        drew: per canvas {"initial": [C] tokens, "steps": [{"uniforms": [C], "noise": [C]}, ...]}); all
+        the rest (logits, entropies, argmax, samples by inverse CDF in index order, acceptance,
+        re-noising, the stop rule, commits, eos and max_tokens) is computed here. params: the
+        generation_config knobs (max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold,
+        confidence_threshold). round_s_to_bf16: the processed logits S kept for self-conditioning are
+        rounded to bf16 as a bf16 model stores them (docs 5). Returns {"canvases": per canvas a list of
+        per-step dicts (logits, entropy, argmax, sampled, margin: the smallest distance of u from an
+        edge of the sampled token's CDF interval, accepted, next, stop), "committed": the argmax
+        canvases, "output": the tokens, "finish": "stop" | "length"}."""
+        N, B = int(params["max_denoising_steps"]), float(params["entropy_bound"])
+        t_min, t_max = float(params["t_min"]), float(params["t_max"])
+        K, Q = int(params["stability_threshold"]), float(params["confidence_threshold"])
+        self.cache = [[] for _ in range(self.L)]
+        self.encode(list(prompt))
+        C = len(trace[0]["initial"])
+        eos = set(int(e) for e in eos_ids)
+        result = {"canvases": [], "committed": [], "output": [], "finish": "length"}
+        for b in range(-(-int(max_tokens) // C)):
+            if b >= len(trace):
+                raise ValueError(f"the trace has {len(trace)} canvases; canvas {b} is needed")
+            x = np.asarray(trace[b]["initial"], dtype=np.int64)
+            S, hist, steps = None, [], []
+            for k, n in enumerate(range(N, 0, -1)):
+                raw = self.decode(list(x), sc_logits=S)
+                T = t_min + (t_max - t_min) * n / N
+                z = raw / T
+                m = z.max(-1, keepdims=True)
+                e = np.exp(z - m)
+                tot = e.sum(-1)
+                H = np.log(tot) - (e * (z - m)).sum(-1) / tot
+                a = z.argmax(-1)
+                d = trace[b]["steps"][k]
+                u = np.asarray(d["uniforms"], dtype=np.float64)
+                y, margin = np.zeros(C, dtype=np.int64), np.zeros(C)
+                for r in range(C):  # the first token whose cumulative probability exceeds u
+                    cum = np.cumsum(e[r]) / tot[r]
+                    i = int(np.searchsorted(cum, u[r], side="right"))
+                    i = min(i, len(cum) - 1)
+                    y[r] = i
+                    margin[r] = min(abs(u[r] - (cum[i - 1] if i > 0 else 0.0)), abs(cum[i] - u[r]))
+                order = np.argsort(H, kind="stable")
+                acc, before = np.zeros(C, dtype=bool), 0.0
+                for r in order:
+                    if before > B:
+                        break
+                    acc[r] = True
+                    before += H[r]
+                nxt = np.where(acc, y, np.asarray(d["noise"], dtype=np.int64))
+                stable = K == 0 or (len(hist) == K and all((h == a).all() for h in hist))
+                if K > 0:
+                    hist = (hist + [a.copy()])[-K:]
+                confident = H.mean() < Q
+                stop = bool((stable and confident) or n == 1)
+                steps.append(dict(logits=raw, entropy=H, argmax=a, sampled=y, margin=margin, accepted=acc,
+                                  next=nxt, stop=stop))
+                if stop:
+                    break
+                x = nxt
+                S = bf16_round(z) if round_s_to_bf16 else z
+            result["canvases"].append(steps)
+            a = steps[-1]["argmax"]
+            result["committed"].append([int(t) for t in a])
+            self.encode([int(t) for t in a])  # the commit: positions continue
+            ended = False
+            for t in a:
+                if int(t) in eos:
+                    ended = True
+                    break
+                result["output"].append(int(t))
+            if len(result["output"]) > max_tokens:
+                result["output"] = result["output"][:max_tokens]
+                break  # cut before the end token: "length"
+            if ended:
+                result["finish"] = "stop"
+                break
+            if len(result["output"]) >= max_tokens:
+                break
+        return result
+
+
+def bf16_round(x):
+    """float64 -> the nearest bf16 value (through float32, round to nearest even), as float64."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)

@@ -50,6 +50,44 @@ void CpuBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bo
   MatMulOn(x, m, w, y, accumulate, pool_);
 }
 
+void CpuBackend::MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) {
+  TESSERA_CHECK(w.shape.size() == 2);
+  if (w.quantized() || (w.dtype != DType::kBF16 && w.dtype != DType::kF32))
+    Fail(ErrorKind::kUnsupported, "MatMulNoTrans: weight dtype {} is not supported", DTypeName(w.dtype));
+  const int64_t n = w.shape[0], k = w.shape[1];
+  if (m == 0 || k == 0) return;
+  // Threads split the output columns into blocks of kCols; each block walks w's rows once (widened
+  // to f32) and adds x[i, r] * w[r, block] to every output row, in r order: each output is the same
+  // sequence of operations whatever the thread count.
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (k + kCols - 1) / kCols;
+  auto run = [&](size_t b0, size_t b1, int) {
+    float wrow[kCols];
+    std::vector<float> acc(static_cast<size_t>(m * kCols));
+    for (size_t b = b0; b < b1; ++b) {
+      const int64_t j0 = static_cast<int64_t>(b) * kCols, cols = std::min(kCols, k - j0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t r = 0; r < n; ++r) {
+        if (w.dtype == DType::kBF16) {
+          const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * k + j0;
+          for (int64_t j = 0; j < cols; ++j) wrow[j] = Bf16ToF32(src[j]);
+        } else {
+          std::memcpy(wrow, w.f32() + r * k + j0, static_cast<size_t>(cols) * sizeof(float));
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          const float a = x[i * n + r];
+          float* out = acc.data() + i * kCols;
+          for (int64_t j = 0; j < cols; ++j) out[j] += a * wrow[j];
+        }
+      }
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(y + i * k + j0, acc.data() + i * kCols, static_cast<size_t>(cols) * sizeof(float));
+    }
+  };
+  if (pool_) pool_->ParallelFor(static_cast<size_t>(blocks), run);
+  else run(0, static_cast<size_t>(blocks), 0);
+}
+
 void CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
   const int64_t vocab = table.dim(0), dim = table.dim(1);
   for (int64_t i = 0; i < n; ++i) {

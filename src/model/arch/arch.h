@@ -37,6 +37,11 @@ struct ArchBody {
   void (*logits)(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab);
   // K/V values per token of attention layer l's cache (both K and V: 2 * kv_heads * head_dim).
   int64_t (*kv_values_per_token)(const ModelConfig& cfg, int64_t layer);
+  // Canvas-decoder families (Model::SelfConditioningInput): out [rows, hidden] (host) = the next
+  // denoising step's self-conditioning input from this step's processed logits z [rows, vocab] (host).
+  // Null: the family has no canvas decoder.
+  void (*self_conditioning)(Backend& be, const ModelConfig& cfg, const ModelWeights& w, const float* z, int64_t rows,
+                            float* out) = nullptr;
 };
 
 struct ArchSpec {

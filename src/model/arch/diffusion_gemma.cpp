@@ -284,6 +284,25 @@ void Logits(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab)
   ctx.be->SoftCap(logits, rows * vocab, static_cast<float>(ctx.cfg->final_logit_softcap));
 }
 
+// docs 5: soft = softmax_f32(S) @ embed_tokens * embed_scale, S = z stored in the embedding's dtype
+// (transformers casts the processed logits before keeping them: in a bf16 model z, up to 30 / t_min,
+// is rounded to bf16, spacing 0.5 above 64, which visibly moves the softmax). The probabilities stay
+// f32 here (transformers rounds them to bf16 as well, an activation-sized error like every other
+// activation tessera keeps in f32). The product is E without the transpose the lm_head uses.
+void SelfConditioning(Backend& be, const ModelConfig& c, const ModelWeights& w, const float* z, int64_t rows,
+                      float* out) {
+  const int64_t V = c.vocab_size, H = c.hidden_size;
+  std::vector<float> s(z, z + rows * V);
+  if (w.embed.dtype == DType::kBF16)
+    for (float& v : s) v = Bf16ToF32(F32ToBf16(v));
+  DeviceBuffer p = DeviceBuffer::Floats(be, rows * V), y = DeviceBuffer::Floats(be, rows * H);
+  be.Upload(p.data(), s.data(), s.size() * sizeof(float));
+  be.Softmax(p.f32(), rows, V);
+  be.MatMulNoTrans(p.f32(), rows, w.embed, y.f32());
+  be.Scale(y.f32(), rows * H, Arch(w).embed_scale);
+  be.Download(out, y.f32(), static_cast<size_t>(rows * H) * sizeof(float));
+}
+
 int64_t KvValuesPerToken(const ModelConfig& c, int64_t l) {
   const AttentionLayerSpec& a = c.attention_layers.at(l);
   return 2 * a.num_kv_heads * a.head_dim;
@@ -297,7 +316,7 @@ void NoGdnLoad(const ModelConfig&, const std::string& prefix, WeightLoader&, Gdn
   Fail(ErrorKind::kCorrupt, "{}: diffusion_gemma has no linear-attention layers", prefix);
 }
 
-const ArchBody kBody{Tensors, Load, Embed, Layer, Logits, KvValuesPerToken};
+const ArchBody kBody{Tensors, Load, Embed, Layer, Logits, KvValuesPerToken, SelfConditioning};
 
 }  // namespace
 

@@ -1,0 +1,253 @@
+// tessera engine: DiffusionGemma's canvas loop (docs/DIFFUSION_GEMMA.md section 6) inside the engine's
+// step. A sequence's segment is [the committed tokens the cache lacks; its canvas]: the prompt (or its
+// rest after a prefix-cache hit or a chunk) with the first canvas, then each finished canvas's argmax
+// with the next canvas's first step, so a commit costs no forward of its own. The canvas rows come
+// back as logits to the host, where canvas_sampler.h's rules run (temperature, entropy-bound
+// acceptance, re-noising, the stable-and-confident stop) with the sequence's own generator; the
+// self-conditioning input of the next step is then computed for every canvas that goes on in one
+// product (Model::SelfConditioningInput). Several sequences' canvases share a forward as segments of
+// one batch (a canvas model only generates canvases: no autoregressive rows to mix in).
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace tessera {
+
+int32_t SampleProcessedRow(const float* z, int64_t vocab, double uniform) {
+  const double m = *std::max_element(z, z + vocab);
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(z[i]) - m);
+  const double target = uniform * total;
+  double cum = 0;
+  int64_t last_positive = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double e = std::exp(static_cast<double>(z[i]) - m);
+    if (e > 0) last_positive = i;
+    cum += e;
+    if (cum > target) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(last_positive);
+}
+
+namespace {
+
+// A fresh canvas: C uniform tokens (transformers' torch.randint), no self-conditioning, all steps left.
+void NewCanvas(CanvasState& cs, int64_t vocab) {
+  cs.x.resize(static_cast<size_t>(cs.length));
+  for (int32_t& t : cs.x) t = cs.Token(vocab);
+  cs.soft.clear();
+  cs.z.clear();
+  cs.steps_remaining = cs.params.max_denoising_steps;
+  cs.step = 0;
+  cs.stop_rule.Reset();
+}
+
+}  // namespace
+
+bool Engine::ValidateCanvas(const Sequence& seq, std::string* error) const {
+  const ModelConfig& mc = model_->config();
+  const GenerationRequest& r = seq.req;
+  const SamplingParams& sp = r.sampling;
+  const char* fam = FamilyName(mc.family);
+  const int64_t C = mc.canvas_length;
+  auto refuse = [&](const std::string& what) {
+    *error = fmt::format("{} (canvas diffusion) does not support {}", fam, what);
+    return false;
+  };
+  if (r.diffusion) return refuse("masked-diffusion settings (block size, steps, policy)");
+  // The canvas sampler has its own temperatures (t_max annealed to t_min) and no truncation
+  // (transformers honours nothing else): a request's own would be silently ignored.
+  if (sp.temperature != 1.f) return refuse("a temperature (its steps anneal from t_max to t_min)");
+  if (sp.top_k != 0 || sp.top_p != 1.f || sp.min_p != 0.f) return refuse("top_k / top_p / min_p");
+  if (sp.repetition_penalty != 1.f || sp.presence_penalty != 0.f || sp.frequency_penalty != 0.f)
+    return refuse("repetition / presence / frequency penalties");
+  if (!sp.logit_bias.empty()) return refuse("logit_bias");
+  if (sp.top_logprobs >= 0) return refuse("logprobs");
+  if (sp.min_tokens > 0) return refuse("min_tokens");
+  if (r.grammar) return refuse("structured output (a grammar)");
+  const int64_t P = static_cast<int64_t>(r.prompt.size());
+  if (P + C > config_.max_model_len)
+    return *error = fmt::format("the prompt has {} tokens; with one canvas of {} it exceeds max_model_len {}", P, C,
+                                config_.max_model_len),
+           false;
+  // A step holds the last canvas's commit and the next canvas: 2C positions past the committed text.
+  if (pool_->PagesFor(P + 2 * C) > pool_->num_pages())
+    return *error = fmt::format("the KV cache ({} pages of {} tokens) cannot hold this request", pool_->num_pages(),
+                                pool_->page_size()),
+           false;
+  return true;
+}
+
+void Engine::InitCanvas(Sequence& seq) {
+  const ModelConfig& mc = model_->config();
+  auto cs = std::make_unique<CanvasState>(config_.canvas);
+  if (seq.req.sampling.seed) {
+    cs->rng.seed(*seq.req.sampling.seed);
+  } else {
+    std::random_device rd;
+    cs->rng.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  }
+  cs->length = mc.canvas_length;
+  // max_tokens rounded up to whole canvases (transformers' max_new_tokens); the output is cut at it.
+  cs->canvases_total = (seq.req.sampling.max_tokens + cs->length - 1) / cs->length;
+  NewCanvas(*cs, mc.vocab_size);
+  seq.canvas = std::move(cs);
+}
+
+bool Engine::PlanCanvas(Sequence& s, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk) {
+  const CanvasState& cs = *s.canvas;
+  const int64_t C = cs.length;
+  const int64_t end = static_cast<int64_t>(s.tokens.size());
+  const int64_t to_commit = end - s.num_cached;
+  // Hybrid models' snapshot boundaries do not arise: the family has no recurrent layers.
+  if (to_commit + C <= budget || (alone && (to_commit == 0 || !config_.enable_chunked_prefill))) {
+    seg->tokens.assign(s.tokens.begin() + s.num_cached, s.tokens.end());
+    seg->commit_len = to_commit;
+    seg->tokens.insert(seg->tokens.end(), cs.x.begin(), cs.x.end());
+    for (int64_t i = 0; i < C; ++i) seg->logits_rows.push_back(static_cast<int32_t>(to_commit + i));
+    seg->self_conditioning = cs.soft;
+    *prompt_chunk = false;
+    return true;
+  }
+  // Too long with the canvas: commit a chunk now (the canvas waits); without chunked prefill the whole
+  // committed part, alone in its step.
+  int64_t n = std::min(to_commit, budget);
+  if (!config_.enable_chunked_prefill) {
+    if (!alone) return false;
+    n = to_commit;
+  }
+  if (n <= 0) return false;
+  seg->tokens.assign(s.tokens.begin() + s.num_cached, s.tokens.begin() + s.num_cached + n);
+  seg->commit_len = n;
+  *prompt_chunk = true;
+  return true;
+}
+
+bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
+  CanvasState& cs = *s.canvas;
+  const CanvasSamplerParams& p = cs.params;
+  const int64_t C = cs.length;
+  const double T = CanvasTemperature(p, cs.steps_remaining);
+  CanvasStepTrace trace;
+  const bool tracing = static_cast<bool>(config_.canvas_trace);
+  if (tracing) {
+    trace.request_id = s.req.id;
+    trace.index = s.index;
+    trace.canvas = cs.canvases_done;
+    trace.step = cs.step;
+    trace.steps_remaining = cs.steps_remaining;
+    trace.temperature = T;
+    trace.input = cs.x;
+    trace.logits.assign(logits, logits + C * vocab);
+  }
+  // z = logits / T in f32, as transformers divides the f32 logits by the temperature.
+  const float Tf = static_cast<float>(T);
+  for (int64_t i = 0; i < C * vocab; ++i) logits[i] /= Tf;
+  std::vector<double> entropy(static_cast<size_t>(C)), uniforms(static_cast<size_t>(C));
+  std::vector<int32_t> argmax(static_cast<size_t>(C)), sampled(static_cast<size_t>(C)), noise(static_cast<size_t>(C));
+  double mean_entropy = 0;
+  for (int64_t r = 0; r < C; ++r) {
+    const float* z = logits + r * vocab;
+    entropy[r] = RowEntropy(z, vocab);
+    argmax[r] = static_cast<int32_t>(RowArgmax(z, vocab));
+    uniforms[r] = cs.Uniform();  // the multinomial draws first, then the re-noise canvas (transformers' order)
+    sampled[r] = SampleProcessedRow(z, vocab, uniforms[r]);
+    mean_entropy += entropy[r];
+  }
+  mean_entropy /= static_cast<double>(C);
+  for (int32_t& t : noise) t = cs.Token(vocab);
+  const std::vector<uint8_t> accepted = AcceptByEntropyBound(entropy, p.entropy_bound);
+  std::vector<int32_t> next = RenoiseCanvas(accepted, sampled, noise);
+  // The stop rule sees every step (its history must hold this canvas's argmax); the last step ends the
+  // canvas whatever it says.
+  const bool stop = cs.stop_rule.Step(argmax, mean_entropy) || cs.steps_remaining <= 1;
+  ++cs.decoder_forwards;
+  ++cs.step;
+  if (tracing) {
+    trace.uniforms = uniforms;
+    trace.sampled = sampled;
+    trace.noise = noise;
+    trace.argmax = argmax;
+    trace.entropy = entropy;
+    trace.accepted = accepted;
+    trace.next = next;
+    trace.stop = stop;
+    config_.canvas_trace(trace);
+  }
+  if (!stop) {
+    cs.x = std::move(next);
+    --cs.steps_remaining;
+    cs.z.assign(logits, logits + C * vocab);  // S, for the next step's self-conditioning input
+    return true;
+  }
+
+  // The canvas is done: its ARGMAX (not the last sample) is the text. It is committed by the next
+  // forward (positions continue), fused with the next canvas's first step.
+  s.stats.steps_per_block.push_back(cs.step);
+  ++cs.canvases_done;
+  s.tokens.insert(s.tokens.end(), argmax.begin(), argmax.end());
+  auto is_end = [&](int32_t t) {
+    return (!s.req.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
+           std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), t) !=
+               s.req.sampling.stop_token_ids.end();
+  };
+  // Output: up to the first end token (dropped with everything after it, as transformers blanks them),
+  // cut at max_tokens.
+  std::vector<int32_t> emit;
+  bool eos = false;
+  for (int32_t t : argmax) {
+    if (is_end(t)) {
+      eos = true;
+      break;
+    }
+    emit.push_back(t);
+  }
+  // transformers' metric counts the end token too, and whole canvases (not cut at max_tokens).
+  const int64_t kept = static_cast<int64_t>(emit.size()) + (eos ? 1 : 0);
+  const int64_t room = std::max<int64_t>(0, s.req.sampling.max_tokens - s.output_tokens);
+  bool cut = false;
+  if (static_cast<int64_t>(emit.size()) > room) emit.resize(static_cast<size_t>(room)), cut = true;
+  cs.hf_tokens += kept;
+  if (!emit.empty()) EmitTokens(s, emit, {});
+  cs.z.clear();
+  cs.soft.clear();
+  const bool length = cut || cs.canvases_done >= cs.canvases_total || s.output_tokens >= s.req.sampling.max_tokens ||
+                      static_cast<int64_t>(s.tokens.size()) + C > config_.max_model_len;
+  if ((eos && !cut) || s.stop->stopped() || length) {
+    s.stats.tokens_per_forward =
+        cs.decoder_forwards > 0 ? static_cast<double>(cs.hf_tokens) / static_cast<double>(cs.decoder_forwards) : 0.0;
+    Finish(s, (eos && !cut) || s.stop->stopped() ? FinishReason::kStop : FinishReason::kLength);
+    return false;
+  }
+  NewCanvas(cs, model_->config().vocab_size);
+  return false;
+}
+
+void Engine::UpdateSelfConditioning(const std::vector<Sequence*>& seqs) {
+  const int64_t V = model_->config().vocab_size, H = model_->config().hidden_size;
+  int64_t rows = 0;
+  for (const Sequence* s : seqs) rows += s->canvas->length;
+  std::vector<float> z(static_cast<size_t>(rows * V));
+  int64_t at = 0;
+  for (Sequence* s : seqs) {
+    std::copy(s->canvas->z.begin(), s->canvas->z.end(), z.begin() + at * V);
+    at += s->canvas->length;
+    s->canvas->z.clear();
+  }
+  const std::vector<float> soft = model_->SelfConditioningInput(z.data(), rows);
+  at = 0;
+  for (Sequence* s : seqs) {
+    const int64_t C = s->canvas->length;
+    s->canvas->soft.assign(soft.begin() + at * H, soft.begin() + (at + C) * H);
+    at += C;
+  }
+}
+
+}  // namespace tessera

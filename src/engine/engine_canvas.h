@@ -1,0 +1,69 @@
+// tessera engine: the per-sequence state of DiffusionGemma's canvas generation (docs/DIFFUSION_GEMMA.md
+// section 6) and the trace of its random draws. The loop itself is Engine's (engine_canvas.cpp): each
+// step a sequence's segment is [the last committed canvas (or the prompt's rest); the canvas being
+// denoised], so a commit and the next canvas's first step share one forward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/canvas_sampler.h"
+
+namespace tessera {
+
+// One denoising step of one sequence's canvas, as the engine ran it: every random draw it made and
+// what it decided. EngineConfig::canvas_trace receives one per step (tests replay the draws through an
+// independent implementation of section 6: tools/dgemma_fixtures/dgemma_doc_model.py).
+struct CanvasStepTrace {
+  std::string request_id;
+  int32_t index = 0;            // the choice
+  int64_t canvas = 0;           // 0-based canvas of the sequence
+  int64_t step = 0;             // 0-based step within the canvas
+  int64_t steps_remaining = 0;  // n = N, N-1, ..., 1
+  double temperature = 0;
+  std::vector<int32_t> input;     // the canvas denoised (step 0: the initial uniform draw)
+  std::vector<float> logits;      // [C, vocab] the decoder's soft-capped logits (before / temperature)
+  std::vector<double> uniforms;   // per row: the draw in [0, 1) the sample was taken with
+  std::vector<int32_t> sampled;   // per row: the sample from softmax(logits / temperature)
+  std::vector<int32_t> noise;     // per row: the fresh uniform token (used on rejected rows)
+  std::vector<int32_t> argmax;
+  std::vector<double> entropy;    // nats, of softmax(logits / temperature)
+  std::vector<uint8_t> accepted;  // entropy-bound acceptance
+  std::vector<int32_t> next;      // the next step's canvas
+  bool stop = false;              // the canvas ends after this step (stable and confident, or no step left)
+};
+
+// A sequence generating canvases.
+struct CanvasState {
+  CanvasSamplerParams params;
+  int64_t length = 0;          // C
+  int64_t canvases_total = 0;  // max_tokens rounded up to whole canvases
+  int64_t canvases_done = 0;   // committed (output) so far
+  std::mt19937_64 rng;         // the request's seed (or a random one): every draw of section 6
+  // The canvas being denoised: its tokens, the self-conditioning input of its next step ([C, hidden];
+  // empty at the first step), the steps left (n), the steps taken and the stop rule's history.
+  std::vector<int32_t> x;
+  std::vector<float> soft;
+  int64_t steps_remaining = 0;
+  int64_t step = 0;
+  CanvasStopRule stop_rule;
+  // This step's processed logits z, [C, vocab], kept between the step's sampling and the batched
+  // self-conditioning product (empty otherwise).
+  std::vector<float> z;
+  int64_t decoder_forwards = 0;  // denoising steps run, over all canvases (HF's tokens_per_forward)
+  int64_t hf_tokens = 0;         // new tokens up to and including the first end token (the same metric)
+
+  explicit CanvasState(const CanvasSamplerParams& p) : params(p), stop_rule(p) {}
+  double Uniform() { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+  int32_t Token(int64_t vocab) { return static_cast<int32_t>(Uniform() * static_cast<double>(vocab)); }
+};
+
+// The first token of softmax(z) (one row of processed logits, in index order) whose cumulative
+// probability exceeds `uniform`, sums in double; the last token of positive probability when rounding
+// leaves none. The inverse-CDF rule the doc model replays.
+int32_t SampleProcessedRow(const float* z, int64_t vocab, double uniform);
+
+}  // namespace tessera

@@ -1,0 +1,176 @@
+// tessera engine tests: the canvas loop's state handling (engine_canvas.cpp) on the tiny numpy
+// DiffusionGemma checkpoint: max_tokens rounded up to whole canvases then cut, the output cut at an end
+// token, a commit that does not fit the token budget beside the next canvas, cancellation in the middle
+// of a canvas (its pages return), a seed's reproducibility, and what the loop refuses, each by name.
+// The numbers themselves are held to the doc model by engine_dgemma_canvas_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "dgemma_checkpoint.h"
+#include "engine/engine.h"
+#include "engine_outcome.h"
+#include "expect_error.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+
+namespace tessera {
+namespace {
+
+using testing::Outcome;
+
+std::vector<int32_t> PromptIds() {
+  return ReadJsonFile(testing::DgemmaSelfcheckDir() + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
+}
+
+EngineConfig Config() {
+  EngineConfig cfg;
+  cfg.num_pages = 64;
+  cfg.page_size = 4;
+  cfg.enable_prefix_caching = false;  // freed pages go back to the free list, where the test counts them
+  cfg.canvas.max_denoising_steps = 4;
+  return cfg;
+}
+
+GenerationRequest Request(int64_t max_tokens, Outcome* out, uint64_t seed = 11) {
+  GenerationRequest r = testing::MakeCollectingRequest(PromptIds(), max_tokens, out);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;  // the random model's end tokens would make the lengths vary
+  return r;
+}
+
+struct EngineCanvasState : ::testing::Test {
+  void SetUp() override { model = Model::Load(testing::DgemmaSelfcheckDir()); }
+  std::unique_ptr<Model> model;
+};
+
+// A request's outcome from a fresh engine.
+Outcome Generate(Model* model, int64_t max_tokens, EngineConfig cfg = Config(), uint64_t seed = 11,
+            std::vector<int32_t> stop_ids = {}) {
+  Outcome out;
+  GenerationRequest r = Request(max_tokens, &out, seed);
+  r.sampling.stop_token_ids = std::move(stop_ids);
+  Engine engine(model, nullptr, cfg);
+  engine.Submit(std::move(r));
+  engine.RunUntilIdle();
+  EXPECT_TRUE(out.finished && out.error.empty()) << out.error;
+  EXPECT_EQ(engine.Snapshot().kv_pages_used, 0) << "pages released at the end";
+  return out;
+}
+
+TEST_F(EngineCanvasState, MaxTokensRoundsUpToWholeCanvasesThenCuts) {
+  const int64_t C = model->config().canvas_length;  // 16
+  Outcome o = Generate(model.get(), 20);
+  EXPECT_EQ(o.reason, FinishReason::kLength);
+  EXPECT_EQ(o.stats.steps_per_block.size(), 2u) << "ceil(20 / 16) canvases";
+  EXPECT_EQ(o.raw.size(), static_cast<size_t>(2 * C)) << "raw output: whole canvases";
+  ASSERT_EQ(o.tokens.size(), 20u) << "streamed: cut at max_tokens";
+  EXPECT_TRUE(std::equal(o.tokens.begin(), o.tokens.end(), o.raw.begin()));
+  // Exactly one canvas's worth: one canvas, nothing cut.
+  Outcome one = Generate(model.get(), C);
+  EXPECT_EQ(one.stats.steps_per_block.size(), 1u);
+  EXPECT_EQ(one.tokens, std::vector<int32_t>(o.raw.begin(), o.raw.begin() + C)) << "the same seed, the same canvas";
+  EXPECT_EQ(one.reason, FinishReason::kLength);
+}
+
+TEST_F(EngineCanvasState, EndTokenCutsTheOutputAndStops) {
+  const int64_t C = model->config().canvas_length;
+  Outcome free_run = Generate(model.get(), 3 * C);
+  ASSERT_EQ(free_run.raw.size(), static_cast<size_t>(3 * C));
+  // The first token of the second canvas that does not occur before it, as a stop id.
+  int64_t at = -1;
+  for (int64_t i = C; i < 2 * C && at < 0; ++i)
+    if (std::find(free_run.raw.begin(), free_run.raw.begin() + i, free_run.raw[i]) == free_run.raw.begin() + i) at = i;
+  ASSERT_GE(at, 0);
+  Outcome o = Generate(model.get(), 3 * C, Config(), 11, {free_run.raw[at]});
+  EXPECT_EQ(o.reason, FinishReason::kStop);
+  EXPECT_EQ(o.tokens, std::vector<int32_t>(free_run.raw.begin(), free_run.raw.begin() + at)) << "dropped from the end token on";
+  EXPECT_EQ(o.raw, std::vector<int32_t>(free_run.raw.begin(), free_run.raw.begin() + 2 * C)) << "no third canvas";
+  // transformers' tokens_per_forward counts the end token.
+  int64_t steps = 0;
+  for (int64_t n : o.stats.steps_per_block) steps += n;
+  EXPECT_DOUBLE_EQ(o.stats.tokens_per_forward, static_cast<double>(at + 1) / static_cast<double>(steps));
+  // max_tokens before the end token: "length", cut there.
+  Outcome cut = Generate(model.get(), at - 2, Config(), 11, {free_run.raw[at]});
+  EXPECT_EQ(cut.reason, FinishReason::kLength);
+  EXPECT_EQ(cut.tokens.size(), static_cast<size_t>(at - 2));
+}
+
+TEST_F(EngineCanvasState, CommitsThatDoNotFitBesideTheCanvasAreChunkedWithTheSameResult) {
+  // Budget 20: the 24-token prompt goes in a chunk of 20, then its 4 with the first canvas (20 rows);
+  // each later commit (16) and its next canvas (16) do not fit together: commit alone, then the canvas.
+  EngineConfig small = Config();
+  small.max_num_batched_tokens = 20;
+  Outcome chunked = Generate(model.get(), 48, small);
+  Outcome whole = Generate(model.get(), 48);
+  EXPECT_EQ(chunked.raw, whole.raw);
+  EXPECT_EQ(chunked.tokens, whole.tokens);
+  EXPECT_GT(chunked.stats.forwards, whole.stats.forwards);
+}
+
+TEST_F(EngineCanvasState, CancellationMidCanvasFreesThePages) {
+  EngineConfig cfg = Config();
+  cfg.canvas.max_denoising_steps = 8;
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  int64_t steps_seen = 0, first_canvas_steps = 0;
+  cfg.canvas_trace = [&](const CanvasStepTrace& s) {
+    ++steps_seen;
+    first_canvas_steps += s.canvas == 0;
+    if (s.canvas == 1 && s.step == 2) cancel->store(true);  // in the middle of the second canvas
+  };
+  Engine engine(model.get(), nullptr, cfg);
+  Outcome out;
+  GenerationRequest r = Request(64, &out);
+  r.cancelled = cancel;
+  engine.Submit(std::move(r));
+  int64_t used_while_running = 0;
+  while (engine.Step()) used_while_running = std::max(used_while_running, engine.Snapshot().kv_pages_used);
+  EXPECT_GT(used_while_running, 0);
+  EXPECT_TRUE(out.finished);
+  EXPECT_EQ(out.reason, FinishReason::kCancelled);
+  EXPECT_EQ(engine.Snapshot().kv_pages_used, 0) << "the cancelled sequence's pages are free";
+  EXPECT_EQ(steps_seen, first_canvas_steps + 3) << "no step after the cancelling one";
+  EXPECT_EQ(out.tokens.size(), 16u) << "the first canvas was streamed, the second never";
+}
+
+TEST_F(EngineCanvasState, SameSeedSameCanvasesOtherSeedOthers) {
+  Outcome a = Generate(model.get(), 32), b = Generate(model.get(), 32), c = Generate(model.get(), 32, Config(), 12);
+  EXPECT_EQ(a.raw, b.raw);
+  EXPECT_NE(a.raw, c.raw);
+}
+
+TEST_F(EngineCanvasState, RefusesWhatTheCanvasLoopDoesNotDo) {
+  Engine engine(model.get(), nullptr, Config());
+  auto refused = [&](auto edit, const std::string& what) {
+    Outcome out;
+    GenerationRequest r = Request(16, &out);
+    edit(r);
+    engine.Submit(std::move(r));
+    engine.RunUntilIdle();
+    EXPECT_NE(out.error.find(what), std::string::npos) << "'" << what << "' not in: " << out.error;
+    EXPECT_NE(out.error.find("diffusion_gemma"), std::string::npos) << out.error;
+  };
+  refused([](GenerationRequest& r) { r.sampling.temperature = 0.f; }, "temperature");
+  refused([](GenerationRequest& r) { r.sampling.top_p = 0.9f; }, "top_p");
+  refused([](GenerationRequest& r) { r.sampling.top_logprobs = 0; }, "logprobs");
+  refused([](GenerationRequest& r) { r.sampling.logit_bias = {{5, 1.f}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.sampling.repetition_penalty = 1.1f; }, "penalties");
+  refused([](GenerationRequest& r) { r.sampling.min_tokens = 1; }, "min_tokens");
+  refused([](GenerationRequest& r) { r.diffusion = DiffusionParams{}; }, "masked-diffusion");
+  EngineConfig forced = Config();
+  forced.force_diffusion = true;
+  testing::ExpectError([&] { Engine e(model.get(), nullptr, forced); }, ErrorKind::kInvalidArgument,
+                       {"diffusion_gemma", "masked block diffusion"});
+  EngineConfig bad = Config();
+  bad.canvas.t_min = 0.9;  // above t_max
+  testing::ExpectError([&] { Engine e(model.get(), nullptr, bad); }, ErrorKind::kInvalidArgument, {"t_min"});
+}
+
+}  // namespace
+}  // namespace tessera
