@@ -239,13 +239,14 @@ TEST(EngineStructuredOutput, GrammarOfAnotherEngineIsRefused) {
 }
 
 // A grammar that compiles but proves too ambiguous while generating (after a^n each of the 2^n
-// strings of b's and c's that may close it is a parse of its own, more than the 1024 allowed after
-// 11 a's; logit_bias makes the model write a's) ends the request with an error
+// p/q call stacks, i.e. each string of b's and c's that may close it, is a parse of its own: more
+// than the 1024 allowed after 8 a's; the p/q rules keep the compiler from folding the alternatives;
+// logit_bias makes the model write a's) ends the request with an error
 // that blames the request, not the engine: the server answers it 400 even after output started.
 TEST(EngineStructuredOutput, GrammarTooAmbiguousMidOutputIsTheRequestsFault) {
   Fixtures& f = Shared();
   Engine engine(f.model.get(), f.tok.get(), Config(false));
-  auto g = engine.CompileGrammar(GrammarFormat::kGrammar, "start: s\ns: \"a\" s \"b\" | \"a\" s \"c\" | \"\"");
+  auto g = engine.CompileGrammar(GrammarFormat::kGrammar, "start: s\ns: \"a\" p | \"a\" q | \"\"\np: s \"b\"\nq: s \"c\"");
   const std::vector<int32_t> a = f.tok->Encode("a", false);
   ASSERT_EQ(a.size(), 1u);
   Outcome out;
