@@ -343,6 +343,16 @@ constexpr size_t kMaxPendingIds = 16;
 bool EndsWithReplacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
+// A SentencePiece byte token ("<0xF0>"). The ByteFallback decoder decodes a run of them as a whole,
+// as HF does: one invalid byte anywhere in the run turns every byte of it into U+FFFD, text that
+// already decoded ("z" "\xC3\xA9" then "\xF4") included. So a run's text is final only once a
+// non-byte token ends it. (Found by fuzz/tokenizer_fuzz.cpp: <0x7A> <0xC3> <0xA9> <0xF4> streamed as
+// "z\u00e9" then U+FFFD, while Decode gives U+FFFD four times.) Without a ByteFallback decoder such a token is plain text and holding it
+// back for one token changes nothing.
+bool IsByteToken(const std::string& t) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4]);
+}
 }  // namespace
 
 std::string IncrementalDecoder::Push(int32_t id) {
@@ -357,7 +367,9 @@ std::string IncrementalDecoder::Push(int32_t id) {
   // A character needs at most 4 byte tokens: a longer run still ending in U+FFFD is invalid bytes
   // (the model's output is garbage), emitted as U+FFFD rather than re-decoded on every Push.
   bool give_up_waiting = ids_.size() - read_offset_ > kMaxPendingIds;
-  if (text.size() <= prefix_text_.size() || (EndsWithReplacement(text) && !give_up_waiting)) return "";
+  const bool in_byte_run = IsByteToken(tokenizer_.IdToToken(id));
+  if (text.size() <= prefix_text_.size() || ((EndsWithReplacement(text) || in_byte_run) && !give_up_waiting))
+    return "";
   std::string out = text.substr(prefix_text_.size());
   // Keep the last emitted ids as context for the next step, drop the older ones.
   size_t keep_from = read_offset_;
