@@ -364,12 +364,15 @@ std::string IncrementalDecoder::Push(int32_t id) {
     ids_.pop_back();
     throw;
   }
+  const size_t pending = ids_.size() - read_offset_;
+  // A byte-fallback run is held back whole up to kMaxPendingIds ids; a longer one (a CJK text
+  // spelled byte by byte) goes out at character boundaries, as below.
+  if (IsByteToken(tokenizer_.IdToToken(id)) && pending <= kMaxPendingIds) return "";
   // A character needs at most 4 byte tokens: a longer run still ending in U+FFFD is invalid bytes
-  // (the model's output is garbage), emitted as U+FFFD rather than re-decoded on every Push.
-  bool give_up_waiting = ids_.size() - read_offset_ > kMaxPendingIds;
-  const bool in_byte_run = IsByteToken(tokenizer_.IdToToken(id));
-  if (text.size() <= prefix_text_.size() || ((EndsWithReplacement(text) || in_byte_run) && !give_up_waiting))
-    return "";
+  // (the model's output is garbage), emitted as U+FFFD rather than re-decoded on every Push. (+ 4:
+  // a byte run held back to the limit above may still need 3 bytes to end its character.)
+  bool give_up_waiting = pending > kMaxPendingIds + 4;
+  if (text.size() <= prefix_text_.size() || (EndsWithReplacement(text) && !give_up_waiting)) return "";
   std::string out = text.substr(prefix_text_.size());
   // Keep the last emitted ids as context for the next step, drop the older ones.
   size_t keep_from = read_offset_;
