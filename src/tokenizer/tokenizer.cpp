@@ -258,6 +258,18 @@ std::unique_ptr<Tokenizer> Tokenizer::FromJson(const std::string& tokenizer_json
                                                const std::string& tokenizer_config_text) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->impl_ = std::make_unique<tok::TokenizerImpl>(tok::ParseTokenizerJson(tokenizer_json_text));
+  // The post-processor's special ids come from its own JSON (BertProcessing's "cls": ["[CLS]", 101]):
+  // an id no token has made Encode(add_special_tokens) return ids that Decode refuses (found by
+  // fuzz/tokenizer_fuzz.cpp). Refused here, where the file is named.
+  std::vector<int32_t> special_ids;
+  t->impl_->PostProcess(&special_ids);
+  for (int32_t id : special_ids) {
+    try {
+      (void)t->Decode({id});
+    } catch (const Error&) {
+      Fail(ErrorKind::kCorrupt, "tokenizer.json: the post_processor adds id {}, which no token has", id);
+    }
+  }
   TokenizerConfig& c = t->config_;
   c.raw = tokenizer_config_text.empty() ? json::object()
                                         : ParseJson(tokenizer_config_text, "tokenizer_config.json");

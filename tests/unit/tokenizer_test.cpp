@@ -440,6 +440,10 @@ TEST(TokenizerErrors, BadFilesAreErrors) {
   ExpectError([&] { Tokenizer::FromJson(bad_norm.dump(), ""); }, ErrorKind::kUnsupported, "Precompiled");
   json no_model = Modified([](json& t) { t.erase("model"); });
   ExpectError([&] { Tokenizer::FromJson(no_model.dump(), ""); }, ErrorKind::kCorrupt, "model");
+  // A post-processor naming an id no token has (fuzz/corpus/tokenizer/crash-postprocessor-id).
+  json bad_post = json::parse(BytesJson());
+  bad_post["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[CLS]", 99999}}, {"sep", {"[SEP]", 1}}};
+  ExpectError([&] { Tokenizer::FromJson(bad_post.dump(), ""); }, ErrorKind::kCorrupt, "post_processor adds id 99999");
   json bad_vocab = Modified([](json& t) { t["model"]["vocab"]["x"] = "seven"; });
   ExpectError([&] { Tokenizer::FromJson(bad_vocab.dump(), ""); }, ErrorKind::kCorrupt, "vocab");
   ExpectError([] { Tokenizer::FromJson(BytesJson(), R"({"chat_template": 5})"); }, ErrorKind::kCorrupt,
