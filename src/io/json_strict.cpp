@@ -58,6 +58,10 @@ nlohmann::json ParseJsonStrict(std::string_view text, const std::string& what) {
     j = nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::parse_error& e) {
     Fail(ErrorKind::kCorrupt, "{}: invalid JSON at byte {}: {}", what, e.byte > 0 ? e.byte - 1 : 0, e.what());
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double's range (a shape of 1e400) is out_of_range, not parse_error: it
+    // escaped as a bare nlohmann message naming no file (fuzz/safetensors_fuzz.cpp).
+    Fail(ErrorKind::kCorrupt, "{}: invalid JSON: {}", what, e.what());
   }
   if (!duplicate.empty()) Fail(ErrorKind::kCorrupt, "{}: duplicate key '{}'", what, duplicate);
   return j;

@@ -267,6 +267,16 @@ std::string GetText(const ServerConfig& cfg, const Entry& e, bool mask) {
   return "";
 }
 
+// A mapping key as text. YAML allows a list or a mapping as a key ("? [a, b]: 1"), which
+// Node::as<std::string> refuses with a bare YAML::BadConversion naming neither file nor key (the
+// config fuzzer's first find): a key must be a plain name.
+std::string KeyName(const YAML::Node& key, const std::string& source, const std::string& where) {
+  if (!key.IsScalar())
+    Fail(ErrorKind::kInvalidArgument, "{}: a key {} is a {}, not a plain name", source, where,
+         key.IsMap() ? "mapping" : key.IsSequence() ? "list" : "null");
+  return key.Scalar();
+}
+
 // content_safety.rules: a list of mappings, each key checked (an unknown or misspelt key would
 // otherwise leave a rule silently weaker than its author meant).
 std::vector<ContentRuleConfig> ParseContentRules(const YAML::Node& node, const std::string& source) {
@@ -298,7 +308,7 @@ std::vector<ContentRuleConfig> ParseContentRules(const YAML::Node& node, const s
       return out;
     };
     for (const auto& kv : r) {
-      const std::string key = kv.first.as<std::string>();
+      const std::string key = KeyName(kv.first, source, "in '" + where + "'");
       const YAML::Node& v = kv.second;
       const std::string path = where + "." + key;
       if (key == "name")
@@ -438,7 +448,7 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
   if (!root.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: the top level must be a mapping", source);
   static const char* kSections[] = {"model", "server", "engine", "diffusion", "security", "limits", "content_safety"};
   for (const auto& sec : root) {
-    std::string sname = sec.first.as<std::string>();
+    std::string sname = KeyName(sec.first, source, "at the top level");
     bool known = false;
     for (const char* s : kSections) known = known || sname == s;
     if (!known)
@@ -449,7 +459,7 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
     if (sec.second.IsNull()) continue;
     if (!sec.second.IsMap()) Fail(ErrorKind::kInvalidArgument, "{}: '{}' must be a mapping", source, sname);
     for (const auto& kv : sec.second) {
-      std::string path = sname + "." + kv.first.as<std::string>();
+      std::string path = sname + "." + KeyName(kv.first, source, "in '" + sname + "'");
       if (path == "content_safety.rules") {
         cfg.content_safety.rules = ParseContentRules(kv.second, source);
         continue;

@@ -258,6 +258,18 @@ std::unique_ptr<Tokenizer> Tokenizer::FromJson(const std::string& tokenizer_json
                                                const std::string& tokenizer_config_text) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->impl_ = std::make_unique<tok::TokenizerImpl>(tok::ParseTokenizerJson(tokenizer_json_text));
+  // The post-processor's special ids come from its own JSON (BertProcessing's "cls": ["[CLS]", 101]):
+  // an id no token has made Encode(add_special_tokens) return ids that Decode refuses (found by
+  // fuzz/tokenizer_fuzz.cpp). Refused here, where the file is named.
+  std::vector<int32_t> special_ids;
+  t->impl_->PostProcess(&special_ids);
+  for (int32_t id : special_ids) {
+    try {
+      (void)t->Decode({id});
+    } catch (const Error&) {
+      Fail(ErrorKind::kCorrupt, "tokenizer.json: the post_processor adds id {}, which no token has", id);
+    }
+  }
   TokenizerConfig& c = t->config_;
   c.raw = tokenizer_config_text.empty() ? json::object()
                                         : ParseJson(tokenizer_config_text, "tokenizer_config.json");
@@ -343,6 +355,16 @@ constexpr size_t kMaxPendingIds = 16;
 bool EndsWithReplacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
+// A SentencePiece byte token ("<0xF0>"). The ByteFallback decoder decodes a run of them as a whole,
+// as HF does: one invalid byte anywhere in the run turns every byte of it into U+FFFD, text that
+// already decoded ("z" "\xC3\xA9" then "\xF4") included. So a run's text is final only once a
+// non-byte token ends it. (Found by fuzz/tokenizer_fuzz.cpp: <0x7A> <0xC3> <0xA9> <0xF4> streamed as
+// "z\u00e9" then U+FFFD, while Decode gives U+FFFD four times.) Without a ByteFallback decoder such a token is plain text and holding it
+// back for one token changes nothing.
+bool IsByteToken(const std::string& t) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) && hex(t[4]);
+}
 }  // namespace
 
 std::string IncrementalDecoder::Push(int32_t id) {
@@ -354,9 +376,14 @@ std::string IncrementalDecoder::Push(int32_t id) {
     ids_.pop_back();
     throw;
   }
+  const size_t pending = ids_.size() - read_offset_;
+  // A byte-fallback run is held back whole up to kMaxPendingIds ids; a longer one (a CJK text
+  // spelled byte by byte) goes out at character boundaries, as below.
+  if (IsByteToken(tokenizer_.IdToToken(id)) && pending <= kMaxPendingIds) return "";
   // A character needs at most 4 byte tokens: a longer run still ending in U+FFFD is invalid bytes
-  // (the model's output is garbage), emitted as U+FFFD rather than re-decoded on every Push.
-  bool give_up_waiting = ids_.size() - read_offset_ > kMaxPendingIds;
+  // (the model's output is garbage), emitted as U+FFFD rather than re-decoded on every Push. (+ 4:
+  // a byte run held back to the limit above may still need 3 bytes to end its character.)
+  bool give_up_waiting = pending > kMaxPendingIds + 4;
   if (text.size() <= prefix_text_.size() || (EndsWithReplacement(text) && !give_up_waiting)) return "";
   std::string out = text.substr(prefix_text_.size());
   // Keep the last emitted ids as context for the next step, drop the older ones.

@@ -78,8 +78,12 @@ class Tokenizer {
 
 // Streaming detokenization: Push returns the text that became final; never returns a broken UTF-8
 // sequence (holds back bytes of an incomplete character until completed), Flush returns the rest.
-// The concatenation of every Push and the Flush equals Tokenizer::Decode of all ids. Holds a
-// reference to the tokenizer (which must outlive it); one decoder per stream, not thread-safe.
+// The concatenation of every Push and the Flush equals Tokenizer::Decode of all ids: a run of
+// byte-fallback tokens "<0xXX>" is held back until a non-byte token ends it, since one invalid byte
+// turns the whole run into U+FFFD. Past 16 ids held back, text goes out at character boundaries
+// (or, for bytes that never form one, as U+FFFD); only a run that turns invalid after that may then
+// differ. Holds a reference to the tokenizer (which must outlive it); one decoder per stream, not
+// thread-safe.
 class IncrementalDecoder {
  public:
   explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);

@@ -88,6 +88,11 @@ TEST(GrammarEbnf, Errors) {
       {"start: \"x\" \n %import other.THING", {"only common.*"}},
       {"start: /a(?=b)/", {"lookaround", "line 1"}},
       {"start: \"x\" @", {"unexpected character"}},
+      // Blank repetition counts once reached std::stoi(" ") and left as std::invalid_argument, a
+      // 500 (fuzz/corpus/grammar/crash-blank-repeat-count).
+      {"root ::= \"x\"{ ,2}", {"bad repetition", "line 1"}},
+      {"root ::= [0-9]{1, }{ }", {"bad repetition"}},
+      {"root ::= \"x\"{1 2}", {"bad repetition"}},
   };
   for (const auto& [text, parts] : bad) {
     SCOPED_TRACE(text);

@@ -138,6 +138,22 @@ TEST(ServerConfig, UnknownKeysAreNamed) {
   EXPECT_NE(err.find("'servre'"), std::string::npos) << err;
 }
 
+// A list, a mapping or nothing as a key is valid YAML; as<std::string> once threw a bare
+// YAML::BadConversion for it, naming neither the file nor the key (fuzz/corpus/config/crash-complex-key).
+TEST(ServerConfig, NonScalarKeysAreRefusedNamingWhere) {
+  for (const char* yaml : {"? [a, b]\n: 1\n", "server:\n  ? {x: 1}\n  : 2\n", "? \n: 3\n",
+                           "content_safety:\n  rules:\n    - ? [k]\n      : v\n"}) {
+    SCOPED_TRACE(yaml);
+    try {
+      ParseServerConfig(yaml, "c.yaml");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("c.yaml: a key"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ServerConfig, BadValuesAreNamed) {
   struct Bad {
     const char* yaml;

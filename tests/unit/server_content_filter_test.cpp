@@ -60,6 +60,21 @@ bool ValidUtf8(std::string_view s) {
 
 // ---- the stream filter ----
 
+// A rule whose word list compiled and whose second pattern does not: the compiled codes were
+// leaked with the error (LeakSanitizer in the sanitizer build; fuzz/corpus/config/crash-rule-pattern-leak).
+TEST(ContentFilter, BadPatternAfterGoodOnesIsAnErrorWithoutLeaking) {
+  ContentRuleConfig r = Rule("r", "block", {"alpha", "beta"});
+  r.patterns = {"\\d+", "(unclosed"};
+  for (auto stage : {ContentRuleSet::Stage::kInput, ContentRuleSet::Stage::kOutput}) {
+    try {
+      ContentRuleSet::Compile({Rule("ok", "flag", {"x"}), r}, "***", stage);
+      ADD_FAILURE() << "compiled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pattern 2"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ContentFilter, BlockedPhraseSplitAtEveryByteNeverLeaks) {
   auto rules = Output({Rule("secret", "block", {"launch code"})});
   const std::string text = "Sure, the launch code is 1234.";

@@ -111,7 +111,7 @@ class FakeEngine : public EngineApi {
   int diffusion_steps_per_block = 0;  // emit kDiffusionStep events before each piece
   bool with_logprobs = false;
 
- private:
+ protected:  // fuzz/http_fuzz.cpp's engine joins the finished playback threads now and then
   void Play(GenerationRequest r) {
     auto sleep = [&] {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));

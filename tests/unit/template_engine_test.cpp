@@ -360,6 +360,20 @@ TEST(TemplateErrors, OutputLimitStopsRunawayTemplates) {
   }
 }
 
+// Sizes and indices a template gives filters and methods: a huge indent width once allocated it
+// (100 GB: the process ended), a format field of many digits left std::stoul's std::out_of_range,
+// which no caller maps (a 500). Each is a tessera::Error now (fuzz/corpus/jinja/crash-huge-widths).
+TEST(TemplateErrors, HugeWidthsAndIndicesAreErrors) {
+  for (const char* src : {"{{ 'a\nb' | indent(99999999999) }}", "{{ [1] | tojson(indent=99999999999) }}",
+                          "{{ '{99999999999999999999999}'.format(1) }}"}) {
+    SCOPED_TRACE(src);
+    jinja::Template t(src);
+    EXPECT_THROW(t.Render(ordered_json::object()), Error);
+  }
+  EXPECT_EQ(jinja::Template("{{ 'a\nb' | indent(2) }}|{{ '{1}{0}'.format('x', 'y') }}").Render(ordered_json::object()),
+            "a\n  b|yx");
+}
+
 // Mutated real-world templates and random bytes either render or throw tessera::Error; never crash.
 TEST(TemplateErrors, MutatedTemplatesNeverCrash) {
   std::string base =

@@ -1,5 +1,6 @@
 // tessera tests: tokenizer self-consistency on the four real tokenizers (round trips, facts read
 // from the vocab files themselves, streaming detokenization) and error handling of bad files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -439,6 +440,10 @@ TEST(TokenizerErrors, BadFilesAreErrors) {
   ExpectError([&] { Tokenizer::FromJson(bad_norm.dump(), ""); }, ErrorKind::kUnsupported, "Precompiled");
   json no_model = Modified([](json& t) { t.erase("model"); });
   ExpectError([&] { Tokenizer::FromJson(no_model.dump(), ""); }, ErrorKind::kCorrupt, "model");
+  // A post-processor naming an id no token has (fuzz/corpus/tokenizer/crash-postprocessor-id).
+  json bad_post = json::parse(BytesJson());
+  bad_post["post_processor"] = {{"type", "BertProcessing"}, {"cls", {"[CLS]", 99999}}, {"sep", {"[SEP]", 1}}};
+  ExpectError([&] { Tokenizer::FromJson(bad_post.dump(), ""); }, ErrorKind::kCorrupt, "post_processor adds id 99999");
   json bad_vocab = Modified([](json& t) { t["model"]["vocab"]["x"] = "seven"; });
   ExpectError([&] { Tokenizer::FromJson(bad_vocab.dump(), ""); }, ErrorKind::kCorrupt, "vocab");
   ExpectError([] { Tokenizer::FromJson(BytesJson(), R"({"chat_template": 5})"); }, ErrorKind::kCorrupt,
@@ -500,6 +505,41 @@ TEST(TokenizerMerges, ListAndStringFormsAgree) {
   EXPECT_EQ(b->Encode("hello"), a->Encode("hello"));
   EXPECT_EQ(a->vocab_size(), 302);
   EXPECT_EQ(a->Decode({301, 'l', 'o'}), "hello");
+}
+
+// A SentencePiece-style byte-fallback tokenizer: ByteFallback decodes a run of <0xXX> tokens as a
+// whole, and one invalid byte turns every byte of the run into U+FFFD, text that was already valid
+// included (as HF does). A model can write such a run; streaming must give what Decode gives, so
+// the run is held back until it ends. (fuzz/corpus/tokenizer/crash-bytefallback-run: the stream
+// gave "z\u00e9" then U+FFFD while Decode gave U+FFFD only.)
+TEST(TokenizerStreaming, ByteFallbackRunTurnedInvalidMatchesDecode) {
+  json vocab = {{"<unk>", 0}, {"a", 1}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 2 + b;
+  json t = {{"version", "1.0"},
+            {"added_tokens", json::array()},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", nullptr},
+            {"post_processor", nullptr},
+            {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}}},
+            {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true},
+                       {"vocab", vocab}, {"merges", json::array()}}}};
+  auto tok = Tokenizer::FromJson(t.dump(), "");
+  auto byte = [](int b) { return 2 + b; };
+  // "a", then the byte tokens of "z", of e-acute (C3 A9), then F4 28 (0x28 cannot continue F4), "a".
+  const std::vector<int32_t> ids = {1, byte(0x7A), byte(0xC3), byte(0xA9), byte(0xF4), byte(0x28), 1};
+  const std::string whole = tok->Decode(ids);
+  std::string five_fffd;
+  for (int i = 0; i < 5; ++i) five_fffd += "\xEF\xBF\xBD";
+  EXPECT_EQ(whole, "a" + five_fffd + "a");
+  for (bool flush_early : {false, true}) {
+    IncrementalDecoder dec(*tok);
+    std::string streamed;
+    const size_t n = flush_early ? ids.size() - 1 : ids.size();  // end inside the run: Flush decides
+    for (size_t i = 0; i < n; ++i) streamed += dec.Push(ids[i]);
+    streamed += dec.Flush();
+    EXPECT_EQ(streamed, tok->Decode(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n))))
+        << "flush_early " << flush_early;
+  }
 }
 
 }  // namespace

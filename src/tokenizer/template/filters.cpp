@@ -47,6 +47,14 @@ Value SortKey(const Value& v, bool case_sensitive) {
   return v;
 }
 
+// Indentation of `n` spaces (tojson's indent, the indent filter). A width past 64 MiB (the
+// default output limit, as for 'x' * n) is an error before anything is allocated: indent(99999999999)
+// asked for 100 GB, which ends the process under ASan and is a bad_alloc (a 500) without it.
+std::string Spaces(int64_t n, const char* what) {
+  if (n > (int64_t{64} << 20)) Fail(ErrorKind::kInvalidArgument, "{}: width {} is too large", what, n);
+  return std::string(static_cast<size_t>(std::max<int64_t>(0, n)), ' ');
+}
+
 std::string Strip(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\n\r\v\f"), e = s.find_last_not_of(" \t\n\r\v\f");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -72,7 +80,7 @@ Value Interpreter::CallFilter(const std::string& name, const Value& v, CallArgs&
     Value ind = Arg(a, 1, "indent", kNone);
     std::optional<std::string> indent;
     if (ind.IsString()) indent = ind.AsString();
-    if (ind.IsInt()) indent = std::string(std::max<int64_t>(0, ind.AsInt()), ' ');
+    if (ind.IsInt()) indent = Spaces(ind.AsInt(), "tojson indent");
     std::optional<std::string> item_sep, key_sep;
     Value sep = Arg(a, 2, "separators", kNone);
     if (!sep.IsNone()) {
@@ -322,7 +330,7 @@ Value Interpreter::CallFilter(const std::string& name, const Value& v, CallArgs&
   }
   if (name == "indent") {
     Value w = Arg(a, 0, "width", Value(int64_t{4}));
-    std::string ind = w.IsString() ? w.AsString() : std::string(std::max<int64_t>(0, w.AsInt()), ' ');
+    std::string ind = w.IsString() ? w.AsString() : Spaces(w.AsInt(), "indent");
     bool first = Arg(a, 1, "first", Value(false)).Truthy(), blank = Arg(a, 2, "blank", Value(false)).Truthy();
     std::string s = v.Str() + "\n";
     CallArgs none;

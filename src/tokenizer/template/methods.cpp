@@ -167,7 +167,9 @@ std::string FormatImpl(const std::string& f, const CallArgs& a) {
       if (field.empty()) {
         v = auto_idx < a.args.size() ? &a.args[auto_idx++] : nullptr;
       } else if (field.find_first_not_of("0123456789") == std::string::npos) {
-        size_t k = std::stoul(field);
+        // More digits than any argument list has: std::stoul would throw std::out_of_range, which
+        // no caller maps (a 500); past 9 digits it is simply no argument.
+        size_t k = field.size() > 9 ? SIZE_MAX : std::stoul(field);
         v = k < a.args.size() ? &a.args[k] : nullptr;
       } else {
         v = a.Get(SIZE_MAX, field);
