@@ -19,8 +19,14 @@ void SetBit(std::vector<uint32_t>& w, int64_t id, bool on) {
 }  // namespace
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> grammar,
-                                     std::vector<int32_t> request_stop_ids, bool ignore_eos)
-    : matcher_(std::move(grammar)), request_stops_(std::move(request_stop_ids)), ignore_eos_(ignore_eos) {
+                                     std::vector<int32_t> request_stop_ids, bool ignore_eos,
+                                     std::shared_ptr<const GrammarTrigger> trigger)
+    : grammar_(grammar),
+      matcher_(std::move(grammar)),
+      trigger_(std::move(trigger)),
+      phase_(trigger_ ? Phase::kFree : Phase::kCall),
+      request_stops_(std::move(request_stop_ids)),
+      ignore_eos_(ignore_eos) {
   eos_ = matcher_.grammar().vocab().stop_ids();
   if (!eos_.empty()) filler_ = eos_.front();
   else if (!request_stops_.empty()) filler_ = request_stops_.front();
@@ -61,6 +67,19 @@ void GrammarConstraint::Apply(const std::vector<uint32_t>& words, float* logits,
 }
 
 bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
+  if (trigger_) {
+    // Free text is the model's own: nothing masked, and an end token ends the output there.
+    last_complete_ = phase_ == Phase::kFree;
+    if (last_complete_) return true;
+    if (!cached_) {
+      FillLazy(phase_, forced_, matcher_, &words_);
+      cached_ = true;
+    }
+    Apply(words_, logits, vocab);
+    for (uint32_t w : words_)
+      if (w != 0) return true;
+    return false;
+  }
   if (!cached_) {
     Fill(nullptr, 0, false, &words_, &cached_complete_);
     cached_ = true;
@@ -74,6 +93,7 @@ bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
 
 bool GrammarConstraint::MaskLogitsAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab) {
   if (n == 0) return MaskLogits(logits, vocab);
+  if (trigger_) return MaskLazyAfter(prefix, n, logits, vocab);
   if (!Fill(prefix, n, true, &scratch_, &last_complete_)) return false;
   Apply(scratch_, logits, vocab);
   for (uint32_t w : scratch_)
@@ -82,13 +102,17 @@ bool GrammarConstraint::MaskLogitsAfter(const int32_t* prefix, size_t n, float* 
 }
 
 bool GrammarConstraint::Accept(int32_t token) {
+  if (trigger_) {
+    cached_ = false;  // the phase may change even where the matcher does not move
+    return Step(&phase_, &forced_, &matcher_, token);
+  }
   if (!matcher_.AcceptToken(token)) return false;
   cached_ = false;
   return true;
 }
 
 bool GrammarConstraint::Done() {
-  if (!matcher_.CanTerminate()) return false;
+  if (trigger_ || !matcher_.CanTerminate()) return false;
   if (!cached_) {
     Fill(nullptr, 0, false, &words_, &cached_complete_);
     cached_ = true;
@@ -103,6 +127,117 @@ bool GrammarConstraint::Done() {
     }
   }
   return true;
+}
+
+// ---- lazy (trigger-activated) grammars ----
+
+void GrammarConstraint::EnterCall(Phase* phase, grammar::GrammarMatcher* m) const {
+  m->Reset();  // each structure is parsed from the grammar's start
+  *phase = Phase::kCall;
+}
+
+void GrammarConstraint::EnterClosing(Phase* phase, size_t* forced, size_t from) const {
+  *forced = from;
+  *phase = from < trigger_->closing.size() ? Phase::kClosing : Phase::kFree;
+}
+
+bool GrammarConstraint::StructureDone(grammar::GrammarMatcher& m) {
+  if (!m.CanTerminate()) return false;
+  scratch_.assign(grammar::BitmaskWords(m.vocab_size()), 0u);
+  m.FillNextTokenBitmask(scratch_.data());
+  for (size_t w = 0; w < scratch_.size(); ++w) {
+    uint32_t bits = scratch_[w];
+    while (bits != 0) {
+      const int32_t id = static_cast<int32_t>(w * 32) + __builtin_ctz(bits);
+      bits &= bits - 1;
+      if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) return false;
+    }
+  }
+  return true;
+}
+
+bool GrammarConstraint::Step(Phase* phase, size_t* forced, grammar::GrammarMatcher* m, int32_t token) {
+  const GrammarTrigger& t = *trigger_;
+  switch (*phase) {
+    case Phase::kFree:
+      if (std::find(t.trigger_ids.begin(), t.trigger_ids.end(), token) != t.trigger_ids.end()) {
+        *forced = 0;
+        if (t.opening.empty()) EnterCall(phase, m);
+        else *phase = Phase::kOpening;
+      }
+      return true;
+    case Phase::kOpening:
+      if (token != t.opening[*forced]) return false;
+      if (++*forced == t.opening.size()) EnterCall(phase, m);
+      return true;
+    case Phase::kCall:
+      // A structure that is complete but could go on (a number, a regex's repetition) ends where
+      // the model writes the closing's first token.
+      if (m->CanTerminate() && !t.closing.empty() && token == t.closing[0]) {
+        EnterClosing(phase, forced, 1);
+        return true;
+      }
+      if (!m->AcceptToken(token)) return false;
+      if (StructureDone(*m)) EnterClosing(phase, forced, 0);
+      return true;
+    case Phase::kClosing:
+      if (token != t.closing[*forced]) return false;
+      EnterClosing(phase, forced, *forced + 1);
+      return true;
+  }
+  return false;
+}
+
+void GrammarConstraint::FillLazy(Phase phase, size_t forced, grammar::GrammarMatcher& m,
+                                 std::vector<uint32_t>* words) {
+  words->assign(grammar::BitmaskWords(m.vocab_size()), 0u);
+  if (phase == Phase::kOpening || phase == Phase::kClosing) {
+    SetBit(*words, phase == Phase::kOpening ? trigger_->opening[forced] : trigger_->closing[forced], true);
+    return;
+  }
+  m.FillNextTokenBitmask(words->data());
+  // Inside a structure nothing ends the output: where it may end, the closing follows instead.
+  const bool complete = m.CanTerminate();
+  for (int32_t e : eos_) SetBit(*words, e, false);
+  if (complete && !trigger_->closing.empty()) SetBit(*words, trigger_->closing[0], true);
+}
+
+bool GrammarConstraint::MaskLazyAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab) {
+  // Replays the prefix on a copy of the phase: tokens of the structure open now go into matcher_
+  // (rolled back afterwards), a structure opened inside the prefix into a scratch matcher.
+  Phase phase = phase_;
+  size_t forced = forced_;
+  grammar::GrammarMatcher* m = &matcher_;
+  int32_t main_steps = 0;
+  bool ok = true;
+  try {
+    for (size_t i = 0; i < n && ok; ++i) {
+      if (phase != Phase::kCall && m == &matcher_) {
+        // Outside the structure open now: a structure opening from here on is the scratch's.
+        if (!scratch_matcher_) scratch_matcher_.emplace(grammar_);
+        m = &*scratch_matcher_;
+      }
+      const size_t before = m == &matcher_ ? static_cast<size_t>(matcher_.num_steps_kept()) : 0;
+      ok = Step(&phase, &forced, m, prefix[i]);
+      if (m == &matcher_) main_steps += matcher_.num_steps_kept() - static_cast<int32_t>(before);
+    }
+    if (ok) {
+      last_complete_ = phase == Phase::kFree;
+      if (phase != Phase::kFree) {
+        FillLazy(phase, forced, *m, &scratch_);
+        Apply(scratch_, logits, vocab);
+      }
+    }
+  } catch (...) {
+    if (main_steps > 0) matcher_.Rollback(main_steps);
+    throw;
+  }
+  if (main_steps > 0) matcher_.Rollback(main_steps);
+  if (!ok) return false;
+  if (phase == Phase::kFree) return true;
+  for (uint32_t w : scratch_)
+    if (w != 0) return true;
+  return false;
 }
 
 }  // namespace tessera
