@@ -69,7 +69,7 @@ void GrammarConstraint::Apply(const std::vector<uint32_t>& words, float* logits,
 bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
   if (trigger_) {
     // Free text is the model's own: nothing masked, and an end token ends the output there.
-    last_complete_ = phase_ == Phase::kFree;
+    last_complete_ = last_free_ = phase_ == Phase::kFree;
     if (last_complete_) return true;
     if (!cached_) {
       FillLazy(phase_, forced_, matcher_, &words_);
@@ -177,9 +177,20 @@ bool GrammarConstraint::Step(Phase* phase, size_t* forced, grammar::GrammarMatch
         EnterClosing(phase, forced, 1);
         return true;
       }
-      if (!m->AcceptToken(token)) return false;
-      if (StructureDone(*m)) EnterClosing(phase, forced, 0);
-      return true;
+      if (m->AcceptToken(token)) {
+        if (StructureDone(*m)) EnterClosing(phase, forced, 0);
+        return true;
+      }
+      // The structure's last bytes and the closing's first token in one token.
+      BuildMerge();
+      if (const std::string* x = MergePrefix(token); x != nullptr && m->AcceptBytes(*x)) {
+        if (m->CanTerminate()) {
+          EnterClosing(phase, forced, 1);
+          return true;
+        }
+        m->Rollback(1);
+      }
+      return false;
     case Phase::kClosing:
       if (token != t.closing[*forced]) return false;
       EnterClosing(phase, forced, *forced + 1);
@@ -199,7 +210,44 @@ void GrammarConstraint::FillLazy(Phase phase, size_t forced, grammar::GrammarMat
   // Inside a structure nothing ends the output: where it may end, the closing follows instead.
   const bool complete = m.CanTerminate();
   for (int32_t e : eos_) SetBit(*words, e, false);
-  if (complete && !trigger_->closing.empty()) SetBit(*words, trigger_->closing[0], true);
+  if (trigger_->closing.empty()) return;
+  if (complete) SetBit(*words, trigger_->closing[0], true);
+  // Merged tokens are tried only where the structure can end within the longest of them.
+  BuildMerge();
+  const int64_t need = m.MinBytesToComplete();
+  if (need > static_cast<int64_t>(merge_longest_)) return;
+  for (const auto& [id, bytes] : merge_)
+    if (static_cast<int64_t>(bytes.size()) >= need && !Bit(*words, id) && MergeEnds(m, bytes)) SetBit(*words, id, true);
+}
+
+void GrammarConstraint::BuildMerge() {
+  if (merge_longest_ > 0 || trigger_->closing.empty()) return;
+  merge_longest_ = 1;  // built (possibly empty)
+  const grammar::TokenVocabulary& v = grammar_->vocab();
+  const int32_t first = trigger_->closing[0];
+  if (first < 0 || first >= v.vocab_size() || !v.is_grammar_token(first)) return;
+  const std::string_view tail = v.token_bytes(first);
+  if (tail.empty()) return;
+  for (int32_t id = 0; id < v.vocab_size(); ++id) {
+    if (!v.is_grammar_token(id) || v.is_stop(id)) continue;
+    const std::string_view b = v.token_bytes(id);
+    if (b.size() <= tail.size() || b.substr(b.size() - tail.size()) != tail) continue;
+    merge_.emplace_back(id, std::string(b.substr(0, b.size() - tail.size())));
+    merge_longest_ = std::max(merge_longest_, b.size() - tail.size());
+  }
+}
+
+const std::string* GrammarConstraint::MergePrefix(int32_t token) const {
+  auto it = std::lower_bound(merge_.begin(), merge_.end(), token,
+                             [](const std::pair<int32_t, std::string>& e, int32_t id) { return e.first < id; });
+  return it != merge_.end() && it->first == token ? &it->second : nullptr;
+}
+
+bool GrammarConstraint::MergeEnds(grammar::GrammarMatcher& m, const std::string& bytes) const {
+  if (!m.IsValidContinuation(bytes) || !m.AcceptBytes(bytes)) return false;
+  const bool ends = m.CanTerminate();
+  m.Rollback(1);
+  return ends;
 }
 
 bool GrammarConstraint::MaskLazyAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab) {
@@ -222,7 +270,7 @@ bool GrammarConstraint::MaskLazyAfter(const int32_t* prefix, size_t n, float* lo
       if (m == &matcher_) main_steps += matcher_.num_steps_kept() - static_cast<int32_t>(before);
     }
     if (ok) {
-      last_complete_ = phase == Phase::kFree;
+      last_complete_ = last_free_ = phase == Phase::kFree;
       if (phase != Phase::kFree) {
         FillLazy(phase, forced, *m, &scratch_);
         Apply(scratch_, logits, vocab);

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -53,6 +55,8 @@ class GrammarConstraint {
   bool Done();
   // An end token may come next: the whole-output structure is complete, or a lazy one is in free text.
   bool CanTerminate() const { return trigger_ ? phase_ == Phase::kFree : matcher_.CanTerminate(); }
+  // Whether the last mask computed (MaskLogits, MaskLogitsAfter) was of a lazy grammar's free text.
+  bool LastMaskFree() const { return last_free_; }
   // A token to fill a diffusion block's positions after the output ended (never output).
   int32_t filler() const { return filler_; }
 
@@ -76,6 +80,12 @@ class GrammarConstraint {
   // The mask of a constrained phase (not kFree).
   void FillLazy(Phase phase, size_t forced, grammar::GrammarMatcher& m, std::vector<uint32_t>* words);
   bool MaskLazyAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab);
+  // Tokens that end a structure and begin its closing in one piece ("}}\n" before "</tool_call>",
+  // where the closing starts with the "\n" token): a BPE model writes the structure's last bytes so,
+  // and refusing them pushes it into whitespace. merge_: (id, the bytes before the closing's start).
+  void BuildMerge();
+  const std::string* MergePrefix(int32_t token) const;
+  bool MergeEnds(grammar::GrammarMatcher& m, const std::string& bytes) const;
 
   std::shared_ptr<const grammar::CompiledGrammar> grammar_;
   grammar::GrammarMatcher matcher_;
@@ -91,7 +101,10 @@ class GrammarConstraint {
   bool cached_ = false;
   bool cached_complete_ = false;  // the cached position is complete
   bool last_complete_ = false;    // the position of the last mask computed is complete
+  bool last_free_ = false;        // ... is a lazy grammar's free text
   std::vector<uint32_t> scratch_;
+  std::vector<std::pair<int32_t, std::string>> merge_;  // by id
+  size_t merge_longest_ = 0;
 };
 
 }  // namespace tessera
