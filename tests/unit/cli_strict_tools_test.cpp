@@ -101,6 +101,10 @@ TEST(CliStrictTools, AutoCallsFollowTheSchemaOnlyWhenStrict) {
       ASSERT_EQ(c["finish_reason"], "tool_calls") << r.dump();
       ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.dump();
       EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+      // The call ends the reply as the model was trained to: no text after it (a constrained call
+      // whose last token could not carry the closing's "\n" pushed the model into whitespace and
+      // stray text).
+      EXPECT_TRUE(c["message"]["content"].is_null()) << r.dump();
       args.push_back(c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>());
     }
     // Strict: every call validates. Not strict: the demo model writes its own idea of the
