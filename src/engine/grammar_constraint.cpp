@@ -220,6 +220,11 @@ void GrammarConstraint::FillLazy(Phase phase, size_t forced, grammar::GrammarMat
     if (static_cast<int64_t>(bytes.size()) >= need && !Bit(*words, id) && MergeEnds(m, bytes)) SetBit(*words, id, true);
 }
 
+// The most bytes of a structure a merged token may carry before the closing: BPE merges the last
+// few bytes ("}}", "\"}}") with the newline. The bound keeps the candidates few (a 151K vocabulary
+// has thousands of tokens ending in "\n") and the check to the last positions of a structure.
+constexpr size_t kMaxMergeBytes = 8;
+
 void GrammarConstraint::BuildMerge() {
   if (merge_longest_ > 0 || trigger_->closing.empty()) return;
   merge_longest_ = 1;  // built (possibly empty)
@@ -231,7 +236,9 @@ void GrammarConstraint::BuildMerge() {
   for (int32_t id = 0; id < v.vocab_size(); ++id) {
     if (!v.is_grammar_token(id) || v.is_stop(id)) continue;
     const std::string_view b = v.token_bytes(id);
-    if (b.size() <= tail.size() || b.substr(b.size() - tail.size()) != tail) continue;
+    if (b.size() <= tail.size() || b.size() > tail.size() + kMaxMergeBytes ||
+        b.substr(b.size() - tail.size()) != tail)
+      continue;
     merge_.emplace_back(id, std::string(b.substr(0, b.size() - tail.size())));
     merge_longest_ = std::max(merge_longest_, b.size() - tail.size());
   }
