@@ -55,6 +55,7 @@ DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logi
     want = std::max<int64_t>(step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : b, 1);
   std::vector<float> row(static_cast<size_t>(vocab));
   bool ended = false;  // an end token was drawn (or none is allowed): the rest is filler
+  bool constrained = false;  // the previous position was drawn under a mask
   for (int64_t k = first, taken = 0; k < b && (taken < want || ended); ++k) {
     int32_t tok = constraint.filler();
     float conf = 1.f;
@@ -63,6 +64,11 @@ DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logi
       if (!constraint.MaskLogitsAfter(prefix.data(), prefix.size(), row.data(), vocab)) {
         ended = true;
       } else {
+        // A lazy grammar's free text right after a structure closed in this step: this row's logits
+        // saw the structure's tail as masks (forced tokens pass any threshold), so the free text
+        // resumes from the next forward, which sees the closed structure.
+        if (taken > 0 && constrained && constraint.LastMaskFree()) break;
+        constrained = !constraint.LastMaskFree();
         tok = sampler.SampleWithConfidence(row.data(), vocab, &conf, mask);
         if (constraint.EndsAtLastMask(tok)) ended = true;
         else prefix.push_back(tok);

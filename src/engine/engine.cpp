@@ -168,6 +168,7 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
   if (r.sampling.max_tokens <= 0) return *error = "max_tokens must be at least 1", false;
   if (r.grammar && (!grammar_compiler_ || &r.grammar->vocab() != &grammar_compiler_->vocab()))
     return *error = "the request's grammar was not compiled by this engine (Engine::CompileGrammar)", false;
+  if (r.grammar_trigger && !ValidTrigger(r, error)) return false;
   if (r.sampling.temperature < 0 || !std::isfinite(r.sampling.temperature))
     return *error = "temperature must be >= 0", false;
   if (r.sampling.top_p <= 0 || r.sampling.top_p > 1) return *error = "top_p must be in (0, 1]", false;
@@ -269,7 +270,7 @@ void Engine::InitSequence(Sequence& seq) {
   if (canvas_) InitCanvas(seq);
   if (seq.req.grammar)
     seq.constraint = std::make_unique<GrammarConstraint>(seq.req.grammar, seq.req.sampling.stop_token_ids,
-                                                         seq.req.sampling.ignore_eos);
+                                                         seq.req.sampling.ignore_eos, seq.req.grammar_trigger);
   if (tokenizer_) seq.detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
   seq.stop = std::make_unique<StopMatcher>(seq.req.sampling.stop);
 }
@@ -566,7 +567,8 @@ bool Engine::Step() {
         // A logit bias changes the block's rows before the draw: those come back to the host.
         // So do a constrained block's: each position is drawn under its prefix's grammar mask.
         if (!s.sampler->has_logit_bias() && !s.constraint) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
-      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0 && !s.constraint)
+      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0 &&
+                 !(s.constraint && s.constraint->Active()))  // a lazy grammar's free text is plain
         p.segment.sample = {s.sampler->RowRule()};
     }
     Batch batch;
@@ -611,7 +613,7 @@ bool Engine::Step() {
         // Log-probabilities are those of the model's distribution, before penalties and the grammar.
         std::vector<float> raw;
         if (s.req.sampling.top_logprobs >= 0) raw.assign(logits, logits + vocab);
-        if (s.constraint && !MaskForSampling(s, logits, vocab)) continue;
+        if (!sampled && s.constraint && !MaskForSampling(s, logits, vocab)) continue;
         int32_t tok = sampled ? picks[0].token : s.sampler->Sample(logits, vocab);
         std::vector<TokenLogprob> lps;
         if (s.req.sampling.top_logprobs >= 0)

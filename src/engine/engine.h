@@ -110,6 +110,8 @@ class Engine : public EngineApi {
   // Structured output (engine_structured.cpp). An autoregressive token of a constrained sequence:
   // masks `logits` (host row) before the sampler draws; false when the sequence ended instead.
   bool MaskForSampling(Sequence& seq, float* logits, int64_t vocab);
+  // A request's GrammarTrigger: ids in the vocabulary, a grammar to trigger, no end token forced.
+  bool ValidTrigger(const GenerationRequest& r, std::string* error) const;
   // Ends a sequence whose grammar threw: a bad-argument error (too ambiguous, too deep) is the
   // request's fault, anything else the engine's.
   void FailOnGrammar(Sequence& seq, const Error& e);

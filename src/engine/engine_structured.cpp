@@ -2,8 +2,12 @@
 // integration"): the process-wide grammar compiler over the tokenizer's vocabulary, and the steps of
 // a constrained sequence: its logits row masked before the host sampler draws, each drawn token fed
 // to its matcher, a completed diffusion block's tokens likewise, and the end of the output once the
-// structure is complete.
+// structure is complete. A lazy grammar (GenerationRequest::grammar_trigger) goes through the same
+// steps; its GrammarConstraint leaves free text unmasked and on the backend's sampling path.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -31,6 +35,22 @@ std::shared_ptr<const grammar::CompiledGrammar> Engine::CompileGrammar(grammar::
     grammar_compiler_ = std::make_unique<grammar::GrammarCompiler>(std::move(vocab));
   });
   return grammar_compiler_->Compile(format, text);
+}
+
+bool Engine::ValidTrigger(const GenerationRequest& r, std::string* error) const {
+  const GrammarTrigger& t = *r.grammar_trigger;
+  if (!r.grammar) return *error = "a grammar trigger needs a grammar", false;
+  if (t.trigger_ids.empty()) return *error = "a grammar trigger needs at least one trigger id", false;
+  const int64_t vocab = info_.vocab_size;
+  for (const auto* ids : {&t.trigger_ids, &t.opening, &t.closing})
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab)
+        return *error = fmt::format("grammar trigger token id {} is out of range [0, {})", id, vocab), false;
+      // A forced end token would end the output in the middle of a structure's frame.
+      if (ids != &t.trigger_ids && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end())
+        return *error = fmt::format("grammar trigger forces the eos token {}", id), false;
+    }
+  return true;
 }
 
 void Engine::FailOnGrammar(Sequence& seq, const Error& e) {

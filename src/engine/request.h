@@ -45,6 +45,18 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
+// A trigger-activated ("lazy") grammar: the output is free text until the model draws one of
+// `trigger_ids`; then `opening` is forced token by token (what the chat template writes between
+// the trigger and the structure, e.g. the "\n" after <tool_call>), the structure follows the
+// request's grammar with a fresh matcher, `closing` is forced once the structure is complete (an
+// added token such as </tool_call> is never a grammar's text), and the output is free again.
+// Inside a structure and its forced tokens nothing ends the output but max_tokens or a stop string.
+struct GrammarTrigger {
+  std::vector<int32_t> trigger_ids;
+  std::vector<int32_t> opening;
+  std::vector<int32_t> closing;
+};
+
 // Most choices one request may ask for (the server's own limit is lower).
 constexpr int64_t kMaxChoices = 128;
 
@@ -136,6 +148,10 @@ struct GenerationRequest {
   // language, compiled by EngineApi::CompileGrammar of the same engine (its vocabulary). Null: free.
   // Each choice follows it with a matcher of its own; constrained rows are sampled on the host.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With `grammar`: the grammar applies lazily, to each structure the model opens with a trigger
+  // (docs/STRUCTURED_OUTPUT.md, "Trigger-activated grammars"; OpenAI strict tools under tool_choice
+  // auto). Null: the whole output follows the grammar.
+  std::shared_ptr<const GrammarTrigger> grammar_trigger;
   std::function<void(const GenerationEvent&)> on_event;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };

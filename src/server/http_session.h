@@ -215,6 +215,7 @@ struct Gen {
   std::vector<int32_t> prompt;
   std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // req.constraint compiled (null: free output)
+  std::shared_ptr<const GrammarTrigger> grammar_trigger;    // strict tools under auto (ToolCallTrigger)
   std::string echo;           // completions with echo: the prompt's text, opening every choice
   // Content safety of the prompt (found on the prompt pool, logged on the strand): a block rule or
   // a flagged prompt under input_block refusal answers refusal_message without the engine.

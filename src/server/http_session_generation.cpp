@@ -7,6 +7,26 @@
 #include "server/http_session.h"
 
 namespace tessera {
+namespace {
+
+// Strict tools under tool_choice auto: the engine constrains each call the model opens. The trigger
+// is the template's call opening, which must be one token (an added token: <tool_call> in Qwen
+// vocabularies) for the engine to see it drawn; the "\n" the template writes after it is forced (the
+// call's grammar starts at '{'), and so is the closing "\n</tool_call>" once the object is complete.
+std::shared_ptr<const GrammarTrigger> ToolCallTrigger(PromptBuilder& prompts, const StructuredConstraint& c) {
+  auto t = std::make_shared<GrammarTrigger>();
+  t->trigger_ids = prompts.EncodeContinuation("<tool_call>");
+  if (t->trigger_ids.size() != 1)
+    throw InvalidRequest(fmt::format("'{}' under tool_choice auto needs '<tool_call>' to be one token of the model's "
+                                     "vocabulary (it is {} here), so that a call can be told apart from text",
+                                     c.strict_param, t->trigger_ids.size()),
+                         c.strict_param);
+  t->opening = prompts.EncodeContinuation("\n");
+  t->closing = prompts.EncodeContinuation("\n</tool_call>");
+  return t;
+}
+
+}  // namespace
 
 void Session::StartGeneration(http::request<http::string_body>& req, bool chat) {
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
@@ -71,7 +91,8 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
     if (c->tool_call && srv_->prompts.UsesXmlToolCalls())
       throw InvalidRequest("strict tools are enforced for JSON tool calls; this model writes XML tool calls (set "
                            "'strict' false)",
-                           "tools");
+                           c->lazy ? c->strict_param : "tools");
+    if (c->lazy) g->grammar_trigger = ToolCallTrigger(srv_->prompts, *c);
     // The compiler is the engine's (one per process, cached by text); here, on the prompt threads.
     try {
       g->grammar = srv_->engine.CompileGrammar(c->format, c->text);
@@ -223,6 +244,7 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.n = g->req.n;
   r.router_temperature = g->req.router_temperature;
   r.grammar = g->grammar;
+  r.grammar_trigger = g->grammar_trigger;
   r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
   r.cancelled = g->cancelled;
   std::shared_ptr<Link> link = g->link;
@@ -342,9 +364,11 @@ void Session::EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vect
 void Session::FinishChoice(const std::shared_ptr<Gen>& g, int64_t index, FinishReason reason, const RequestStats& st,
                            const char* reason_text) {
   GenChoice& c = g->choices[index];
-  // A strict call ends where its grammar does (before </tool_call>, an added token no grammar
-  // emits): the server closes it. Cut short (length), it stays unterminated, hence plain text.
-  if (c.parser && reason == FinishReason::kStop && g->req.constraint && g->req.constraint->tool_call)
+  // A forced strict call ends where its grammar does (before </tool_call>, an added token no grammar
+  // emits): the server closes it. Cut short (length), it stays unterminated, hence plain text. Under
+  // auto the engine forces the closing itself (the output goes on after a call).
+  if (c.parser && reason == FinishReason::kStop && g->req.constraint && g->req.constraint->tool_call &&
+      !g->req.constraint->lazy)
     EmitParsed(g, index, c.parser->Push("\n</tool_call>"), nullptr);
   if (c.parser) EmitParsed(g, index, c.parser->Finish(), nullptr);
   c.finished = true;

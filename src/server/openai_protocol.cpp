@@ -525,7 +525,7 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
 std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) {
   if (!req.ParseTools()) return "";
   // A strict call is written whole under its grammar ({"name": ..., "arguments": ...}).
-  if (req.tool_choice == ToolChoice::kRequired || (req.constraint && req.constraint->tool_call))
+  if (req.tool_choice == ToolChoice::kRequired || (req.constraint && req.constraint->tool_call && !req.constraint->lazy))
     return "<tool_call>\n";
   if (req.tool_choice != ToolChoice::kNamed) return "";
   if (xml_tool_calls) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";

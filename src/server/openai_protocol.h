@@ -54,7 +54,8 @@ bool JsonNestingExceeds(std::string_view text, int max_depth);
 ojson ParseRequestJson(std::string_view text);
 const char* HttpReasonPhrase(int status);
 
-// tool_choice: kAuto parses <tool_call> blocks out of the output. kNone neither gives the tools to
+// tool_choice: kAuto parses <tool_call> blocks out of the output (with strict tools, each call the
+// model opens is constrained: StructuredConstraint::lazy). kNone neither gives the tools to
 // the chat template nor parses (vLLM's behaviour with --exclude-tools-when-tool-choice-none; the
 // model cannot call what it was not shown). kRequired / kNamed: the reply is opened with the call
 // (ForcedToolCallPrefix); when the tools concerned are `strict`, what follows is constrained to the
@@ -70,9 +71,13 @@ struct StructuredConstraint {
   grammar::GrammarFormat format = grammar::GrammarFormat::kJson;
   std::string text;   // the schema / regex / grammar text; for kChoice a JSON array of strings
   std::string param;  // "response_format", "structured_outputs", "tools[i].function.parameters"
-  // A forced call of strict tools: the constraint is the call's {"name", "arguments"} object; the
-  // server closes the call (</tool_call>) once the model completed it.
+  // A call of strict tools: the constraint is the call's {"name", "arguments"} object. Forced
+  // (required / named): the server closes the call (</tool_call>) once the model completed it.
   bool tool_call = false;
+  // tool_choice auto: the calls are optional; each call the model opens is constrained (the
+  // engine's GrammarTrigger, filled from the tokenizer at prompt building) and closed by the engine.
+  bool lazy = false;
+  std::string strict_param;  // lazy: "tools[i].function.strict" of the first strict tool (refusals)
 };
 
 struct ParsedRequest {
@@ -115,7 +120,8 @@ struct ParsedRequest {
 std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls);
 
 // Structured output (structured_request.cpp): response_format / structured_outputs into
-// req.constraint; then, once tools and tool_choice are parsed, a forced call of strict tools.
+// req.constraint; then, once tools and tool_choice are parsed, the calls of strict tools (forced,
+// or under tool_choice auto the calls the model chooses to make).
 void ParseStructuredOutput(const ojson& body, ParsedRequest& req);
 void ParseStrictToolCall(ParsedRequest& req);
 

@@ -1,8 +1,8 @@
 // tessera server: the structured-output fields of a request (docs/STRUCTURED_OUTPUT.md, "API"):
 // OpenAI's `response_format` (text, json_object, json_schema), vLLM's `structured_outputs`
-// extension (json, regex, choice, grammar, json_object), and `strict` function tools under a forced
-// tool_choice. They become one StructuredConstraint; compiling it (and so checking the schema) is
-// the prompt threads' work (http_session_generation.cpp).
+// extension (json, regex, choice, grammar, json_object), and `strict` function tools (a forced
+// call, or under tool_choice auto each call the model opens). They become one StructuredConstraint;
+// compiling it (and so checking the schema) is the prompt threads' work (http_session_generation.cpp).
 #include <fmt/format.h>
 
 #include "server/openai_protocol.h"
@@ -173,7 +173,8 @@ void ParseStructuredOutput(const ojson& body, ParsedRequest& r) {
 }
 
 void ParseStrictToolCall(ParsedRequest& r) {
-  if (!r.ParseTools() || (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed)) return;
+  if (!r.ParseTools()) return;
+  const bool lazy = r.tool_choice == ToolChoice::kAuto;
   for (size_t i = 0; i < r.tools.size(); ++i) {
     const ojson& f = r.tools[i]["function"];
     if (auto it = f.find("strict"); it != f.end() && !it->is_null() && !it->is_boolean())
@@ -188,13 +189,19 @@ void ParseStrictToolCall(ParsedRequest& r) {
     any_strict = any_strict || IsStrict(r.tools[i]);
   }
   if (!any_strict) return;
+  if (r.constraint && lazy)
+    Bad(r.constraint->param.substr(0, r.constraint->param.find('.')),
+        "structured output cannot be combined with strict tools under tool_choice auto (the reply would be "
+        "constrained twice: as a whole, and in each tool call); set the tools' 'strict' false or force the call");
   if (r.constraint)
     Bad(r.constraint->param.substr(0, r.constraint->param.find('.')),
         "structured output cannot be combined with a forced call of a strict tool (the call's arguments are "
         "constrained to the tool's schema)");
   // {"name": <const>, "arguments": <the tool's parameters>} for each callable tool (a tool that is
   // not strict takes any object), one of them; every parameters schema's definitions move to the
-  // root under a prefix of its own, so that their local $refs still resolve.
+  // root under a prefix of its own, so that their local $refs still resolve. Under auto every tool is
+  // callable: a mixed list constrains every call's name to the tools' names and the arguments of the
+  // strict tools only (a call of a tool without strict takes any object, as under required).
   ojson defs = ojson::object(), calls = ojson::array();
   for (size_t i : callable) {
     const ojson& f = r.tools[i]["function"];
@@ -227,6 +234,9 @@ void ParseStrictToolCall(ParsedRequest& r) {
   c.text = DumpJson(schema);
   c.param = callable.size() == 1 ? fmt::format("tools[{}].function.parameters", callable[0]) : "tools";
   c.tool_call = true;
+  c.lazy = lazy;
+  for (size_t i = 0; i < r.tools.size() && c.strict_param.empty(); ++i)
+    if (IsStrict(r.tools[i])) c.strict_param = fmt::format("tools[{}].function.strict", i);
   r.constraint = std::move(c);
 }
 

@@ -213,12 +213,24 @@ class FakePromptBuilder : public PromptBuilder {
   }
   ojson last_tools, last_messages;
   int32_t bos = -1;  // >= 0: the id Encode and BuildChat put first (bytes are ids 0..255)
+  std::map<std::string, int32_t> added_tokens;  // text encoded as one id (<tool_call>...); set before Start
+  bool xml_tool_calls = false;                  // a Qwen3-Coder-like template; set before Start
+  bool UsesXmlToolCalls() const override { return xml_tool_calls; }
   std::atomic<int> build_delay_ms{0};  // BuildChat takes this long
 
  private:
   std::vector<int32_t> EncodeLocked(const std::string& text) {
     std::vector<int32_t> ids;
-    for (unsigned char c : text) ids.push_back(c);
+    for (size_t i = 0; i < text.size();) {
+      bool added = false;
+      for (const auto& [piece, id] : added_tokens)
+        if (!added && text.compare(i, piece.size(), piece) == 0) {
+          ids.push_back(id);
+          i += piece.size();
+          added = true;
+        }
+      if (!added) ids.push_back(static_cast<unsigned char>(text[i++]));
+    }
     return ids;
   }
   std::mutex mu;

@@ -2,7 +2,8 @@
 // uses a byte vocabulary): response_format json_object / json_schema and vLLM's structured_outputs
 // reach the engine as a compiled grammar of the right language; bad schemas, unsupported keywords and
 // malformed fields are 400s naming the param; strict tools under a forced tool_choice constrain the
-// call and the server closes it.
+// call and the server closes it; under tool_choice auto the engine gets the call's grammar with the
+// trigger (<tool_call>) and the tokens it forces, and what cannot be done so is refused.
 #include <gtest/gtest.h>
 
 #include "grammar/matcher.h"
@@ -218,9 +219,7 @@ TEST_F(ServerStructuredOutput, StrictToolsUnderRequiredAndWhereNothingIsForced) 
   EXPECT_TRUE(Accepts(got, R"({"name": "get_weather", "arguments": {"city": "X", "unit": "f"}})"));
   EXPECT_FALSE(Accepts(got, R"({"name": "get_weather", "arguments": {"city": "X"}})"));
   EXPECT_FALSE(Accepts(got, R"({"name": "other", "arguments": {}})"));
-  // auto: the call is optional, nothing is constrained; nor is a forced call of a tool that is not strict.
-  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"tools", tools}})).status, 200);
-  EXPECT_FALSE(engine.last().grammar);
+  // Nothing is constrained in a forced call of a tool that is not strict.
   ASSERT_EQ(Post("/v1/chat/completions",
                  Chat({{"tools", {WeatherTool(false)}}, {"tool_choice", "required"}}))
                 .status,
@@ -242,6 +241,80 @@ TEST_F(ServerStructuredOutput, StrictToolsUnderRequiredAndWhereNothingIsForced) 
                                                     {"tool_choice", "required"},
                                                     {"response_format", {{"type", "json_object"}}}})),
                  400, "response_format");
+}
+
+TEST_F(ServerStructuredOutput, StrictToolsUnderAutoGiveTheEngineATriggeredGrammar) {
+  prompts.added_tokens = {{"<tool_call>", 300}, {"</tool_call>", 301}};
+  // The engine (here its script) writes the call, closing included: the server adds nothing.
+  engine.script = {"Sure.", "<tool_call>", "\n{\"name\": \"get_weather\", ",
+                   "\"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}", "\n</tool_call>"};
+  Start();
+  ojson tools = {WeatherTool(true), TimeTool()};
+  auto r = Post("/v1/chat/completions", Chat({{"tools", tools}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  GenerationRequest got = engine.last();
+  ASSERT_TRUE(got.grammar);
+  ASSERT_TRUE(got.grammar_trigger);
+  EXPECT_EQ(got.grammar_trigger->trigger_ids, std::vector<int32_t>({300}));
+  EXPECT_EQ(got.grammar_trigger->opening, std::vector<int32_t>({'\n'}));
+  EXPECT_EQ(got.grammar_trigger->closing, std::vector<int32_t>({'\n', 301}));
+  // A mixed list: every call names one of the tools; only the strict tool's arguments are checked.
+  EXPECT_TRUE(Accepts(got, R"({"name": "get_weather", "arguments": {"city": "X", "unit": "f"}})"));
+  EXPECT_FALSE(Accepts(got, R"({"name": "get_weather", "arguments": {"city": "X"}})"));
+  EXPECT_TRUE(Accepts(got, R"({"name": "get_time", "arguments": {"tz": "UTC"}})"));
+  EXPECT_FALSE(Accepts(got, R"({"name": "other", "arguments": {}})"));
+  // Nothing is forced into the prompt: the call is the model's choice.
+  EXPECT_NE(got.prompt.back(), '\n');
+  ojson j = ojson::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << r.body;
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Sure.") << r.body;
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(ojson::parse(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            ojson({{"city", "Paris"}, {"unit", "c"}}));
+  // A schema the compiler refuses names the tool's parameters.
+  ojson bad = WeatherTool(true);
+  bad["function"]["parameters"]["properties"]["city"]["multipleOf"] = 2;
+  std::string msg =
+      ExpectApiError(Post("/v1/chat/completions", Chat({{"tools", {bad}}})), 400, "tools[0].function.parameters");
+  EXPECT_NE(msg.find("multipleOf"), std::string::npos) << msg;
+  // No strict tool, or tool_choice none: nothing is constrained.
+  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"tools", {TimeTool()}}})).status, 200);
+  EXPECT_FALSE(engine.last().grammar);
+  ASSERT_EQ(Post("/v1/chat/completions", Chat({{"tools", tools}, {"tool_choice", "none"}})).status, 200);
+  EXPECT_FALSE(engine.last().grammar);
+}
+
+TEST_F(ServerStructuredOutput, StrictToolsUnderAutoRefusals) {
+  Start();  // the fake tokenizer has no <tool_call> token: 11 bytes
+  const size_t before = engine.num_submitted();
+  ojson tools = {TimeTool(), WeatherTool(true)};
+  std::string msg = ExpectApiError(Post("/v1/chat/completions", Chat({{"tools", tools}})), 400, "tools[1].function.strict");
+  EXPECT_NE(msg.find("one token"), std::string::npos) << msg;
+  // Constrained twice (the whole reply and each call): refused.
+  msg = ExpectApiError(
+      Post("/v1/chat/completions", Chat({{"tools", tools}, {"response_format", {{"type", "json_object"}}}})), 400,
+      "response_format");
+  EXPECT_NE(msg.find("tool_choice auto"), std::string::npos) << msg;
+  ExpectApiError(
+      Post("/v1/chat/completions", Chat({{"tools", tools}, {"structured_outputs", {{"regex", "a+"}}}})), 400,
+      "structured_outputs");
+  ojson bad = WeatherTool(true);
+  bad["function"]["strict"] = 1;
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"tools", {bad}}})), 400, "tools[0].function.strict");
+  EXPECT_EQ(engine.num_submitted(), before);
+}
+
+TEST_F(ServerStructuredOutput, StrictToolsWithAnXmlCallTemplateAreRefused) {
+  prompts.xml_tool_calls = true;
+  prompts.added_tokens = {{"<tool_call>", 300}, {"</tool_call>", 301}};
+  Start();
+  std::string msg = ExpectApiError(Post("/v1/chat/completions", Chat({{"tools", {WeatherTool(true)}}})), 400,
+                                   "tools[0].function.strict");
+  EXPECT_NE(msg.find("XML"), std::string::npos) << msg;
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"tools", {WeatherTool(true)}}, {"tool_choice", "required"}})),
+                 400, "tools");
+  // Not strict: the calls are parsed as usual.
+  EXPECT_EQ(Post("/v1/chat/completions", Chat({{"tools", {WeatherTool(false)}}})).status, 200);
 }
 
 }  // namespace
