@@ -143,9 +143,12 @@ CudaBackend::~CudaBackend() {
   graphs_.reset();  // a step still being recorded is dropped (the backend is going away)
   cudaStreamSynchronize(stream_);
   profiler_.reset();  // prints its table when enabled
-  // Buffers owned by members go back to the allocator before it is torn down.
+  // Buffers owned by members go back to the allocator before it is torn down (a member destroyed
+  // after live_ would Free into a destroyed map: the quantized expert tables did, and every
+  // quantized MoE model ended in std::terminate at exit).
   workspace_ = DeviceBuffer();
   expert_tables_.clear();
+  quant_expert_tables_.clear();
   rope_inv_freq_.clear();
   plans_.clear();
   for (auto& [p, n] : live_) cudaFree(p);
