@@ -110,12 +110,17 @@ EngineConfig Config(bool diffusion) {
   return ec;
 }
 
-// Under the sanitizers the engine runs ~10x slower: the sample is every 24th schema there (the
-// release build runs every 6th).
+// Under the sanitizers the engine runs ~10x slower: the sample is every 24th schema there, and
+// noise that keeps a structure open is cut at 800 tokens (a run cut at 3000 took 7 minutes), so
+// more of the few runs may be cut (the release build: every 6th schema, 3000 tokens, 90% complete).
 #ifdef TESSERA_SANITIZED
 constexpr size_t kSchemaStride = 24;
+constexpr int64_t kSuiteMaxTokens = 800;
+constexpr size_t kMinCompletePercent = 50;
 #else
 constexpr size_t kSchemaStride = 6;
+constexpr int64_t kSuiteMaxTokens = 3000;
+constexpr size_t kMinCompletePercent = 90;
 #endif
 
 // Every kSchemaStride-th schema of the suite, `seeds` runs each: every output that ends ("stop": the structure is
@@ -133,6 +138,7 @@ void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
     for (int s = 0; s < seeds; ++s) {
       Job j;
       j.grammar = g;
+      j.max_tokens = kSuiteMaxTokens;
       j.seed = 1000 * i + static_cast<uint64_t>(s);
       if (diffusion) j.diffusion = s % 2 == 0 ? Diffusion(8, 4) : Diffusion(16, 16, DiffusionPolicy::kThreshold);
       jobs.push_back(j);
@@ -162,7 +168,7 @@ void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
                                                  "/tests/tools/validate_json_schema.py " + file);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(std::to_string(complete) + " documents checked, 0 invalid"), std::string::npos) << r.out;
-  EXPECT_GE(complete * 10, outs.size() * 9) << complete << " of " << outs.size() << " complete";
+  EXPECT_GE(complete * 100, outs.size() * kMinCompletePercent) << complete << " of " << outs.size() << " complete";
 }
 
 TEST(EngineStructuredOutput, AutoregressiveSchemaSuiteValidates) { CheckSchemaSuite(false, 3, "engine_so_ar"); }
