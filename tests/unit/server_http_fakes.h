@@ -249,7 +249,13 @@ class Client {
  public:
   explicit Client(int port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    // Under the sanitizers a real model answers ~10x slower (the demo model's constrained tool calls
+    // took over 10 s there).
+#ifdef TESSERA_SANITIZED
+    timeval tv{120, 0};
+#else
     timeval tv{10, 0};
+#endif
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (source != nullptr) {
       sockaddr_in local{};
