@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "server/openai_protocol.h"  // JsonNestingExceeds: the server refuses deeper request JSON first
 #include "tokenizer/template/jinja.h"
 
 namespace {
@@ -35,30 +36,6 @@ const ojson& DefaultContext() {
   return c;
 }
 
-// The server refuses request JSON nested deeper than 128 levels before anything else sees it
-// (openai_protocol.h, kMaxJsonDepth), so deeper contexts are not the template's to survive.
-bool TooDeep(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > 128) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -66,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = in.find('\0');
   std::string source(in.substr(0, nul));
   ojson context = DefaultContext();
-  if (nul != std::string_view::npos && !TooDeep(in.substr(nul + 1))) {
+  if (nul != std::string_view::npos && !tessera::JsonNestingExceeds(in.substr(nul + 1), tessera::kMaxJsonDepth)) {
     ojson c = ojson::parse(in.substr(nul + 1), nullptr, /*allow_exceptions=*/false);
     if (c.is_object()) context = std::move(c);
   }
