@@ -1,18 +1,21 @@
-// tessera fuzz: the tool-call output parser (src/server/tool_parser.h), Qwen/Hermes JSON and
-// Qwen3-Coder XML forms, on arbitrary model output. The model's text is not under our control
-// (a small model writes broken calls all the time), and the parser runs on the session's strand:
-// it must not throw at all, so nothing is caught here.
+// tessera fuzz: the model-output parsers on arbitrary model output: the tool-call parser
+// (src/server/tool_parser.h), Qwen/Hermes JSON and Qwen3-Coder XML forms, and Gemma 4's chained
+// thinking split and tool-call parser (chat_format.h's ChatOutputParser, gemma4_tool_parser.h). The
+// model's text is not under our control (a small model writes broken calls all the time), and the
+// parser runs on the session's strand: it must not throw at all, so nothing is caught here.
 //
-// Besides memory errors it checks what tool_parser.h promises: the events do not depend on how
-// the text was split into pieces (tokens), and every call's arguments are a JSON object.
+// Besides memory errors it checks what the headers promise: the events do not depend on how the
+// text was split into pieces (tokens), and every call's arguments are a JSON object.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "server/chat_format.h"
 #include "server/tool_parser.h"
 
 namespace {
@@ -32,14 +35,26 @@ const ojson& Tools() {
   return t;
 }
 
-tessera::ToolParseResult Run(std::string_view text, size_t piece, const ojson& tools) {
+// `gemma4`: Gemma 4's output parser (thinking split, then calls; a prompt that opened the channel
+// when `in_reasoning`); else Qwen's. Reasoning text is kept apart from the content.
+tessera::ToolParseResult Run(std::string_view text, size_t piece, const ojson& tools, bool gemma4, bool in_reasoning,
+                             std::string* reasoning) {
   int n = 0;
-  tessera::ToolCallParser p(tools, [&n] { return "call_" + std::to_string(n++); });
+  auto make_id = [&n] { return "call_" + std::to_string(n++); };
+  std::unique_ptr<tessera::ToolStreamParser> owned;
+  if (gemma4)
+    owned =
+        std::make_unique<tessera::ChatOutputParser>(tessera::ChatFormat::kGemma4, true, tools, in_reasoning, make_id);
+  else
+    owned = std::make_unique<tessera::ToolCallParser>(tools, make_id);
+  tessera::ToolStreamParser& p = *owned;
   tessera::ToolParseResult r;
-  auto take = [&r](const std::vector<tessera::ToolStreamEvent>& evs) {
+  auto take = [&r, reasoning](const std::vector<tessera::ToolStreamEvent>& evs) {
     for (const auto& ev : evs) {
       if (ev.is_call)
         r.calls.push_back(ev.call);
+      else if (ev.is_reasoning)
+        *reasoning += ev.content;
       else
         r.content += ev.content;
     }
@@ -54,14 +69,20 @@ tessera::ToolParseResult Run(std::string_view text, size_t piece, const ojson& t
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  // First byte: the piece length of the split run (1..64 bytes) and whether the request had tools.
-  const size_t piece = 1 + (data[0] & 63);
-  const ojson& tools = (data[0] & 64) ? ojson() : Tools();
+  // First byte: the piece length of the split run (1..32 bytes), whether the request had tools
+  // (Qwen) or the prompt opened the thinking channel (Gemma 4), and the format (bit 7).
+  const size_t piece = 1 + (data[0] & 31);
+  const bool gemma4 = (data[0] & 128) != 0;
+  const bool bit6 = (data[0] & 64) != 0;
+  const ojson& tools = (bit6 && !gemma4) ? ojson() : Tools();
   std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
 
-  tessera::ToolParseResult whole = Run(text, text.size() + 1, tools);
-  tessera::ToolParseResult split = Run(text, piece, tools);
+  std::string whole_reasoning, split_reasoning;
+  tessera::ToolParseResult whole = Run(text, text.size() + 1, tools, gemma4, bit6, &whole_reasoning);
+  tessera::ToolParseResult split = Run(text, piece, tools, gemma4, bit6, &split_reasoning);
   if (whole.content != split.content || whole.calls.size() != split.calls.size()) abort();
+  if (whole_reasoning != split_reasoning) abort();
+  if (!gemma4 && !whole_reasoning.empty()) abort();  // Qwen's formats have no thinking split
   for (size_t i = 0; i < whole.calls.size(); ++i) {
     const tessera::ToolCall& a = whole.calls[i];
     if (a.name != split.calls[i].name || a.arguments != split.calls[i].arguments) abort();
@@ -69,9 +90,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ojson args = ojson::parse(a.arguments, nullptr, /*allow_exceptions=*/false);
     if (!args.is_object()) abort();
   }
-  // The one-shot form is the incremental parser fed once (tool_parser.h): same answer.
+  // The one-shot form is the incremental parser fed once (tool_parser.h, chat_format.h): same answer.
   int n = 0;
-  tessera::ToolParseResult once = tessera::ParseToolCalls(text, tools, [&n] { return "call_" + std::to_string(n++); });
-  if (once.content != whole.content || once.calls.size() != whole.calls.size()) abort();
+  auto make_id = [&n] { return "call_" + std::to_string(n++); };
+  if (gemma4) {
+    tessera::ChatOutput once = tessera::ParseChatOutput(tessera::ChatFormat::kGemma4, text, true, tools, bit6, make_id);
+    if (once.content != whole.content || once.reasoning != whole_reasoning || once.calls.size() != whole.calls.size())
+      abort();
+  } else {
+    tessera::ToolParseResult once = tessera::ParseToolCalls(text, tools, make_id);
+    if (once.content != whole.content || once.calls.size() != whole.calls.size()) abort();
+  }
   return 0;
 }

@@ -271,7 +271,7 @@ void Engine::InitSequence(Sequence& seq) {
   if (seq.req.grammar)
     seq.constraint = std::make_unique<GrammarConstraint>(seq.req.grammar, seq.req.sampling.stop_token_ids,
                                                          seq.req.sampling.ignore_eos, seq.req.grammar_trigger);
-  if (tokenizer_) seq.detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true);
+  if (tokenizer_) seq.detok = std::make_unique<IncrementalDecoder>(*tokenizer_, true, seq.req.keep_special_ids);
   seq.stop = std::make_unique<StopMatcher>(seq.req.sampling.stop);
 }
 

@@ -152,6 +152,10 @@ struct GenerationRequest {
   // (docs/STRUCTURED_OUTPUT.md, "Trigger-activated grammars"; OpenAI strict tools under tool_choice
   // auto). Null: the whole output follows the grammar.
   std::shared_ptr<const GrammarTrigger> grammar_trigger;
+  // Special tokens whose text the output keeps (the others are left out of the text, as
+  // skip_special_tokens does): the markers of a chat format that the server parses, such as Gemma 4's
+  // <|tool_call>, <|"|> and <|channel> (vLLM turns skip_special_tokens off for its gemma4 parsers).
+  std::vector<int32_t> keep_special_ids;
   std::function<void(const GenerationEvent&)> on_event;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };

@@ -198,9 +198,10 @@ struct HttpServer::Impl {
 
 // One choice of a generation (n of them; one engine sequence each).
 struct GenChoice {
-  std::optional<ToolCallParser> parser;
+  // The output's reasoning / tool-call parser (ChatOutputParser; null: the text is all content).
+  std::unique_ptr<ToolStreamParser> parser;
   std::optional<StreamFilter> filter;  // the output rules (content safety), before the parser
-  std::string content, raw_text;
+  std::string content, reasoning, raw_text;
   std::vector<ToolCall> calls;
   std::vector<TokenLogprob> logprobs;
   int64_t completion_tokens = 0, text_offset = 0;
@@ -214,6 +215,10 @@ struct Gen {
   ParsedRequest req;
   std::vector<int32_t> prompt;
   std::string forced_prefix;  // ForcedToolCallPrefix: already in the prompt and fed to the parser
+  // Chat output conventions of the model (chat_format.h), found on the prompt threads.
+  ChatFormat format = ChatFormat::kHermes;
+  bool in_reasoning = false;              // the prompt leaves the model inside its thinking channel
+  std::vector<int32_t> keep_special_ids;  // the format's markers, kept in the output text
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // req.constraint compiled (null: free output)
   std::shared_ptr<const GrammarTrigger> grammar_trigger;    // strict tools under auto (ToolCallTrigger)
   std::string echo;           // completions with echo: the prompt's text, opening every choice
@@ -300,6 +305,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Submit(const std::shared_ptr<Gen>& g);
   void StartStream(const std::shared_ptr<Gen>& g);
   void EmitContent(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text, const ojson& logprobs);
+  void EmitReasoning(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text, const ojson& logprobs);
   void EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vector<ToolStreamEvent> evs,
                   const ojson& logprobs);
   // A chunk's usage field: absent, null (include_usage) or the running usage (continuous_usage_stats).

@@ -69,14 +69,19 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
   }
   try {
     if (chat) {
+      g->format = srv_->prompts.chat_format();
       g->prompt = srv_->prompts.BuildChat(g->req.messages, g->req.ParseTools() ? g->req.tools : ojson(),
                                           g->req.chat_template_kwargs);
-      g->forced_prefix = ForcedToolCallPrefix(g->req, srv_->prompts.UsesXmlToolCalls());
+      g->forced_prefix = ForcedToolCallPrefix(g->req, g->format);
       if (!g->forced_prefix.empty()) {
         // Mid-prompt: no special tokens (a tokenizer that adds BOS would put one inside).
         std::vector<int32_t> opening = srv_->prompts.EncodeContinuation(g->forced_prefix);
         g->prompt.insert(g->prompt.end(), opening.begin(), opening.end());
       }
+      // The output parsers need the format's markers in the text, and to know where the reply starts.
+      const MarkerEncoder encode = [this](const std::string& m) { return srv_->prompts.EncodeContinuation(m); };
+      g->keep_special_ids = OutputMarkerIds(g->format, encode);
+      g->in_reasoning = PromptOpensReasoning(g->format, g->prompt, encode);
     }
     else
       g->prompt = g->req.prompt_is_ids ? g->req.prompt_ids : srv_->prompts.Encode(g->req.prompt_text);
@@ -87,10 +92,12 @@ std::shared_ptr<Gen> Session::PrepareGeneration(const std::string& body_text, bo
   }
   CheckPromptLength(g->req, static_cast<int64_t>(g->prompt.size()), info.max_model_len);
   if (const auto& c = g->req.constraint) {
-    // Qwen3-Coder writes calls as XML (<parameter=..>), which a JSON Schema grammar does not describe.
-    if (c->tool_call && srv_->prompts.UsesXmlToolCalls())
-      throw InvalidRequest("strict tools are enforced for JSON tool calls; this model writes XML tool calls (set "
-                           "'strict' false)",
+    // Qwen3-Coder writes calls as XML (<parameter=..>), Gemma 4 in its own syntax (call:f{k:<|"|>v<|"|>}):
+    // a JSON Schema grammar describes neither.
+    if (c->tool_call && g->format != ChatFormat::kHermes)
+      throw InvalidRequest(fmt::format("strict tools are enforced for JSON tool calls; this model writes {} tool calls "
+                                       "(set 'strict' false)",
+                                       g->format == ChatFormat::kQwen3Coder ? "XML" : "Gemma 4"),
                            c->lazy ? c->strict_param : "tools");
     if (c->lazy) g->grammar_trigger = ToolCallTrigger(srv_->prompts, *c);
     // The compiler is the engine's (one per process, cached by text); here, on the prompt threads.
@@ -143,9 +150,10 @@ void Session::AdmitGeneration(const std::shared_ptr<Gen>& g, bool chat) {
   g->choices_left = g->req.n;
   if (srv_->safety_out)
     for (GenChoice& c : g->choices) c.filter.emplace(srv_->safety_out);
-  if (g->req.ParseTools()) {
+  const bool parse_tools = g->req.ParseTools();
+  if (g->req.chat && ChatOutputParser::Needed(g->format, parse_tools)) {
     for (GenChoice& c : g->choices) {
-      c.parser.emplace(g->req.tools);
+      c.parser = std::make_unique<ChatOutputParser>(g->format, parse_tools, g->req.tools, g->in_reasoning);
       if (!g->forced_prefix.empty()) (void)c.parser->Push(g->forced_prefix);  // inside a call: emits nothing
     }
   }
@@ -245,6 +253,7 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.router_temperature = g->req.router_temperature;
   r.grammar = g->grammar;
   r.grammar_trigger = g->grammar_trigger;
+  r.keep_special_ids = g->keep_special_ids;
   r.cache_namespace = srv_->cfg.engine.share_prefix_cache_across_keys ? "" : entry_.key_id;
   r.cancelled = g->cancelled;
   std::shared_ptr<Link> link = g->link;
@@ -335,11 +344,26 @@ void Session::EmitContent(const std::shared_ptr<Gen>& g, int64_t index, const st
     WriteChunk(SseData(CompletionChunkJson(g->hdr, index, text, nullptr, logprobs, ChunkUsage(g))));
 }
 
+void Session::EmitReasoning(const std::shared_ptr<Gen>& g, int64_t index, const std::string& text,
+                            const ojson& logprobs) {
+  if (!g->req.stream) {
+    g->choices[index].reasoning += text;
+    return;
+  }
+  if (text.empty() && logprobs.is_null()) return;
+  WriteChunk(SseData(ChatChunkJson(g->hdr, index, {{"reasoning_content", text}}, nullptr, logprobs, ChunkUsage(g))));
+}
+
 void Session::EmitParsed(const std::shared_ptr<Gen>& g, int64_t index, std::vector<ToolStreamEvent> evs,
                          const ojson& logprobs) {
   GenChoice& c = g->choices[index];
   ojson lp = logprobs;
   for (auto& e : evs) {
+    if (e.is_reasoning) {
+      EmitReasoning(g, index, e.content, lp);
+      lp = nullptr;
+      continue;
+    }
     if (!e.is_call) {
       EmitContent(g, index, e.content, lp);
       lp = nullptr;
@@ -434,7 +458,8 @@ void Session::FinishGeneration(const std::shared_ptr<Gen>& g) {
     for (size_t i = 0; i < g->choices.size(); ++i) {
       GenChoice& c = g->choices[i];
       out.push_back({static_cast<int64_t>(i), std::move(c.content), std::move(c.calls), c.finish_reason,
-                     g->req.logprobs ? ChatLogprobsJson(c.logprobs, text_fn) : ojson(nullptr)});
+                     g->req.logprobs ? ChatLogprobsJson(c.logprobs, text_fn) : ojson(nullptr),
+                     std::move(c.reasoning)});
     }
     body = ChatCompletionJson(g->hdr, out, usage);
   } else {

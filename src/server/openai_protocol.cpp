@@ -522,13 +522,18 @@ void ParseTools(const ojson& body, ParsedRequest& r) {
 
 }  // namespace
 
-std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) {
+std::string ForcedToolCallPrefix(const ParsedRequest& req, ChatFormat format) {
   if (!req.ParseTools()) return "";
+  const bool strict_forced = req.constraint && req.constraint->tool_call && !req.constraint->lazy;
+  const bool forced_call = req.tool_choice == ToolChoice::kRequired || strict_forced;
+  if (format == ChatFormat::kGemma4) {
+    if (req.tool_choice == ToolChoice::kNamed) return "<|tool_call>call:" + req.tool_choice_name + "{";
+    return forced_call ? "<|tool_call>call:" : "";
+  }
   // A strict call is written whole under its grammar ({"name": ..., "arguments": ...}).
-  if (req.tool_choice == ToolChoice::kRequired || (req.constraint && req.constraint->tool_call && !req.constraint->lazy))
-    return "<tool_call>\n";
+  if (forced_call) return "<tool_call>\n";
   if (req.tool_choice != ToolChoice::kNamed) return "";
-  if (xml_tool_calls) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";
+  if (format == ChatFormat::kQwen3Coder) return "<tool_call>\n<function=" + req.tool_choice_name + ">\n";
   return "<tool_call>\n{\"name\": " + ojson(req.tool_choice_name).dump() + ", \"arguments\": ";
 }
 

@@ -16,6 +16,7 @@
 #include "engine/engine_api.h"
 #include "engine/request.h"
 #include "grammar/grammar_compiler.h"
+#include "server/chat_format.h"
 #include "server/tool_parser.h"
 
 namespace tessera {
@@ -116,8 +117,12 @@ struct ParsedRequest {
 
 // tool_choice "required" or a named function: the reply is opened for the model with the start of
 // a call (and the function's name), appended to the prompt and fed to the tool-call parser first,
-// so that the model can only continue inside a call. "" for auto / none.
-std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls);
+// so that the model can only continue inside a call, in the model's own call syntax (Gemma 4:
+// "<|tool_call>call:" and the name with its "{"). "" for auto / none.
+std::string ForcedToolCallPrefix(const ParsedRequest& req, ChatFormat format);
+inline std::string ForcedToolCallPrefix(const ParsedRequest& req, bool xml_tool_calls) {
+  return ForcedToolCallPrefix(req, xml_tool_calls ? ChatFormat::kQwen3Coder : ChatFormat::kHermes);
+}
 
 // Structured output (structured_request.cpp): response_format / structured_outputs into
 // req.constraint; then, once tools and tool_choice are parsed, the calls of strict tools (forced,
@@ -154,7 +159,8 @@ struct ChatChoice {
   std::string content;
   std::vector<ToolCall> calls;
   const char* finish_reason = nullptr;
-  ojson logprobs;  // null when not asked for
+  ojson logprobs;         // null when not asked for
+  std::string reasoning;  // the model's thinking (message.reasoning_content, left out when empty)
 };
 struct CompletionChoice {
   int64_t index = 0;

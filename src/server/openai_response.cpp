@@ -108,6 +108,7 @@ ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChatChoice>&
     msg["role"] = "assistant";
     msg["content"] = c.content.empty() && !c.calls.empty() ? ojson(nullptr) : ojson(c.content);
     msg["refusal"] = nullptr;
+    if (!c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
     if (!c.calls.empty()) {
       ojson tc = ojson::array();
       for (const auto& call : c.calls)

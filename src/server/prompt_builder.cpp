@@ -18,7 +18,7 @@ struct TokenizerPromptBuilder::Impl {
   std::unique_ptr<ChatTemplate> tmpl;
 #endif
   std::string bos, eos;
-  bool xml_tool_calls = false;
+  ChatFormat format = ChatFormat::kHermes;
 };
 
 TokenizerPromptBuilder::TokenizerPromptBuilder(const Tokenizer& tokenizer, const std::string& template_source)
@@ -26,8 +26,7 @@ TokenizerPromptBuilder::TokenizerPromptBuilder(const Tokenizer& tokenizer, const
   impl_->bos = tokenizer.config().bos_token;
   impl_->eos = tokenizer.config().eos_token;
   std::string source = template_source.empty() ? tokenizer.config().chat_template : template_source;
-  // Qwen3-Coder's template teaches the XML form in its tool instructions.
-  impl_->xml_tool_calls = source.find("<function=") != std::string::npos;
+  impl_->format = DetectChatFormat(source);
 #ifdef TESSERA_HAVE_CHAT_TEMPLATE
   if (!source.empty()) impl_->tmpl = std::make_unique<ChatTemplate>(source);
 #endif
@@ -35,7 +34,8 @@ TokenizerPromptBuilder::TokenizerPromptBuilder(const Tokenizer& tokenizer, const
 
 TokenizerPromptBuilder::~TokenizerPromptBuilder() = default;
 
-bool TokenizerPromptBuilder::UsesXmlToolCalls() const { return impl_->xml_tool_calls; }
+bool TokenizerPromptBuilder::UsesXmlToolCalls() const { return impl_->format == ChatFormat::kQwen3Coder; }
+ChatFormat TokenizerPromptBuilder::chat_format() const { return impl_->format; }
 
 std::vector<int32_t> TokenizerPromptBuilder::BuildChat(const nlohmann::ordered_json& messages,
                                                        const nlohmann::ordered_json& tools,

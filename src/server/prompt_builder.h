@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "server/chat_format.h"
+
 namespace tessera {
 
 class Tokenizer;
@@ -34,6 +36,8 @@ class PromptBuilder {
   // Whether the model writes Qwen3-Coder XML tool calls (<function=NAME><parameter=P>) rather than
   // Qwen-style JSON; decides the forced opening of a reply for tool_choice required / named.
   virtual bool UsesXmlToolCalls() const { return false; }
+  // The model family's output conventions (chat_format.h): its tool-call and thinking syntax.
+  virtual ChatFormat chat_format() const { return UsesXmlToolCalls() ? ChatFormat::kQwen3Coder : ChatFormat::kHermes; }
 };
 
 // The real builder. Thread-safe as long as Tokenizer::Encode/Decode and ChatTemplate::Render are
@@ -49,6 +53,7 @@ class TokenizerPromptBuilder : public PromptBuilder {
   std::string Decode(const std::vector<int32_t>& ids) override;
   std::string TokenText(int32_t id) override;
   bool UsesXmlToolCalls() const override;
+  ChatFormat chat_format() const override;
 
  private:
   struct Impl;

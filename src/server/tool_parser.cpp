@@ -1,4 +1,5 @@
-// tessera server: incremental <tool_call> parser (Qwen JSON and Qwen3-Coder XML bodies). JSON in
+// tessera server: incremental tagged tool-call parsing, and the <tool_call> bodies of Qwen JSON and
+// Qwen3-Coder XML. JSON in
 // the model's output nested deeper than kMaxJsonDepth is never parsed: nlohmann parses iteratively,
 // but dumping or copying the value recurses once a level, and 100k '[' would overflow the stack.
 #include "server/tool_parser.h"
@@ -157,10 +158,17 @@ std::optional<ToolCall> ParseToolCallBody(std::string_view body, const ojson& to
   return ParseJsonBody(t);
 }
 
-ToolCallParser::ToolCallParser(ojson tools, std::function<std::string()> make_id)
-    : tools_(std::move(tools)), make_id_(std::move(make_id)) {}
+TaggedToolCallParser::TaggedToolCallParser(std::string open, std::string close, std::function<std::string()> make_id)
+    : open_(std::move(open)), close_(std::move(close)), make_id_(std::move(make_id)) {}
 
-void ToolCallParser::EmitText(std::string_view s, std::vector<ToolStreamEvent>& out) {
+ToolCallParser::ToolCallParser(ojson tools, std::function<std::string()> make_id)
+    : TaggedToolCallParser(std::string(kOpen), std::string(kClose), std::move(make_id)), tools_(std::move(tools)) {}
+
+std::optional<ToolCall> ToolCallParser::ParseBody(std::string_view body) const {
+  return ParseToolCallBody(body, tools_);
+}
+
+void TaggedToolCallParser::EmitText(std::string_view s, std::vector<ToolStreamEvent>& out) {
   if (after_call_) {
     while (!s.empty() && IsWs(s.front())) s.remove_prefix(1);
     if (s.empty()) return;
@@ -184,20 +192,20 @@ void ToolCallParser::EmitText(std::string_view s, std::vector<ToolStreamEvent>& 
   }
 }
 
-void ToolCallParser::Process(std::vector<ToolStreamEvent>& out) {
+void TaggedToolCallParser::Process(std::vector<ToolStreamEvent>& out) {
   for (;;) {
     if (!in_call_) {
-      size_t p = pending_.find(kOpen);
+      size_t p = pending_.find(open_);
       if (p != std::string::npos) {
         EmitText(std::string_view(pending_).substr(0, p), out);
-        pending_.erase(0, p + kOpen.size());
+        pending_.erase(0, p + open_.size());
         in_call_ = true;
         continue;
       }
-      // Hold back the longest tail that could still become "<tool_call>".
+      // Hold back the longest tail that could still become the opening tag.
       size_t keep = 0;
-      for (size_t k = std::min(pending_.size(), kOpen.size() - 1); k > 0; --k) {
-        if (std::string_view(pending_).substr(pending_.size() - k) == kOpen.substr(0, k)) {
+      for (size_t k = std::min(pending_.size(), open_.size() - 1); k > 0; --k) {
+        if (std::string_view(pending_).substr(pending_.size() - k) == std::string_view(open_).substr(0, k)) {
           keep = k;
           break;
         }
@@ -206,12 +214,12 @@ void ToolCallParser::Process(std::vector<ToolStreamEvent>& out) {
       pending_.erase(0, pending_.size() - keep);
       return;
     }
-    size_t q = pending_.find(kClose);
+    size_t q = pending_.find(close_);
     if (q == std::string::npos) return;
     std::string body = pending_.substr(0, q);
-    pending_.erase(0, q + kClose.size());
+    pending_.erase(0, q + close_.size());
     in_call_ = false;
-    if (auto call = ParseToolCallBody(body, tools_)) {
+    if (auto call = ParseBody(body)) {
       call->id = make_id_();
       held_ws_.clear();
       after_call_ = true;
@@ -221,23 +229,23 @@ void ToolCallParser::Process(std::vector<ToolStreamEvent>& out) {
       ev.call = std::move(*call);
       out.push_back(std::move(ev));
     } else {
-      EmitText(std::string(kOpen) + body + std::string(kClose), out);
+      EmitText(open_ + body + close_, out);
     }
   }
 }
 
-std::vector<ToolStreamEvent> ToolCallParser::Push(std::string_view text) {
+std::vector<ToolStreamEvent> TaggedToolCallParser::Push(std::string_view text) {
   std::vector<ToolStreamEvent> out;
   pending_.append(text);
   Process(out);
   return out;
 }
 
-std::vector<ToolStreamEvent> ToolCallParser::Finish() {
+std::vector<ToolStreamEvent> TaggedToolCallParser::Finish() {
   std::vector<ToolStreamEvent> out;
   if (in_call_) {  // an unterminated call (max_tokens, say) is plain text
     in_call_ = false;
-    EmitText(std::string(kOpen) + pending_, out);
+    EmitText(open_ + pending_, out);
   } else {
     EmitText(pending_, out);
   }
@@ -257,6 +265,10 @@ std::vector<ToolStreamEvent> ToolCallParser::Finish() {
 ToolParseResult ParseToolCalls(std::string_view text, const ojson& tools,
                                std::function<std::string()> make_id) {
   ToolCallParser parser(tools, std::move(make_id));
+  return RunToolParser(parser, text);
+}
+
+ToolParseResult RunToolParser(ToolStreamParser& parser, std::string_view text) {
   ToolParseResult r;
   auto take = [&](std::vector<ToolStreamEvent> evs) {
     for (auto& e : evs) {

@@ -2,6 +2,7 @@
 // pipelines, and streaming detokenization (see tokenizer.h).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -347,8 +348,17 @@ bool Tokenizer::IsAdded(int32_t id) const { return impl_->IsAdded(id); }
 // incomplete character). Decoding with left context keeps decoders such as Metaspace (which strip
 // a leading space only at the start) consistent with a one-shot Decode.
 
-IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
-    : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens,
+                                       std::vector<int32_t> keep_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special_tokens), keep_special_(std::move(keep_special)) {
+  std::sort(keep_special_.begin(), keep_special_.end());
+  // With tokens to keep, the window holds no other special token and decodes without skipping:
+  // the same text as Decode(all ids, skip) with the kept tokens' text in place.
+  if (!keep_special_.empty() && skip_special_) {
+    skip_dropped_ = true;
+    skip_special_ = false;
+  }
+}
 
 namespace {
 constexpr size_t kMaxPendingIds = 16;
@@ -368,6 +378,8 @@ bool IsByteToken(const std::string& t) {
 }  // namespace
 
 std::string IncrementalDecoder::Push(int32_t id) {
+  if (skip_dropped_ && tokenizer_.IsSpecial(id) && !std::binary_search(keep_special_.begin(), keep_special_.end(), id))
+    return "";
   ids_.push_back(id);
   std::string text;
   try {

@@ -83,16 +83,20 @@ class Tokenizer {
 // turns the whole run into U+FFFD. Past 16 ids held back, text goes out at character boundaries
 // (or, for bytes that never form one, as U+FFFD); only a run that turns invalid after that may then
 // differ. Holds a reference to the tokenizer (which must outlive it); one decoder per stream, not
-// thread-safe.
+// thread-safe. `keep_special`: special tokens whose text stays although skip_special_tokens drops
+// the others (a chat format's markers that the server parses: Gemma 4's <|tool_call>, <|channel>).
 class IncrementalDecoder {
  public:
-  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false,
+                              std::vector<int32_t> keep_special = {});
   std::string Push(int32_t id);  // throws Error like Decode for a bad id (and forgets that id)
   std::string Flush();           // the held-back rest (U+FFFD for incomplete bytes); resets
 
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  std::vector<int32_t> keep_special_;  // sorted
+  bool skip_dropped_ = false;          // skipping special tokens not kept happens in Push
   std::vector<int32_t> ids_;  // ids from prefix_offset_ on (older ones are dropped)
   size_t read_offset_ = 0;    // ids_[0, read_offset_) have been emitted
   std::string prefix_text_;   // Decode(ids_[0, read_offset_))

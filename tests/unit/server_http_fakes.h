@@ -191,7 +191,7 @@ class FakePromptBuilder : public PromptBuilder {
       text += m["role"].get<std::string>() + ":" +
               (m["content"].is_string() ? m["content"].get<std::string>() : "") + "\n";
     }
-    text += "assistant:";
+    text += "assistant:" + generation_suffix;
     std::vector<int32_t> ids = EncodeLocked(text);
     if (bos >= 0) ids.insert(ids.begin(), bos);
     return ids;
@@ -216,6 +216,9 @@ class FakePromptBuilder : public PromptBuilder {
   std::map<std::string, int32_t> added_tokens;  // text encoded as one id (<tool_call>...); set before Start
   bool xml_tool_calls = false;                  // a Qwen3-Coder-like template; set before Start
   bool UsesXmlToolCalls() const override { return xml_tool_calls; }
+  bool gemma4 = false;            // a Gemma 4 template (chat_format.h); set before Start
+  std::string generation_suffix;  // what the template writes after "assistant:" (an opened channel...)
+  ChatFormat chat_format() const override { return gemma4 ? ChatFormat::kGemma4 : PromptBuilder::chat_format(); }
   std::atomic<int> build_delay_ms{0};  // BuildChat takes this long
 
  private:
