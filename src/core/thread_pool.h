@@ -3,10 +3,21 @@
 // the calling thread takes a chunk itself, so a pool of 1 runs inline with no synchronisation.
 // Calls from several threads at once (the ranks of a CPU-simulated tensor-parallel group) take
 // turns; a call from inside a running job is not allowed (it would wait for itself).
+//
+// Hand-off: a decode step is hundreds of short loops back to back, so waking sleeping threads
+// through a condition variable for each (a futex call per thread, tens of microseconds on 16
+// threads) cost more than many of the loops themselves. Workers and the caller therefore spin on
+// atomics for a short while (kSpinMicros) before they sleep; a job is published by bumping a
+// generation counter and finished when a pending counter reaches zero. Sleepers are woken only
+// when someone is asleep (Dekker-style: each side writes its flag, then reads the other's, all
+// sequentially consistent, so one of them always sees the other). A pool larger than the machine's
+// hardware threads does not spin (spinning would steal the time of the threads it waits for).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -30,19 +41,29 @@ class ThreadPool {
   static ThreadPool& Global();
   static void SetGlobalThreads(int n);
 
+  // How long a waiting thread polls before it sleeps.
+  static constexpr int kSpinMicros = 50;
+
  private:
   void WorkerLoop(int index);
+  // Polls `done` for up to kSpinMicros (when spinning is allowed); true once it holds.
+  template <typename Done>
+  bool Spin(const Done& done) const;
 
   int num_threads_;
+  bool spin_;  // the pool fits the machine's hardware threads
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
+  // The job of the current generation (written before generation_ is bumped, read after it is seen).
   const std::function<void(size_t, size_t, int)>* job_ = nullptr;
   size_t job_n_ = 0, job_chunk_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;  // guards the sleeps only
+  std::condition_variable work_cv_, done_cv_;
 };
 
 }  // namespace tessera

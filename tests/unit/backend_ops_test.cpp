@@ -7,9 +7,12 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -353,6 +356,67 @@ TEST(BackendOps, MoeRouteAndExpertsMatchNaive) {
     }
   }
   EXPECT_LT(MaxDiff(out, ref), 1e-5);
+}
+
+// bf16 experts with fewer active experts than threads (a decode step on many cores) run as one
+// parallel loop over all their products' column blocks (GemmF32xBf16Batch): the result is bit for bit
+// the one-thread result, where each expert runs whole on the calling thread, and near a double
+// reference of the same bf16 values.
+TEST(BackendOps, MoeExpertsOnManyThreadsEqualOneThread) {
+  const int64_t rows = 2, E = 16, k = 4, H = 256, I = 96;
+  auto logits = Rand(rows * E, 31, -3, 3), x = Rand(rows * H, 32);
+  std::vector<std::vector<uint16_t>> mats;
+  for (int64_t e = 0; e < E; ++e)
+    for (int m = 0; m < 3; ++m) {
+      const auto v = Rand(I * H, static_cast<uint32_t>(400 + 3 * e + m), -0.2f, 0.2f);
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
+      mats.push_back(std::move(b));
+    }
+  std::vector<ExpertWeights> experts(E);
+  for (int64_t e = 0; e < E; ++e)
+    experts[e] = {Tensor{mats[3 * e].data(), DType::kBF16, {I, H}, {}},
+                  Tensor{mats[3 * e + 1].data(), DType::kBF16, {I, H}, {}},
+                  Tensor{mats[3 * e + 2].data(), DType::kBF16, {H, I}, {}}};
+  auto run = [&](int threads) {
+    ThreadPool::SetGlobalThreads(threads);
+    CpuBackend be;
+    std::vector<int32_t> idx(rows * k);
+    std::vector<float> w(rows * k), out(rows * H);
+    be.MoeRoute(logits.data(), rows, E, k, true, idx.data(), w.data());
+    be.MoeExperts(x.data(), rows, H, idx.data(), w.data(), k, experts, out.data());
+    return out;
+  };
+  const std::vector<float> one = run(1);
+  const std::vector<float> many = run(16);
+  ThreadPool::SetGlobalThreads(static_cast<int>(std::thread::hardware_concurrency()));
+  ASSERT_EQ(one.size(), many.size());
+  EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0);
+  // The double reference of the routed pairs (the routing weights as computed above).
+  std::vector<double> ref(rows * H, 0.0);
+  CpuBackend be;
+  std::vector<int32_t> idx2(rows * k);
+  std::vector<float> w(rows * k);
+  be.MoeRoute(logits.data(), rows, E, k, true, idx2.data(), w.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = idx2[r * k + j];
+      std::vector<double> act(I);
+      for (int64_t i = 0; i < I; ++i) {
+        double gs = 0, us = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          gs += double(Bf16ToF32(mats[3 * e][i * H + c])) * x[r * H + c];
+          us += double(Bf16ToF32(mats[3 * e + 1][i * H + c])) * x[r * H + c];
+        }
+        act[i] = gs / (1 + std::exp(-gs)) * us;
+      }
+      for (int64_t c = 0; c < H; ++c) {
+        double d = 0;
+        for (int64_t i = 0; i < I; ++i) d += double(Bf16ToF32(mats[3 * e + 2][c * I + i])) * act[i];
+        ref[r * H + c] += w[r * k + j] * d;
+      }
+    }
+  EXPECT_LT(MaxDiff(one, ref), 1e-4);
 }
 
 TEST(BackendOps, MatMulBf16MatchesF32OfSameValues) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <utility>
 
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
@@ -22,6 +23,14 @@ inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float GeluTanh(float x) {
   constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
+}
+
+// Whether the active experts' three matrices are all plain bf16 (GemmF32xBf16Batch takes them).
+bool AllBf16(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active) {
+  for (int64_t e : active)
+    for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
+      if (t->quantized() || t->dtype != DType::kBF16 || t->shape.size() != 2) return false;
+  return true;
 }
 
 // Runs a Linear on the calling thread or the pool; w is [n, k].
@@ -326,6 +335,42 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       for (size_t t = b; t < e; ++t)
         for (int64_t ex : lists[t]) run_expert(ex, nullptr);
     });
+  } else if (threads > 1 && AllBf16(experts, active)) {
+    // Fewer experts than threads (decode): every expert's gate and up products in one parallel loop
+    // over all their column blocks, then every down product in another: two hand-offs of the pool a
+    // layer instead of three an expert, and each thread streams a share of all the experts' weights.
+    struct Bufs {
+      std::vector<float> xs, g, u, d;
+    };
+    std::vector<Bufs> bufs(active.size());
+    std::vector<GemmBf16Job> jobs;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
+      Bufs& b = bufs[a];
+      b.xs.resize(m * hidden), b.g.resize(m * inter), b.u.resize(m * inter), b.d.resize(m * hidden);
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(b.xs.data() + i * hidden, x + (assigned[e][i] / k) * hidden, hidden * sizeof(float));
+      for (auto [w, y] : {std::pair{&experts[e].gate, b.g.data()}, std::pair{&experts[e].up, b.u.data()}})
+        jobs.push_back({b.xs.data(), m, hidden, static_cast<const uint16_t*>(w->data), w->dim(0), y});
+    }
+    GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool_);
+    jobs.clear();
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
+      Bufs& b = bufs[a];
+      for (int64_t i = 0; i < m * inter; ++i)
+        b.g[i] = (act == GluAct::kSilu ? Silu(b.g[i]) : GeluTanh(b.g[i])) * b.u[i];
+      jobs.push_back({b.g.data(), m, inter, static_cast<const uint16_t*>(experts[e].down.data), hidden, b.d.data()});
+    }
+    GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool_);
+    for (size_t a = 0; a < active.size(); ++a) {
+      const auto& rowsel = assigned[active[a]];
+      for (size_t i = 0; i < rowsel.size(); ++i) {
+        const float wgt = weights[rowsel[i]];
+        float* dst = slot_out.get() + rowsel[i] * hidden;
+        for (int64_t j = 0; j < hidden; ++j) dst[j] = bufs[a].d[i * hidden + j] * wgt;
+      }
+    }
   } else {
     for (int64_t e : active) run_expert(e, pool_);
   }

@@ -118,8 +118,9 @@ int64_t RoundUp(int64_t k, int64_t to) { return (k + to - 1) / to * to; }
 thread_local std::vector<float> t_packed_f32;
 thread_local std::vector<uint16_t> t_packed_bf16;
 
-// Lays x out as `layout` wants; returns the packed rows and sets *ldx.
-const void* PackX(const float* x, int64_t m, int64_t k, XLayout layout, int64_t* ldx) {
+// Lays x out as `layout` wants into the given storage; returns the packed rows and sets *ldx.
+const void* PackXInto(const float* x, int64_t m, int64_t k, XLayout layout, int64_t* ldx,
+                      std::vector<float>& t_packed_f32, std::vector<uint16_t>& t_packed_bf16) {
   if (layout == XLayout::kPlain) {
     *ldx = k;
     return x;
@@ -143,6 +144,11 @@ const void* PackX(const float* x, int64_t m, int64_t k, XLayout layout, int64_t*
     }
   }
   return t_packed_f32.data();
+}
+
+// The same into this thread's reused storage.
+const void* PackX(const float* x, int64_t m, int64_t k, XLayout layout, int64_t* ldx) {
+  return PackXInto(x, m, k, layout, ldx, t_packed_f32, t_packed_bf16);
 }
 
 // Weight bytes per column block: the block stays in L2 while every m tile passes over it.
@@ -195,19 +201,68 @@ bool CpuHasAvx2Fma() { return Cpu().avx2_fma; }
 bool CpuHasAvx512() { return Cpu().avx512; }
 bool CpuHasAvx512Bf16() { return Cpu().avx512_bf16; }
 
-void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                  ThreadPool* pool, bool accumulate) {
-  ColumnsFn fn = GenericColumns<uint16_t>;
-  XLayout layout = XLayout::kPlain;
+namespace {
+// The bf16 column kernel of this machine and the activation layout it wants.
+void Bf16Kernel(ColumnsFn* fn, XLayout* layout) {
+  *fn = GenericColumns<uint16_t>;
+  *layout = XLayout::kPlain;
   switch (Current()) {
     case Kernel::kAvx512Bf16:
-      fn = gemm_internal::Bf16DotColumnsAvx512, layout = XLayout::kBf16Pad32;
+      *fn = gemm_internal::Bf16DotColumnsAvx512, *layout = XLayout::kBf16Pad32;
       break;
-    case Kernel::kAvx512: fn = gemm_internal::Bf16ColumnsAvx512, layout = XLayout::kEvenOdd32; break;
-    case Kernel::kAvx2: fn = gemm_internal::Bf16ColumnsAvx2, layout = XLayout::kEvenOdd16; break;
+    case Kernel::kAvx512: *fn = gemm_internal::Bf16ColumnsAvx512, *layout = XLayout::kEvenOdd32; break;
+    case Kernel::kAvx2: *fn = gemm_internal::Bf16ColumnsAvx2, *layout = XLayout::kEvenOdd16; break;
     case Kernel::kGeneric: break;
   }
+}
+}  // namespace
+
+void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                  ThreadPool* pool, bool accumulate) {
+  ColumnsFn fn;
+  XLayout layout;
+  Bf16Kernel(&fn, &layout);
   Run(fn, layout, sizeof(uint16_t), x, m, k, w, n, y, pool, accumulate);
+}
+
+void GemmF32xBf16Batch(const GemmBf16Job* jobs, int count, ThreadPool* pool) {
+  ColumnsFn fn;
+  XLayout layout;
+  Bf16Kernel(&fn, &layout);
+  const int threads = pool ? pool->size() : 1;
+  std::vector<GemmArgs> args(count);
+  std::vector<std::vector<float>> packed_f32(count);
+  std::vector<std::vector<uint16_t>> packed_bf16(count);
+  int64_t bytes = 0;
+  for (int j = 0; j < count; ++j) {
+    const GemmBf16Job& g = jobs[j];
+    if (g.m < 0 || g.n < 0 || g.k < 0)
+      Fail(ErrorKind::kInvalidArgument, "gemm: negative shape m={} n={} k={}", g.m, g.n, g.k);
+    GemmArgs& a = args[j];
+    a.x = g.m > 0 && g.k > 0 ? PackXInto(g.x, g.m, g.k, layout, &a.ldx, packed_f32[j], packed_bf16[j]) : g.x;
+    a.m = g.m, a.k = g.k, a.w = g.w, a.n = g.n, a.y = g.y, a.accumulate = false;
+    if (g.k == 0) std::fill(g.y, g.y + g.m * g.n, 0.f);
+    bytes += g.m > 0 && g.k > 0 ? g.n * g.k * static_cast<int64_t>(sizeof(uint16_t)) : 0;
+  }
+  // Blocks of about equal weight bytes, two a thread, in whole tiles of 8 columns, within the L2 size.
+  struct Block {
+    int job;
+    int64_t j0, j1;
+  };
+  std::vector<Block> blocks;
+  const int64_t target = std::max<int64_t>(1, std::min(kBlockBytes, bytes / (2 * threads)));
+  for (int j = 0; j < count; ++j) {
+    const GemmArgs& a = args[j];
+    if (a.m == 0 || a.n == 0 || a.k == 0) continue;
+    const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(uint16_t));
+    const int64_t block = std::max<int64_t>(8, RoundUp(std::max<int64_t>(1, target / row_bytes), 8));
+    for (int64_t j0 = 0; j0 < a.n; j0 += block) blocks.push_back({j, j0, std::min(a.n, j0 + block)});
+  }
+  auto body = [&](size_t b0, size_t b1, int) {
+    for (size_t b = b0; b < b1; ++b) fn(args[blocks[b].job], blocks[b].j0, blocks[b].j1);
+  };
+  if (threads > 1 && blocks.size() > 1) pool->ParallelFor(blocks.size(), body, 1);
+  else body(0, blocks.size(), 0);
 }
 
 void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,

@@ -31,6 +31,19 @@ class ThreadPool;
 void GemmF32xBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                   ThreadPool* pool, bool accumulate = false);
 
+// Several bf16 products as one parallel loop over all their column blocks: the experts of a decode
+// step are a few small products a layer, and as separate calls each paid the pool's hand-off and
+// split its few columns over every thread. Each product's x is packed once (storage of the call),
+// then blocks of whole tiles of every product are dealt to the threads in one ParallelFor. Each
+// output is the same sequence of operations as GemmF32xBf16 makes it (accumulate is off).
+struct GemmBf16Job {
+  const float* x;  // [m, k]
+  int64_t m, k;
+  const uint16_t* w;  // [n, k]
+  int64_t n;
+  float* y;  // [m, n]
+};
+void GemmF32xBf16Batch(const GemmBf16Job* jobs, int count, ThreadPool* pool);
 // Same with f32 weights (used for the few tensors converted at load time and by tests).
 void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
                  ThreadPool* pool, bool accumulate = false);

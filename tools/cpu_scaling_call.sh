@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Device-side, one call (issue 35: the CPU backend on the GPU machine's 16 cores): carry
+# ["build-data/gpu-bundle", "build-data/cpu-bench-pack"], where cpu-bench-pack/cpu-bench.tar.xz packs
+# model_bench (this tree), model_bench_base (the binary to compare against) and make_random_model,
+# all built here (stripped); the
+# shared libraries come from the GPU bundle's lib/. Makes the mid-size random model of
+# docs/PERFORMANCE.md, then decode and prefill rows at 1-16 threads for both binaries, alternating.
+set -u
+cd "$(dirname "$0")/.."
+P=$(mktemp -d); xz -dc build-data/gpu-bundle/bundle.tar.xz | tar -C "$P" -xf -
+export LD_LIBRARY_PATH=$P/lib
+B=$(mktemp -d); xz -dc build-data/cpu-bench-pack/cpu-bench.tar.xz | tar -C "$B" -xf -
+lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node|L3" ; nproc; uptime
+M=/tmp/tessera-bench-mid
+[ -d $M ] || $B/make_random_model --out $M >/dev/null 2>&1 || echo "make_random_model failed"
+THREADS=${CPU_CALL_THREADS:-1,2,4,8,16}
+for round in 1 2; do
+  for b in model_bench_base model_bench; do
+    echo "== $b round $round"
+    timeout 200 $B/$b --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 2>&1 | grep -E "^ *[0-9]+ \||weights" | tee -a "$OUT/cpu_${b}.txt"
+  done
+done
