@@ -35,6 +35,7 @@ struct GenerateFlags {
   int threads = 0;
   std::string device = "cpu", load_format = "auto";
   std::string kv_cache_dtype = "f32";  // LoadOptions::kv_cache_dtype
+  std::string activation_precision = "f32";  // LoadOptions::activation_precision
   std::string quantization = "none";   // LoadOptions::quantization
   int tensor_parallel_size = 1;
   // Diffusion.
@@ -87,6 +88,8 @@ int RunGenerate(GenerateFlags& f) {
   if (f.kv_cache_dtype != "f32" && f.device == "cpu")
     throw UsageError("--kv-cache-dtype " + f.kv_cache_dtype +
                      " needs --device cuda (the CPU backend keeps an f32 KV cache)");
+  if (f.activation_precision == "bf16" && f.device == "cpu")
+    throw UsageError("--activation-precision bf16 needs --device cuda (the CPU backend multiplies f32 activations)");
   if (f.threads > 0) ThreadPool::SetGlobalThreads(f.threads);
   if (f.model.empty()) f.model = DemoModelDir();
   HfModelDir dir = LoadHfModelDir(f.model);
@@ -122,6 +125,7 @@ int RunGenerate(GenerateFlags& f) {
   lo.tensor_parallel_size = f.tensor_parallel_size;
   lo.kv_cache_dtype = f.kv_cache_dtype;
   lo.quantization = f.quantization;
+  lo.activation_precision = f.activation_precision;
   auto model = Model::Load(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : prompt)
@@ -284,6 +288,10 @@ Subcommand AddGenerateCommand(CLI::App& root) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_option("--quantization", f->quantization, "Quantize a bf16 checkpoint's Linear weights at load: none (default), fp8, int8 or int4")
       ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
+  app->add_option("--activation-precision", f->activation_precision,
+                  "What the GPU's tensor-core products multiply: f32 (default, exact) or bf16 (activations rounded "
+                  "to bf16; needs --device cuda)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Ranks to shard the model over (GPUs with --device cuda; simulated ranks on the CPU)")
       ->check(CLI::Range(1, 64));

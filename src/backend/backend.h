@@ -337,6 +337,18 @@ class Backend {
       Fail(ErrorKind::kUnsupported, "this backend keeps an f32 KV cache (kv cache dtype {} needs --device cuda)",
            DTypeName(dtype));
   }
+  // What the matrix products (MatMul*, the MoE experts, attention's Q K^T and P V) feed the tensor
+  // cores: f32 (default: the activations split into bf16 hi + lo parts, ~16 mantissa bits, the
+  // fixtures' 1e-3 precision) or bf16 (the activations rounded to bf16, one product instead of two or
+  // three: what other engines serve; accumulation, norms, softmax, routing, recurrent state and the
+  // residual stream stay f32). Products that are not on tensor cores (the CPU's, the GPU's few-row
+  // GEMV) keep f32 either way. A backend without bf16 products throws Error(kUnsupported).
+  virtual DType ActivationPrecision() const { return DType::kF32; }
+  virtual void SetActivationPrecision(DType dtype) {
+    if (dtype != DType::kF32)
+      Fail(ErrorKind::kUnsupported,
+           "this backend multiplies f32 activations (activation precision {} needs --device cuda)", DTypeName(dtype));
+  }
   // Paged KV cache: writes T rows of k/v ([T, kv_dim] f32, stride kv_stride) at positions first_pos..
   // into k_cache/v_cache ([num_pages * page_size, kv_dim] of KvCacheDType(), rounded to nearest).
   virtual void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,

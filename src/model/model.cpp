@@ -94,13 +94,17 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
   const std::vector<RankShard> shards = PlanShards(m->cfg_, n);  // fails for an impossible split
   // A bad cache type fails before any device is set up.
   const DType kv_dtype = ParseKvCacheDType(opts.kv_cache_dtype);
+  const DType act_precision = ParseActivationPrecision(opts.activation_precision);
   RankGroup group;
   if (n == 1) {
     group.backends.push_back(MakeBackend(opts.device));
   } else {
     group = MakeRankGroup(opts.device, n);
   }
-  for (auto& be : group.backends) be->SetKvCacheDType(kv_dtype);  // before any cache exists
+  for (auto& be : group.backends) {
+    be->SetKvCacheDType(kv_dtype);  // before any cache exists
+    be->SetActivationPrecision(act_precision);
+  }
   for (int r = 0; r < n; ++r) {
     auto rank = std::make_unique<Rank>();
     rank->shard = shards[r];
@@ -131,7 +135,8 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
     rk.backend->Synchronize();
   });
   const Rank& r0 = *m->ranks_[0];
-  const std::string split = n > 1 ? fmt::format(", tensor parallel {}", n) : "";
+  std::string split = n > 1 ? fmt::format(", tensor parallel {}", n) : "";
+  if (r0.backend->IsDevice()) split += fmt::format(", {} activations", DTypeName(r0.backend->ActivationPrecision()));
   const std::string msg =
       dummy ? fmt::format("made {} ({} layers) with dummy {} weights on {} ({:.2f} GB per rank{})",
                           FamilyName(m->cfg_.family), m->cfg_.num_layers, m->cfg_.WeightFormat(), r0.backend->Name(),
@@ -147,6 +152,12 @@ DType ParseKvCacheDType(const std::string& name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
   Fail(ErrorKind::kInvalidArgument, "kv cache dtype \"{}\" is not supported (expected f32 or bf16)", name);
+}
+
+DType ParseActivationPrecision(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  Fail(ErrorKind::kInvalidArgument, "activation precision \"{}\" is not supported (expected f32 or bf16)", name);
 }
 
 int64_t Model::KvBytesPerToken(const ModelConfig& c, DType kv_dtype) {

@@ -36,10 +36,16 @@ struct LoadOptions {
   // Quantization at load (io/quant_config.h ParseLoadQuantization): "" / "none", "fp8", "int8" or
   // "int4": the float Linear weights of a bf16 checkpoint become that format as they are read.
   std::string quantization;
+  // What the tensor-core products multiply (Backend::SetActivationPrecision): "f32" (default: exact,
+  // the fixtures' 1e-3) or "bf16" (a GPU only: activations rounded to bf16 into the products; see
+  // docs/CUDA.md for what it costs in accuracy and gains in speed).
+  std::string activation_precision = "f32";
 };
 
 // "f32" or "bf16" (LoadOptions::kv_cache_dtype); throws Error(kInvalidArgument) for anything else.
 DType ParseKvCacheDType(const std::string& name);
+// LoadOptions::activation_precision: "f32" or "bf16"; anything else is Error(kInvalidArgument).
+DType ParseActivationPrecision(const std::string& name);
 
 // A tensor an architecture expects, under its flat (non-nested) checkpoint name.
 struct ExpectedTensor {

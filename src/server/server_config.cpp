@@ -63,6 +63,9 @@ const std::vector<Entry>& Entries() {
                   "--device cuda"),
       TESSERA_KEY(model, quantization, "--quantization", kString, false, OneOf("none|fp8|int8|int4"),
                   "quantize a bf16 checkpoint's Linear weights at load: none, fp8, int8 or int4"),
+      TESSERA_KEY(model, activation_precision, "--activation-precision", kString, false, OneOf("f32|bf16"),
+                  "what the GPU's tensor-core products multiply: f32 (default, exact) or bf16 (activations "
+                  "rounded to bf16; needs --device cuda)"),
       TESSERA_KEY(model, max_model_len, "--max-model-len", kInt, false, AtLeast(0), "prompt + output tokens"),
       TESSERA_KEY(model, chat_template, "--chat-template", kString, false, kAny, "template file"),
       TESSERA_KEY(model, diffusion, "--diffusion", kBool, false, kAny,
@@ -568,6 +571,9 @@ void ValidateServerConfig(const ServerConfig& c) {
     bad("model.kv_cache_dtype", fmt::format("{} needs a GPU (model.device cuda, --device cuda); the CPU backend "
                                             "keeps an f32 KV cache",
                                             c.model.kv_cache_dtype));
+  if (c.model.activation_precision == "bf16" && c.model.device == "cpu")
+    bad("model.activation_precision", "bf16 needs a GPU (model.device cuda, --device cuda); the CPU backend "
+                                      "multiplies f32 activations");
   if (c.server.health_port != 0 && c.server.health_port == c.server.port)
     bad("server.health_port", fmt::format("must differ from server.port ({})", c.server.port));
   if (c.diffusion.block_size > 0 && c.diffusion.steps > c.diffusion.block_size)

@@ -25,6 +25,7 @@ struct ModelSection {
   std::string load_format = "auto";    // auto | safetensors | dummy
   std::string kv_cache_dtype = "f32";  // f32 | bf16 (half the KV bytes; needs a cuda device)
   std::string quantization = "none";   // none | fp8 | int8 | int4: quantize float weights at load
+  std::string activation_precision = "f32";  // f32 | bf16: what the GPU's products multiply
   int64_t max_model_len = 0;           // 0 = from the model's config
   std::string chat_template;           // file overriding the tokenizer's template ("" = none)
   bool diffusion = false;              // run a qwen3_moe / qwen3_5_moe backbone as a block-diffusion model

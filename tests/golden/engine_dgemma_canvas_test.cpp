@@ -183,7 +183,7 @@ TEST(EngineDiffusionGemmaCanvas, WholeGenerationsMatchTheDocModelReplay) {
   std::vector<int32_t> eos(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
 
   // Two requests at once: their canvases share forwards (one segment each).
-  Traced a{"a", eos, 40}, b{"b", eos, 20};
+  Traced a{"a", eos, 40, {}}, b{"b", eos, 20, {}};
   engine.Submit(Request("a", 7, a.max_tokens, &a.out));
   engine.Submit(Request("b", 8, b.max_tokens, &b.out));
   engine.RunUntilIdle();
@@ -200,7 +200,7 @@ TEST(EngineDiffusionGemmaCanvas, WholeGenerationsMatchTheDocModelReplay) {
     if (std::find(a.out.raw.begin(), a.out.raw.begin() + i, a.out.raw[i]) == a.out.raw.begin() + i)
       stop_id = a.out.raw[i];
   ASSERT_GE(stop_id, 0);
-  Traced e{"e", eos, 40};
+  Traced e{"e", eos, 40, {}};
   e.eos_ids.push_back(stop_id);
   GenerationRequest re = Request("e", 7, e.max_tokens, &e.out);
   re.sampling.stop_token_ids = {stop_id};
@@ -234,7 +234,7 @@ TEST(EngineDiffusionGemmaCanvas, StabilityRuleMatchesTheDocModelReplay) {
   cfg.canvas = StabilityParams();
   cfg.canvas_trace = [&](const CanvasStepTrace& s) { traces[s.request_id].push_back(s); };
   Engine engine(model.get(), nullptr, cfg);
-  Traced k{"k", {}, 32};
+  Traced k{"k", {}, 32, {}};
   GenerationRequest r = Request("k", 21, k.max_tokens, &k.out);
   r.sampling.ignore_eos = true;  // no end token: two whole canvases
   engine.Submit(std::move(r));

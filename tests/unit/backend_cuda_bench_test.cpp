@@ -388,6 +388,8 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   o.load_format = "dummy";
   // TESSERA_CUDA_BENCH_KV_DTYPE=bf16: the rows on a bf16 KV cache (--kv-cache-dtype bf16).
   if (const char* kv = std::getenv("TESSERA_CUDA_BENCH_KV_DTYPE"); kv && *kv) o.kv_cache_dtype = kv;
+  // TESSERA_CUDA_BENCH_PRECISION=f32|bf16: the activation precision (--activation-precision; default f32).
+  if (const char* p = std::getenv("TESSERA_CUDA_BENCH_PRECISION"); p && *p) o.activation_precision = p;
   // TESSERA_CUDA_BENCH_QUANT=fp8|int8|int4: dummy weights in that format (--quantization).
   if (const char* q = std::getenv("TESSERA_CUDA_BENCH_QUANT"); q && *q) {
     o.quantization = q;

@@ -485,7 +485,7 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
   const std::vector<ExpertWeights>& dev = experts.dev;
   // Rows 1-2: the fused per-pair path (<= 16 pairs); 4-520: device-grouped on tensor cores, the
   // pipelined kernels (64 skewed so that one expert gets every row: 4 units of it); 2048 (16,384 pairs,
-  // 1,152 units): the first MMA kernels, which prompt chunks take; then 40 and 64 rows again on the
+  // 1,152 units of 16): the tiled kernels of 64-row units, which prompt chunks take; then 40 and 64 rows again on the
   // CUDA-core grouped kernels and (520 rows, 4160 pairs) on the host-grouped cuBLASLt path, through
   // backends made with the environment switches that select them.
   struct Path {

@@ -5,7 +5,8 @@
 // graphs against the same steps queued op by op; tokens drawn on the device (Segment::sample) against
 // the reference rule on the same logits. A bf16 KV cache (--kv-cache-dtype bf16): prefill + decode
 // through it against the same model's full forward (the same bf16 K / V either way), and both near the
-// reference. A per-segment router temperature against the CPU. Skipped without a device.
+// reference. A per-segment router temperature against the CPU. Bf16 activations
+// (--activation-precision bf16) against the default exact mode. Skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,6 +103,36 @@ TEST_P(CudaGolden, LongLogitsMatchReference) {
   RecordProperty("max_abs_logit_diff", std::to_string(d.max_abs));
   EXPECT_LE(d.max_abs, 5e-2);
   EXPECT_GE(d.argmax_agree, 0.99);
+}
+
+// The default is exact (f32 activations: issue 5 measured 3.9e-5 / 4.7e-4 / 1.9e-4 from the
+// reference, bound 1e-3). bf16 activations take effect (the logits move) and stay near the reference
+// only loosely: these small random fixtures turn the rounding of every product's input into logit
+// errors of 0.50 / 1.59 / 1.04 (argmax 100 / 93 / 94%, H100 2026-12-05; rounding only the MoE
+// experts' inputs still gave 0.35 and 1.02), which is why bf16 is not the default. The loose bound
+// catches a broken product, whose errors are of the logits' own size.
+TEST_P(CudaGolden, ExactByDefaultAndBf16ActivationsTakeEffect) {
+  ASSERT_EQ(model_->backend().ActivationPrecision(), DType::kF32);
+  LoadOptions o;
+  o.device = "cuda";
+  o.activation_precision = "bf16";
+  auto bf16 = Model::Load(FixtureDir(GetParam()), o);
+  ASSERT_EQ(bf16->backend().ActivationPrecision(), DType::kBF16);
+  const auto ids = ref_["long_ids"].get<std::vector<int32_t>>();
+  NpyArray want = ReadNpy(FixtureDir(GetParam()) + "/logits_long.npy");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const auto e = RunSeg(*model_, Seg(nullptr, 0, ids, true));
+  const auto b = RunSeg(*bf16, Seg(nullptr, 0, ids, true));
+  const Diff de = Compare(e.logits.data(), want.data.data(), T, V_);
+  const Diff db = Compare(b.logits.data(), want.data.data(), T, V_);
+  std::printf("golden cuda %s: f32 activations max abs %.4e (argmax %.2f%%); bf16 activations max abs %.4e "
+              "(argmax %.2f%%)\n",
+              GetParam().c_str(), de.max_abs, 100 * de.argmax_agree, db.max_abs, 100 * db.argmax_agree);
+  EXPECT_LE(de.max_abs, 1e-3);
+  EXPECT_GE(de.argmax_agree, 0.99);
+  EXPECT_GT(Compare(b.logits.data(), e.logits.data(), T, V_).max_abs, 1e-5) << "bf16 should round the products";
+  EXPECT_LE(db.max_abs, 3.0);
+  EXPECT_GE(db.argmax_agree, 0.85);
 }
 
 TEST_P(CudaGolden, GreedyContinuationThroughCache) {
@@ -296,6 +327,7 @@ TEST_P(CudaGolden, Bf16KvCacheMatchesFullForward) {
 // own rows, and the plain segment's rows are bit for bit those of the same batch with both at 1.
 TEST_P(CudaGolden, RouterTemperatureMatchesCpuPerSegment) {
   auto cpu = Model::Load(FixtureDir(GetParam()));
+  Model* gpu = model_.get();
   auto ids = ref_["long_ids"].get<std::vector<int32_t>>();
   ids.resize(40);
   const std::vector<int32_t> other = {7, 300, 41, 9, 250, 18, 77, 5};
@@ -305,7 +337,7 @@ TEST_P(CudaGolden, RouterTemperatureMatchesCpuPerSegment) {
     b.segments[1].router_temperature = t;
     return m.Forward(b);
   };
-  const ForwardResult plain = batch(*model_, 1.f), hot = batch(*model_, 0.3f), hot_cpu = batch(*cpu, 0.3f);
+  const ForwardResult plain = batch(*gpu, 1.f), hot = batch(*gpu, 0.3f), hot_cpu = batch(*cpu, 0.3f);
   const int64_t rows = static_cast<int64_t>(ids.size() + other.size()), first = static_cast<int64_t>(ids.size()) * V_;
   ASSERT_EQ(hot.logits.size(), static_cast<size_t>(rows * V_));
   const Diff d = Compare(hot.logits.data(), hot_cpu.logits.data(), rows, V_);

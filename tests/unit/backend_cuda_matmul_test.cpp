@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -125,6 +126,75 @@ TEST_F(CudaConformance, MatMulMultiEqualsMatMulEach) {
         EXPECT_LE(RelErr(got, alone), 1e-5) << "multi against alone (f32 sums in another order)" << shape;
       }
     }
+  }
+}
+
+// bf16 activations (SetActivationPrecision(kBF16), the GPU's serving default): every tensor-core
+// product multiplies x rounded to bf16, i.e. the CPU's product of the rounded x up to summation order,
+// on each path: the MMA kernel (20 rows), the wgmma kernel splitting x in its blocks (48 x 768) and
+// pre-split (48 x 4096: many column tiles), its row tiles (100), cuBLASLt (257, 1024) and MatMulMulti;
+// the GEMV (<= 8 rows) keeps f32 x. A kernel that ignored the setting would give the f32 product,
+// which is more than 3 kTol from the rounded one (checked). The MoE experts (grouped kernels,
+// pipelined at 64 rows and the prompt-chunk ones at 2048) round x and the gate/up output alike: no
+// CPU op does that, so they are held to bf16's error (1e-2, issue 5's bound) and must differ from
+// the f32 result (> 1e-5: the rounding took effect).
+TEST_F(CudaConformance, Bf16ActivationsMultiplyTheRoundedInput) {
+  gpu_->SetActivationPrecision(DType::kBF16);
+  ASSERT_EQ(gpu_->ActivationPrecision(), DType::kBF16);
+  const int64_t k = 2048;
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = Bf16ToF32(F32ToBf16(v[i]));
+    return r;
+  };
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{5, 768}, {20, 768}, {48, 768}, {48, 4096}, {100, 768},
+                             {257, 768}, {1024, 768}}) {
+    const auto w = Bf16s(Rand(n * k, -0.05f, 0.05f, 80 + n));
+    const auto x = Rand(m * k, -1, 1, 90 + m);
+    std::vector<float> exact(m * n), round(m * n);
+    cpu_->MatMul(x.data(), m, HostBf16(w, n, k), exact.data(), false);
+    cpu_->MatMul(rounded(x).data(), m, HostBf16(w, n, k), round.data(), false);
+    float* dy = Dev(std::vector<float>(m * n, 7.0f));
+    gpu_->MatMul(Dev(x), m, DevBf16(w, n, k), dy, false);
+    const std::string shape = " m=" + std::to_string(m) + " n=" + std::to_string(n);
+    const bool gemv = m <= 8;
+    Report(("MatMul bf16 activations" + shape).c_str(), RelErr(Host(dy, m * n), gemv ? exact : round));
+    if (!gemv) {
+      EXPECT_GT(RelErr(exact, round), 3 * kTol) << shape;
+    }
+  }
+  {  // MatMulMulti: the router + shared gate / up widths of one launch
+    const int64_t m = 48;
+    const std::vector<int64_t> ns = {256, 512, 512};
+    const auto x = Rand(m * k, -1, 1, 95);
+    const float* dx = Dev(x);
+    std::vector<std::vector<uint16_t>> ws;
+    std::vector<Tensor> dw;
+    std::vector<Backend::MatMulOut> outs;
+    for (size_t j = 0; j < ns.size(); ++j) ws.push_back(Bf16s(Rand(ns[j] * k, -0.05f, 0.05f, 96 + j)));
+    for (size_t j = 0; j < ns.size(); ++j) dw.push_back(DevBf16(ws[j], ns[j], k));
+    for (size_t j = 0; j < ns.size(); ++j) outs.push_back({&dw[j], Dev(std::vector<float>(m * ns[j], 7.0f))});
+    gpu_->MatMulMulti(dx, m, outs);
+    for (size_t j = 0; j < ns.size(); ++j) {
+      std::vector<float> want(m * ns[j]);
+      cpu_->MatMul(rounded(x).data(), m, HostBf16(ws[j], ns[j], k), want.data(), false);
+      Report(("MatMulMulti bf16 activations n=" + std::to_string(ns[j])).c_str(), RelErr(Host(outs[j].y, m * ns[j]), want));
+    }
+  }
+  const int64_t E = 128, top = 8, H = 2048, I = 128;
+  const RandomExperts experts = MakeExperts(E, I, H, 3000);
+  for (int64_t R : {64, 2048}) {
+    const auto x = Rand(R * H, -1, 1, 97 + R);
+    const auto logits = Rand(R * E, -4, 4, 98 + R);
+    std::vector<int32_t> idx(R * top);
+    std::vector<float> wts(R * top), want(R * H);
+    cpu_->MoeRoute(logits.data(), R, E, top, true, idx.data(), wts.data());
+    cpu_->MoeExperts(x.data(), R, H, idx.data(), wts.data(), top, experts.host, want.data());
+    float* dout = Dev(std::vector<float>(R * H, 7.0f));
+    gpu_->MoeExperts(Dev(x), R, H, Dev(idx), Dev(wts), top, experts.dev, dout);
+    const double err = RelErr(Host(dout, want.size()), want);
+    Report(("MoeExperts bf16 activations rows=" + std::to_string(R)).c_str(), err, 1e-2);
+    EXPECT_GT(err, 1e-5) << "rows " << R << ": the bf16 rounding should show";
   }
 }
 

@@ -408,6 +408,20 @@ TEST(CliKvCacheDType, Bf16OnTheCpuIsAClearError) {
     auto r = RunCommand(Bin() + " " + cmd + " --help");
     EXPECT_NE(r.out.find("--kv-cache-dtype"), std::string::npos) << cmd;
   }
+  // bf16 activations likewise (--activation-precision: the GPU's products).
+  for (const std::string& args : {"generate --model " + m + " --ids 1,2,3 --max-tokens 2 --activation-precision bf16",
+                                  "serve --port 0 --model " + m + " --tokenizer " + tok + " --activation-precision bf16"}) {
+    auto r = RunCommand("timeout 60 " + Bin() + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("activation"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+  }
+  for (const char* cmd : {"generate", "serve"}) {
+    auto r = RunCommand(Bin() + " " + cmd + " --help");
+    EXPECT_NE(r.out.find("--activation-precision"), std::string::npos) << cmd;
+  }
 }
 
 // --num-state-snapshots sets the prefix-cache snapshot slots of a hybrid model's recurrent state:

@@ -181,5 +181,20 @@ TEST(ModelLoader, Bf16KvCacheIsRefusedOnTheCpu) {
   testing::ExpectError([&] { Model::Load(dir, o); }, ErrorKind::kInvalidArgument, {"fp8"});
 }
 
+// LoadOptions::activation_precision: f32 by default (the CPU's products are f32 anyway), bf16 by name;
+// bf16 on the CPU is refused at load naming --device cuda; another name is an invalid argument.
+TEST(ModelLoader, ActivationPrecisionNames) {
+  EXPECT_EQ(LoadOptions{}.activation_precision, "f32");
+  EXPECT_EQ(ParseActivationPrecision("f32"), DType::kF32);
+  EXPECT_EQ(ParseActivationPrecision("bf16"), DType::kBF16);
+  for (const char* bad : {"fp8", "", "BF16", "f16", "auto"})
+    testing::ExpectError([&] { ParseActivationPrecision(bad); }, ErrorKind::kInvalidArgument, {"f32 or bf16"});
+  const std::string dir = DataPath("fixtures/models/qwen3_moe");
+  LoadOptions o;
+  EXPECT_EQ(Model::Load(dir, o)->backend().ActivationPrecision(), DType::kF32);
+  o.activation_precision = "bf16";
+  testing::ExpectError([&] { Model::Load(dir, o); }, ErrorKind::kUnsupported, {"--device cuda"});
+}
+
 }  // namespace
 }  // namespace tessera

@@ -323,6 +323,30 @@ TEST(ServerConfig, KvCacheDTypeKeyAndFlag) {
   EXPECT_NE(err.find("'model.kv_cache_dtype'"), std::string::npos) << err;
 }
 
+// model.activation_precision (--activation-precision): f32 by default, or bf16 with a cuda device;
+// bf16 with the CPU device, or another name, is refused by validation naming the key.
+TEST(ServerConfig, ActivationPrecisionKeyAndFlag) {
+  EXPECT_EQ(ServerConfig{}.model.activation_precision, "f32");
+  ServerConfig c = ParseServerConfig("model:\n  device: cuda\n  activation_precision: f32\n");
+  EXPECT_EQ(c.model.activation_precision, "f32");
+  ValidateServerConfig(c);
+  EXPECT_NE(EffectiveConfigString(c).find("model.activation_precision: f32\n"), std::string::npos);
+  c = WithFlags(c, {"--activation-precision", "bf16"});
+  EXPECT_EQ(c.model.activation_precision, "bf16");
+  ValidateServerConfig(c);
+  for (const char* bad : {"fp8", "", "BF16", "auto"}) {
+    ServerConfig b = c;
+    SetConfigValue(b, "model.activation_precision", bad);
+    std::string err = ErrorOf([&] { ValidateServerConfig(b); });
+    EXPECT_NE(err.find("'model.activation_precision'"), std::string::npos) << bad << " -> " << err;
+  }
+  ServerConfig cpu = WithFlags(ServerConfig{}, {"--activation-precision", "bf16"});
+  std::string err = ErrorOf([&] { ValidateServerConfig(cpu); });
+  EXPECT_NE(err.find("'model.activation_precision'"), std::string::npos) << err;
+  EXPECT_NE(err.find("--device cuda"), std::string::npos) << err;
+  ValidateServerConfig(WithFlags(ServerConfig{}, {"--activation-precision", "f32"}));  // f32 is the CPU's
+}
+
 // server.max_connections / max_connections_per_client: 1024 and 0 (off) by default, 0 = unlimited, set by
 // YAML or flag, a negative value refused naming the key.
 TEST(ServerConfig, ConnectionLimitKeysAndFlags) {

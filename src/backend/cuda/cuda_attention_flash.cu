@@ -10,6 +10,8 @@
 // accumulators (base 2: log2(e) is folded into the query scale), O += P V on MMAs. Precision: every
 // f32 operand is split into hi + lo bf16 parts and a product is hi*hi + hi*lo + lo*hi (3 MMAs, ~16
 // mantissa bits; a plain bf16 rounding costs ~1e-3 per layer). Q is split once into shared memory.
+// With bf16 activations (`exact` false: the backend's activation precision) a product is hi*hi alone:
+// Q, K, P and V as bf16, one MMA, as FlashAttention runs on bf16 models.
 //
 // Fragment layouts (lane = 4 g + q): S reads K rows with the MoE kernels' permutation of k
 // (cuda_mma_util.cuh: lane q holds d 8q..8q+7 of a 32-wide chunk, the same for Q), so a lane's K
@@ -88,7 +90,8 @@ struct FlashShape {
 
 template <typename T, int G, int D, int QW, int KW, int NKW>
 __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
-    FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial) {
+    FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial,
+                bool exact) {
   GridDependencyWait();
   using S = FlashShape<T, G, D, QW, KW, NKW>;
   constexpr int NK = S::NK, NC = S::NC, SKK = S::SKK, SKV = S::SKV, CH = S::CH;
@@ -222,14 +225,17 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
           const auto* kh =
               reinterpret_cast<const uint16_t*>(Ks + (kb + 8 * j + g) * SKK) + KvBf16Index<T>(32 * c) + 8 * q;
           const uint4 h = *reinterpret_cast<const uint4*>(kh);
-          uint4 l{};
-          if constexpr (S::kSplit) l = *reinterpret_cast<const uint4*>(kh + kKvSplitChunk);
+          // Not exact (bf16 activations): hi*hi alone, Q and K as bf16.
           Mma(sj, qh0, h.x, h.y);
-          if constexpr (S::kSplit) Mma(sj, qh0, l.x, l.y);
-          Mma(sj, ql0, h.x, h.y);
           Mma(sj, qh1, h.z, h.w);
-          if constexpr (S::kSplit) Mma(sj, qh1, l.z, l.w);
-          Mma(sj, ql1, h.z, h.w);
+          if (exact) {
+            uint4 l{};
+            if constexpr (S::kSplit) l = *reinterpret_cast<const uint4*>(kh + kKvSplitChunk);
+            if constexpr (S::kSplit) Mma(sj, qh0, l.x, l.y);
+            Mma(sj, ql0, h.x, h.y);
+            if constexpr (S::kSplit) Mma(sj, qh1, l.z, l.w);
+            Mma(sj, ql1, h.z, h.w);
+          }
         }
       }
       float s[NKW / 8][4];
@@ -286,16 +292,19 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
         const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
 #pragma unroll
         for (int tp = 0; tp < D / 16; ++tp) {
-          uint32_t h[4], l[4];
+          uint32_t h[4];
           const uint16_t* at = vrow + KvBf16Index<T>(16 * tp);
           LdMatrixX4Trans(h, at);
-          if constexpr (S::kSplit) LdMatrixX4Trans(l, at + kKvSplitChunk);
           Mma(acc[2 * tp], ph, h[0], h[1]);
-          if constexpr (S::kSplit) Mma(acc[2 * tp], ph, l[0], l[1]);
-          Mma(acc[2 * tp], pl, h[0], h[1]);
           Mma(acc[2 * tp + 1], ph, h[2], h[3]);
-          if constexpr (S::kSplit) Mma(acc[2 * tp + 1], ph, l[2], l[3]);
-          Mma(acc[2 * tp + 1], pl, h[2], h[3]);
+          if (exact) {  // else P and V as bf16
+            uint32_t l[4];
+            if constexpr (S::kSplit) LdMatrixX4Trans(l, at + kKvSplitChunk);
+            if constexpr (S::kSplit) Mma(acc[2 * tp], ph, l[0], l[1]);
+            Mma(acc[2 * tp], pl, h[0], h[1]);
+            if constexpr (S::kSplit) Mma(acc[2 * tp + 1], ph, l[2], l[3]);
+            Mma(acc[2 * tp + 1], pl, h[2], h[3]);
+          }
         }
       }
     }
@@ -382,14 +391,14 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
 
 template <typename T, int G, int D, int QW, int KW, int NKW>
 void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
-                 int64_t key_chunk, float* partial, cudaStream_t s) {
+                 int64_t key_chunk, float* partial, bool exact, cudaStream_t s) {
   using S = FlashShape<T, G, D, QW, KW, NKW>;
   auto* kernel = FlashKernel<T, G, D, QW, KW, NKW>;
   // Sets the kernel's dynamic shared memory limit once per device (not stream-ordered: allowed while
   // a step is captured).
   KernelResidency(kernel, S::kSmem, S::kThreads);
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
-  LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial);
+  LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial, exact);
 }
 
 // Block shapes (shared memory, blocks an SM; ptxas: 167-168 registers at head_dim 128, 247-253 at
@@ -397,7 +406,8 @@ void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_ti
 // 256: 4 query warps x 2 key warps, 32-key tiles (195 KiB, 1). Few rows: one query warp x 2 key
 // warps, 32-key tiles (head_dim 128: 74 KiB, 3; 256: 146 KiB, 1). A bf16 cache keeps the shapes
 // (about half the staging bytes).
-using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, cudaStream_t);
+using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t, int, int64_t, float*, bool,
+                          cudaStream_t);
 
 template <typename T, int G>
 Launcher PickLauncher(bool few_rows, int64_t head_dim) {
@@ -424,11 +434,12 @@ int64_t AttentionFlashTileRows(int64_t group, bool few_rows) { return (few_rows 
 
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads, int64_t kv_heads,
                     int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk, float* partial,
-                    cudaStream_t s) {
+                    bool exact, cudaStream_t s) {
   if (num_tiles <= 0) return;
   const int64_t G = heads / kv_heads, chunk = splits == 1 ? INT64_MAX : key_chunk;
   WithPackedKvType(layout, [&](auto tag) {
-    PickLauncher<decltype(tag)>(G, few_rows, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, s);
+    PickLauncher<decltype(tag)>(G, few_rows, head_dim)(descs, tiles, num_tiles, kv_heads, splits, chunk, partial, exact,
+                                                       s);
   });
 }
 

@@ -80,6 +80,8 @@ class CudaBackend : public Backend {
 
   DType KvCacheDType() const override { return kv_dtype_; }
   void SetKvCacheDType(DType dtype) override;
+  DType ActivationPrecision() const override { return exact_activations_ ? DType::kF32 : DType::kBF16; }
+  void SetActivationPrecision(DType dtype) override;
   void KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim, int64_t first_pos,
                const int32_t* pages, int64_t page_size, void* k_cache, void* v_cache) override;
   void KvWriteRows(const float* k, const float* v, int64_t kv_stride, int64_t kv_dim, const int64_t* src_rows,
@@ -213,6 +215,9 @@ class CudaBackend : public Backend {
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
   DType kv_dtype_ = DType::kF32;                 // element type of the paged KV cache (SetKvCacheDType)
+  // f32 activations into the tensor-core products (hi + lo); false: bf16 (SetActivationPrecision).
+  bool exact_activations_ = true;
+  bool ExactActivations() const { return exact_activations_; }
   // The layout of this backend's cache for rows of kv_dim values.
   cuda::KvLayout KvLayoutFor(int64_t kv_dim) const {
     return kv_dtype_ == DType::kBF16 ? cuda::KvLayout::kBf16 : cuda::F32KvLayout(kv_dim);

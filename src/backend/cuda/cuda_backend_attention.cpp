@@ -95,6 +95,12 @@ void CudaBackend::SetKvCacheDType(DType dtype) {
   kv_dtype_ = dtype;
 }
 
+void CudaBackend::SetActivationPrecision(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    Fail(ErrorKind::kUnsupported, "cuda: activation precision {} (expected f32 or bf16)", DTypeName(dtype));
+  exact_activations_ = dtype == DType::kF32;
+}
+
 void CudaBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 
 void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
@@ -228,7 +234,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
               partial.f32(), stream_);
     } else {
       Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, layout,
-              splits, chunk, partial.f32(), stream_);
+              splits, chunk, partial.f32(), ExactActivations(), stream_);
     }
     if (splits > 1) {
       const ScratchArray drows = UploadScratch(rows.data(), rows.size() * sizeof(int2));

@@ -99,11 +99,18 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
       DeviceBuffer x_split;
       if (const int64_t bytes = cuda::SkinnySplitBytes(m, k, &n, 1); bytes > 0) x_split = DeviceBuffer(*this, bytes);
       Enqueue("SkinnyGemm", cuda::SkinnyGemm, x, m, k, wb, n, y, accumulate, static_cast<uint16_t*>(x_split.data()),
-              stream_);
+              ExactActivations(), stream_);
       return;
     }
     // f32 activations as hi + lo bf16 parts: two tensor-core GEMMs keep ~16 mantissa bits of x
     // (a single bf16 rounding of x costs ~1e-3 relative error per layer, too much for the goldens).
+    // bf16 activations: x rounded once, one GEMM.
+    if (!ExactActivations()) {
+      DeviceBuffer xb(*this, static_cast<size_t>(m * k) * 2);
+      Enqueue("F32ToBf16", cuda::F32ToBf16, x, m * k, static_cast<uint16_t*>(xb.data()), stream_);
+      GemmLt(wb, true, xb.data(), m, k, n, y, accumulate);
+      return;
+    }
     DeviceBuffer hi(*this, static_cast<size_t>(m * k) * 2), lo(*this, static_cast<size_t>(m * k) * 2);
     Enqueue("F32ToBf16Split", cuda::F32ToBf16Split, x, m * k, static_cast<uint16_t*>(hi.data()),
             static_cast<uint16_t*>(lo.data()), stream_);
@@ -152,7 +159,7 @@ void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMu
     if (const int64_t bytes = cuda::SkinnySplitBytes(m, k, n, static_cast<int>(outs.size())); bytes > 0)
       x_split = DeviceBuffer(*this, bytes);
     Enqueue("SkinnyGemmMulti", cuda::SkinnyGemmMulti, x, m, k, w[0], n[0], y[0], w[1], n[1], y[1], w[2], n[2], y[2],
-            w[3], n[3], y[3], static_cast<uint16_t*>(x_split.data()), stream_);
+            w[3], n[3], y[3], static_cast<uint16_t*>(x_split.data()), ExactActivations(), stream_);
   }
 }
 

@@ -132,7 +132,7 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   } else if (vec && slots <= moe_device_max_slots_) {
     profiler_->Mark("MoeExperts device-grouped");
     const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
-    const int unit_rows = cuda::MoeUnitRows(mma);
+    const int unit_rows = cuda::MoeUnitRows(mma, slots, E);
     const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
     DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
         num_units(*this, sizeof(int32_t));
@@ -142,10 +142,10 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
     Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
             static_cast<int4*>(units.data()), num_units.i32(), stream_);
     const auto* u = static_cast<const int4*>(units.data());
-    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, mma, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
-            ptrs, E, inter, act.f32(), stream_);
-    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, mma, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
-            weights, ptrs, E, hidden, slot_out.f32(), stream_);
+    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
+            ptrs, E, inter, act.f32(), ExactActivations(), stream_);
+    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
+            weights, ptrs, E, hidden, slot_out.f32(), ExactActivations(), stream_);
   } else {
     HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32());
   }

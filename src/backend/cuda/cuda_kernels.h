@@ -84,17 +84,18 @@ inline bool SkinnyGemmFits(const float* x, int64_t m, int64_t k, const uint16_t*
 }
 // x_split: scratch of SkinnySplitBytes(m, k, the outputs' widths) bytes where the wgmma kernel puts x
 // split into bf16 hi + lo before multiplying, for launches of many column tiles (0: none needed, null
-// may be passed; null where one is needed: the launch splits x in its blocks instead).
+// may be passed; null where one is needed: the launch splits x in its blocks instead). exact: both
+// parts multiplied (f32 activations); else hi alone (x rounded to bf16, one MMA: the bf16 precision).
 int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count);
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                uint16_t* x_split, cudaStream_t s);
+                uint16_t* x_split, bool exact, cudaStream_t s);
 // y_j = x w_j^T for up to kSkinnyMaxJobs weights of the same k (null w_j: unused) in one launch of
 // the v2 / v3 kernels: the column tiles of all jobs share one grid and one k split. False (nothing
 // queued) when a weight does not fit (SkinnyGemmFits).
 constexpr int kSkinnyMaxJobs = 4;
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
-                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s);
+                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, bool exact, cudaStream_t s);
 
 // --- MoE: routing (cuda_kernels.cu), the fused few-token path (cuda_moe_fused.cu).
 // counts[e] += how many of idx[0..n) equal e (integer atomics: the totals do not depend on order).
@@ -134,25 +135,37 @@ void ScatterScaledRows(const float* src, int64_t cols, const int32_t* rows, int6
 
 // --- Device-grouped MoE path (cuda_moe_grouped.cu): batched decode, diffusion blocks, prompt chunks.
 // Pairs of one expert are cut into units of at most MoeUnitRows rows; each unit streams its
-// expert's weights once for all its rows. tensor_cores: bf16 MMA (16-row units; needs hidden and
-// inter % 32 == 0); else CUDA cores (8-row units; needs % 8). Both need 16-byte aligned weights and
-// activations.
-constexpr int kMoeUnitRows = 8;  // CUDA-core kernels
-int MoeUnitRows(bool tensor_cores);
+// expert's weights once for all its rows. tensor_cores: bf16 MMA (needs hidden and inter % 32 == 0):
+// 16-row units on the pipelined kernels, or for prompt chunks (more than 1,024 such units) 64-row
+// units on the tiled kernels (cuda_moe_tiled.cu); else CUDA cores (8-row units; needs % 8). All need
+// 16-byte aligned weights and activations.
+constexpr int kMoeUnitRows = 8;            // CUDA-core kernels
+constexpr int kMoePipelinedUnitRows = 16;  // tensor cores, decode batches and diffusion blocks
+constexpr int kMoeTiledUnitRows = 64;      // tensor cores, prompt chunks
+int MoeUnitRows(bool tensor_cores, int64_t slots, int64_t num_experts);
 // Upper bound on the number of units for `slots` pairs over `num_experts` experts (the grid size).
 int64_t MoeMaxUnits(int64_t slots, int64_t num_experts, int rows_per_unit);
 // Groups the pairs by expert on the device: order[slots] (pair ids sorted by expert; order within an
 // expert unspecified), units[MoeMaxUnits] as (expert, first sorted position, rows, 0), num_units[1].
 void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int rows_per_unit, int32_t* order,
                       int4* units, int32_t* num_units, cudaStream_t s);
-// act[pos] = silu(x[order[pos] / k] gate_e^T) * (x[order[pos] / k] up_e^T), pos in sorted order.
-void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t k, const int32_t* order,
+// act[pos] = silu(x[order[pos] / k] gate_e^T) * (x[order[pos] / k] up_e^T), pos in sorted order, by
+// the kernels of units of unit_rows (MoeUnitRows). exact (tensor cores): activations split hi + lo;
+// else rounded to bf16 (cuda_mma_util.cuh).
+void MoeGroupedGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
-                      int64_t num_experts, int64_t inter, float* act, cudaStream_t s);
+                      int64_t num_experts, int64_t inter, float* act, bool exact, cudaStream_t s);
 // slot_out[order[pos]] = weights[order[pos]] * act[pos] down_e^T.
-void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const int32_t* order, const int4* units,
+void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
-                    int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s);
+                    int64_t num_experts, int64_t hidden, float* slot_out, bool exact, cudaStream_t s);
+// The tiled kernels (units of kMoeTiledUnitRows; the same contracts).
+void MoeTiledGateUp(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
+                    const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs, int64_t num_experts,
+                    int64_t inter, float* act, bool exact, cudaStream_t s);
+void MoeTiledDown(const float* act, int64_t inter, const int32_t* order, const int4* units, const int32_t* num_units,
+                  int64_t max_units, const float* weights, const uint16_t* const* ptrs, int64_t num_experts,
+                  int64_t hidden, float* slot_out, bool exact, cudaStream_t s);
 
 // --- Per-sequence ops (cuda_sequence_kernels.cu).
 // One sequence of an attention call. The cache's layout is the call's (cuda_kv_layout.h): plain f32
@@ -206,12 +219,13 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
 // layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
 // K/V rows and a shape and cache layout AttentionFlashSupported accepts (4, 8 or 16 query heads per KV
 // head of 128 or 256 dims; a bf16 or split cache: a plain f32 one goes to AttentionBatch); q / out any
-// alignment. layout: the cache's (and k_new / v_new's; AttentionParams).
+// alignment. layout: the cache's (and k_new / v_new's; AttentionParams). exact: every f32 operand
+// split hi + lo (f32 activations); else Q, K, P and V rounded to bf16 (one MMA a product).
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
 int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,
-                    float* partial, cudaStream_t s);
+                    float* partial, bool exact, cudaStream_t s);
 // Decode attention on tensor cores (cuda_attention_decode.cu): the flash kernel's tiles, block grid,
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
 // 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Same shapes

@@ -5,7 +5,8 @@
 //
 // The MMA scheme: m16n8k16 bf16 MMA with f32 accumulation; the f32 activations are split into hi +
 // lo bf16 parts (two MMAs), which keeps ~16 mantissa bits (a single bf16 rounding of the activations
-// costs ~1e-3 relative error per layer). Each lane loads 32 contiguous bytes of k per 32-wide chunk
+// costs ~1e-3 relative error per layer). With bf16 activations (CudaBackend's activation precision,
+// `exact` false) only the hi part is multiplied: one MMA, as every bf16 engine does. Each lane loads 32 contiguous bytes of k per 32-wide chunk
 // (8 activations, 8 weights); both operands use the same permutation of the chunk's k onto the MMA's
 // logical k, so the products pair up and the sum over k is unchanged: lane q (= lane % 4) supplies
 // physical k 8q..8q+7, as logical (2q, 2q+1, 2q+8, 2q+9) of the first k-step and of the second.
@@ -66,12 +67,14 @@ __device__ __forceinline__ void LoadA(const float* r0, const float* r1, bool ok0
 }
 
 // One 32-wide k chunk of an n8 tile: w = the lane's 8 weights (physical k 8q..8q+7 of column g).
+// exact: hi and lo (f32 activations); else hi only (bf16 activations). `exact` is uniform over the
+// launch, so the branch costs no divergence.
 __device__ __forceinline__ void MmaChunk(float* c, const uint32_t (&hi)[2][4], const uint32_t (&lo)[2][4],
-                                         const uint4 w) {
+                                         const uint4 w, bool exact) {
   Mma(c, hi[0], w.x, w.y);
-  Mma(c, lo[0], w.x, w.y);
+  if (exact) Mma(c, lo[0], w.x, w.y);
   Mma(c, hi[1], w.z, w.w);
-  Mma(c, lo[1], w.z, w.w);
+  if (exact) Mma(c, lo[1], w.z, w.w);
 }
 
 // Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i..8i+7 give matrix i's row

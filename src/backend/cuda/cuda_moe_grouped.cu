@@ -7,8 +7,8 @@
 // routing weight into the pair's slot. Every row's dot products run in the same lane order whatever
 // unit it lands in, so the result does not depend on the (atomic) order of the grouping.
 // Tensor cores: the pipelined kernels (cp.async stages in shared memory, a resident grid taking
-// (unit, column tile) items in turn) for decode batches and diffusion blocks, the first ones for
-// prompt chunks (MoePipelined).
+// (unit, column tile) items in turn) for decode batches and diffusion blocks; prompt chunks go to
+// the tiled kernels of cuda_moe_tiled.cu (units of 64 rows, MoeUnitRows).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -200,105 +200,10 @@ __global__ void DownKernel(const float* act, int64_t inter, const int32_t* order
   }
 }
 
-// --- Tensor-core variant: one m16n8k16 bf16 MMA tile of 16 rows per unit, activations split hi + lo
-// (the scheme and its k permutation: cuda_mma_util.cuh).
-constexpr int kMmaWarps = 4;
-constexpr int kMmaTiles = 4;  // n8 tiles per warp: 32 output columns
-constexpr int kMmaColsPerBlock = kMmaWarps * kMmaTiles * 8;
-
-__global__ void GateUpMmaKernel(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
-                                const int32_t* num_units, const uint16_t* const* ptrs, int64_t E, int64_t inter,
-                                float* act) {
-  GridDependencyWait();
-  if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
-  const int4 unit = units[blockIdx.y];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
-  if (n_base >= inter) return;
-  const bool ok0 = g < unit.z, ok1 = g + 8 < unit.z;
-  const float* x0 = x + (ok0 ? order[unit.y + g] / k : 0) * hidden + 8 * q;
-  const float* x1 = x + (ok1 ? order[unit.y + g + 8] / k : 0) * hidden + 8 * q;
-  const uint16_t* wg[kMmaTiles];
-  const uint16_t* wu[kMmaTiles];
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) {
-    const int64_t n = min(n_base + 8 * j + g, inter - 1);  // columns past the end repeat the last (not stored)
-    wg[j] = ptrs[unit.x] + n * hidden + 8 * q;
-    wu[j] = ptrs[E + unit.x] + n * hidden + 8 * q;
-  }
-  float cg[kMmaTiles][4] = {}, cu[kMmaTiles][4] = {};
-  for (int64_t k0 = 0; k0 < hidden; k0 += 32) {
-    uint4 bg[kMmaTiles], bu[kMmaTiles];
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) {
-      bg[j] = *reinterpret_cast<const uint4*>(wg[j] + k0);
-      bu[j] = *reinterpret_cast<const uint4*>(wu[j] + k0);
-    }
-    uint32_t hi[2][4], lo[2][4];
-    LoadA(x0 + k0, x1 + k0, ok0, ok1, hi, lo);
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) {
-      MmaChunk(cg[j], hi, lo, bg[j]);
-      MmaChunk(cu[j], hi, lo, bu[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) {
-    const int64_t col = n_base + 8 * j + 2 * q;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + (e >= 2 ? 8 : 0);
-      const int64_t cc = col + (e & 1);
-      if (row < unit.z && cc < inter) act[(unit.y + row) * inter + cc] = SiluF(cg[j][e]) * cu[j][e];
-    }
-  }
-}
-
-__global__ void DownMmaKernel(const float* act, int64_t inter, const int32_t* order, const int4* units,
-                              const int32_t* num_units, const float* weights, const uint16_t* const* ptrs, int64_t E,
-                              int64_t hidden, float* slot_out) {
-  GridDependencyWait();
-  if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
-  const int4 unit = units[blockIdx.y];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t n_base = static_cast<int64_t>(blockIdx.x) * kMmaColsPerBlock + warp * kMmaTiles * 8;
-  if (n_base >= hidden) return;
-  const bool ok0 = g < unit.z, ok1 = g + 8 < unit.z;
-  const float* a0 = act + (unit.y + (ok0 ? g : 0)) * inter + 8 * q;
-  const float* a1 = act + (unit.y + (ok1 ? g + 8 : 0)) * inter + 8 * q;
-  const uint16_t* wd[kMmaTiles];
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j)
-    wd[j] = ptrs[2 * E + unit.x] + min(n_base + 8 * j + g, hidden - 1) * inter + 8 * q;
-  float c[kMmaTiles][4] = {};
-  for (int64_t k0 = 0; k0 < inter; k0 += 32) {
-    uint4 b[kMmaTiles];
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(wd[j] + k0);
-    uint32_t hi[2][4], lo[2][4];
-    LoadA(a0 + k0, a1 + k0, ok0, ok1, hi, lo);
-#pragma unroll
-    for (int j = 0; j < kMmaTiles; ++j) MmaChunk(c[j], hi, lo, b[j]);
-  }
-  const int32_t slot0 = ok0 ? order[unit.y + g] : 0, slot1 = ok1 ? order[unit.y + g + 8] : 0;
-  const float s0 = ok0 ? weights[slot0] : 0.0f, s1 = ok1 ? weights[slot1] : 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMmaTiles; ++j) {
-    const int64_t col = n_base + 8 * j + 2 * q;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const bool upper = e >= 2;
-      const int64_t cc = col + (e & 1);
-      if ((upper ? ok1 : ok0) && cc < hidden)
-        slot_out[static_cast<int64_t>(upper ? slot1 : slot0) * hidden + cc] = c[j][e] * (upper ? s1 : s0);
-    }
-  }
-}
-
-// --- Tensor-core variant 2 (default): the same MMA scheme and numerics, with the weights streamed
-// through a multi-stage cp.async pipeline in shared memory. Variant 1 above keeps one 16-byte load
-// per lane in flight and waits for it, and its grid (units x column tiles, ~1.4 waves at 4 blocks an
-// SM) leaves SMs idle in the last wave: it reaches ~0.5 of the bandwidth. Here:
+// --- Tensor-core kernels for units of 16 rows (decode batches, diffusion blocks; prompt chunks take
+// the tiled kernels of cuda_moe_tiled.cu): bf16 MMA (cuda_mma_util.cuh), the weights streamed
+// through a multi-stage cp.async pipeline in shared memory. A first variant that kept one 16-byte
+// load per lane in flight reached ~0.5 of the bandwidth. Here:
 // - work item = (unit, tile of kItemRows weight rows: half gate half up, or down), items dealt to a
 //   grid of resident blocks in turn (item = blockIdx.x + i * gridDim.x; equal items, so the blocks
 //   finish together), and the pipeline runs across item boundaries without draining;
@@ -349,7 +254,8 @@ template <bool kDown, int kKChunks, int kStages>
 __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, int K, int n, int top_k,
                                                              const int32_t* order, const int4* units,
                                                              const int32_t* num_units, const float* weights,
-                                                             const uint16_t* const* ptrs, int64_t E, float* out) {
+                                                             const uint16_t* const* ptrs, int64_t E, float* out,
+                                                             bool exact) {
   GridDependencyWait();
   using S = MoeV2Shape<kKChunks, kStages>;
   constexpr int kCols = kDown ? S::kItemRows : S::kItemRows / 2;  // output columns per item
@@ -458,7 +364,7 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
       const int chunk = (4 * kw + q) ^ ((g & 1) << 2);  // rows 8j + g: the swizzle bit is g's
       const unsigned char* b = sb + buf * S::kBStage + (nw * 64 + g) * S::kRowBytes + (chunk << 4);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) MmaChunk(acc[j], hi, lo, *reinterpret_cast<const uint4*>(b + 8 * j * S::kRowBytes));
+      for (int j = 0; j < 8; ++j) MmaChunk(acc[j], hi, lo, *reinterpret_cast<const uint4*>(b + 8 * j * S::kRowBytes), exact);
     }
 
     if (++c_ks == ks_per_item) {
@@ -508,24 +414,23 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
   CpAsyncWait<0>();  // nothing is left in flight (only empty groups), but leave no copy behind
 }
 
-// Which tensor-core kernels: v1 = the first ones (one load in flight a lane) for prompt chunks (more
-// than kMoePipelinedMaxUnits units, all full: 697 against 753 ms for a 4,096-token prefill); the
-// pipelined ones for decode batches and diffusion blocks (b64 45 -> 33 ms a step), gate/up with 128
+// Which tensor-core kernels: the tiled ones (cuda_moe_tiled.cu, units of 64 rows) for prompt chunks
+// (more than kMoePipelinedMaxUnits units of 16); the pipelined ones here for decode batches and
+// diffusion blocks (b64 45 -> 33 ms a step against the first kernels), gate/up with 128
 // of k a stage (64 weight rows an item, 3 stages), down with 64 of k a stage (128 rows an item, 4
 // stages): down's k (the expert's 768 / 512) is only 6 / 4 stages of 128 an item, and twice the rows
 // an item halves the item epilogues a weight byte (fourteenth session, same binary: Qwen3-30B-A3B f32
 // b64 21.05, 21.07 -> 20.86, 20.92 ms, 8x32 27.00, 27.19 -> 25.94, 26.18; Qwen3.5-35B-A3B b64 20.96,
 // 20.93 -> 20.85, 20.85, 8x32 29.54, 29.45 -> 29.13, 29.15). The other pairings (gate/up on 64 of k,
 // down on 128) lost those measurements and were removed with their switches.
-constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, v1
-bool MoePipelined(int64_t max_units) { return max_units <= kMoePipelinedMaxUnits; }
+constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, the tiled kernels
 
 // The grid: as many blocks as are resident at once, fewer when there are fewer items even with
 // every unit of the bound present (blocks with no item return at once).
 template <bool kDown, int kKChunks, int kStages>
 void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
-                    int64_t E, float* out, cudaStream_t s) {
+                    int64_t E, float* out, bool exact, cudaStream_t s) {
   using S = MoeV2Shape<kKChunks, kStages>;
   constexpr int64_t kCols = kDown ? S::kItemRows : S::kItemRows / 2;
   const auto kernel = MoeMmaV2Kernel<kDown, kKChunks, kStages>;
@@ -533,7 +438,7 @@ void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const 
   const int64_t grid = std::min(items, KernelResidency(kernel, S::kSmem, kV2Threads).blocks);
   LaunchKernel(kernel, static_cast<unsigned>(grid), kV2Threads, S::kSmem, s)(
       in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
-      out);
+      out, exact);
 }
 
 }  // namespace
@@ -542,7 +447,11 @@ int64_t MoeMaxUnits(int64_t slots, int64_t num_experts, int rows_per_unit) {
   return (slots + rows_per_unit - 1) / rows_per_unit + (slots < num_experts ? slots : num_experts);
 }
 
-int MoeUnitRows(bool tensor_cores) { return tensor_cores ? 16 : kRows; }
+int MoeUnitRows(bool tensor_cores, int64_t slots, int64_t num_experts) {
+  if (!tensor_cores) return kRows;
+  return MoeMaxUnits(slots, num_experts, kMoePipelinedUnitRows) > kMoePipelinedMaxUnits ? kMoeTiledUnitRows
+                                                                                         : kMoePipelinedUnitRows;
+}
 
 void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, int rows_per_unit, int32_t* order,
                       int4* units, int32_t* num_units, cudaStream_t s) {
@@ -550,20 +459,17 @@ void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, in
                                                                            order, units, num_units);
 }
 
-void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t k, const int32_t* order,
+void MoeGroupedGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
-                      int64_t num_experts, int64_t inter, float* act, cudaStream_t s) {
+                      int64_t num_experts, int64_t inter, float* act, bool exact, cudaStream_t s) {
   if (max_units <= 0) return;
-  if (tensor_cores && MoePipelined(max_units)) {
-    LaunchMoeMmaV2</*kDown=*/false, 4, 3>(x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
-                                          num_experts, act, s);
+  if (unit_rows == kMoeTiledUnitRows) {
+    MoeTiledGateUp(x, hidden, k, order, units, num_units, max_units, ptrs, num_experts, inter, act, exact, s);
     return;
   }
-  if (tensor_cores) {
-    const dim3 grid(static_cast<unsigned>((inter + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
-                    static_cast<unsigned>(max_units));
-    LaunchKernel(GateUpMmaKernel, grid, kMmaWarps * 32, 0, s)(x, hidden, k, order, units, num_units, ptrs, num_experts,
-                                                              inter, act);
+  if (unit_rows == kMoePipelinedUnitRows) {
+    LaunchMoeMmaV2</*kDown=*/false, 4, 3>(x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
+                                          num_experts, act, exact, s);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(max_units));
@@ -571,20 +477,18 @@ void MoeGroupedGateUp(bool tensor_cores, const float* x, int64_t hidden, int64_t
                                                       act);
 }
 
-void MoeGroupedDown(bool tensor_cores, const float* act, int64_t inter, const int32_t* order, const int4* units,
+void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
-                    int64_t num_experts, int64_t hidden, float* slot_out, cudaStream_t s) {
+                    int64_t num_experts, int64_t hidden, float* slot_out, bool exact, cudaStream_t s) {
   if (max_units <= 0) return;
-  if (tensor_cores && MoePipelined(max_units)) {
-    LaunchMoeMmaV2</*kDown=*/true, 2, 4>(act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
-                                         num_experts, slot_out, s);
+  if (unit_rows == kMoeTiledUnitRows) {
+    MoeTiledDown(act, inter, order, units, num_units, max_units, weights, ptrs, num_experts, hidden, slot_out, exact,
+                 s);
     return;
   }
-  if (tensor_cores) {
-    const dim3 grid(static_cast<unsigned>((hidden + kMmaColsPerBlock - 1) / kMmaColsPerBlock),
-                    static_cast<unsigned>(max_units));
-    LaunchKernel(DownMmaKernel, grid, kMmaWarps * 32, 0, s)(act, inter, order, units, num_units, weights, ptrs,
-                                                            num_experts, hidden, slot_out);
+  if (unit_rows == kMoePipelinedUnitRows) {
+    LaunchMoeMmaV2</*kDown=*/true, 2, 4>(act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
+                                         num_experts, slot_out, exact, s);
     return;
   }
   const dim3 grid(static_cast<unsigned>((hidden + kColsPerBlock - 1) / kColsPerBlock),

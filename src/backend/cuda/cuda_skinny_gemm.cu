@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(32 * W, W == 4 ? 2 : 1)
         SplitA(*reinterpret_cast<const float4*>(a0), *reinterpret_cast<const float4*>(a0 + 4),
                *reinterpret_cast<const float4*>(a1), *reinterpret_cast<const float4*>(a1 + 4), hi, lo);
 #pragma unroll
-        for (int j = 0; j < S::kTiles; ++j) MmaChunk(acc[mt][j], hi, lo, bw[j]);
+        for (int j = 0; j < S::kTiles; ++j) MmaChunk(acc[mt][j], hi, lo, bw[j], jobs.exact);
       }
     }
   }
@@ -219,21 +219,23 @@ int64_t SkinnySplitBytes(int64_t m, int64_t k, const int64_t* n, int count) {
 }
 
 bool SkinnyGemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y, bool accumulate,
-                uint16_t* x_split, cudaStream_t s) {
+                uint16_t* x_split, bool exact, cudaStream_t s) {
   if (!SkinnyGemmFits(x, m, k, w)) return false;
   SkinnyJobs jobs{};
   jobs.w[0] = w, jobs.y[0] = y, jobs.n[0] = static_cast<int>(n), jobs.count = 1;
+  jobs.exact = exact;
   LaunchSkinnyRows(x, m, k, jobs, accumulate, x_split, s);
   return true;
 }
 
 bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, int64_t n0, float* y0,
                      const uint16_t* w1, int64_t n1, float* y1, const uint16_t* w2, int64_t n2, float* y2,
-                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, cudaStream_t s) {
+                     const uint16_t* w3, int64_t n3, float* y3, uint16_t* x_split, bool exact, cudaStream_t s) {
   const uint16_t* w[kSkinnyMaxJobs] = {w0, w1, w2, w3};
   float* y[kSkinnyMaxJobs] = {y0, y1, y2, y3};
   const int64_t n[kSkinnyMaxJobs] = {n0, n1, n2, n3};
   SkinnyJobs jobs{};
+  jobs.exact = exact;
   for (int j = 0; j < kSkinnyMaxJobs; ++j) {
     if (!w[j] || n[j] <= 0) continue;
     if (!SkinnyGemmFits(x, m, k, w[j])) return false;

@@ -27,6 +27,7 @@ struct SkinnyJobs {
   int n[kSkinnyMaxJobs];
   int first_tile[kSkinnyMaxJobs + 1];
   int count;
+  bool exact;  // x split hi + lo (f32 activations) or rounded to bf16 (the hi part alone)
 };
 
 // A block's share of a launch whose grid is (column tile, row tile) cells x splits blocks, a cluster

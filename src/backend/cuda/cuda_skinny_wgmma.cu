@@ -169,7 +169,9 @@ struct SkinnyTensorMaps {
 
 // kPreSplit: both operands from shared memory, x split beforehand (x_split); else x's f32 rows are
 // split into A fragments in registers by every block (few column tiles: LaunchSkinnyWgmma).
-template <bool kPreSplit>
+// kExact: x's hi and lo parts multiplied (f32 activations); else hi alone (bf16 activations, half
+// the wgmmas). A template argument, not jobs.exact: a branch between the wgmmas serialises them.
+template <bool kPreSplit, bool kExact>
 __global__ void __launch_bounds__(kWgThreads, 1)
     SkinnyGemmWgmmaKernel(const float* x, int m, int k, const SkinnyJobs jobs, bool accumulate, int k_chunk,
                           int row_tiles, const __grid_constant__ SkinnyTensorMaps maps) {
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int j = 0; j < 4; ++j) {  // k step j starts 32 j bytes into each 128-byte row
         const uint64_t bd = WgmmaDescriptor(b + 32 * j);
         Wgmma64x128(acc, WgmmaDescriptor(a + 32 * j), bd);
-        Wgmma64x128(acc, WgmmaDescriptor(a + kWgXBox + 32 * j), bd);
+        if constexpr (kExact) Wgmma64x128(acc, WgmmaDescriptor(a + kWgXBox + 32 * j), bd);
       }
       WgmmaCommit();
       WgmmaWait<1>();
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int j = 0; j < 4; ++j) {
         const uint64_t desc = WgmmaDescriptor(b + 32 * j);
         Wgmma64x128(acc, hi[j], desc);
-        Wgmma64x128(acc, lo[j], desc);
+        if constexpr (kExact) Wgmma64x128(acc, lo[j], desc);
       }
       WgmmaCommit();
       WgmmaWait<1>();
@@ -413,14 +415,17 @@ bool LaunchSkinnyWgmma(const float* x, int64_t m, int64_t k, SkinnyJobs jobs, bo
     n[j] = jobs.n[j];
   }
   if (x_split && SkinnyWgmmaPreSplits(n, jobs.count) && SplitTensorMap(x_split, m, k, &maps.x)) {
+    // bf16 activations still fill the lo box (its TMA copy is counted in every stage), unread.
     F32ToBf16Split(x, m * k, x_split, x_split + m * k, s);
-    LaunchSkinnyGrid(SkinnyGemmWgmmaKernel<true>, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
-                     /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
+    LaunchSkinnyGrid(jobs.exact ? SkinnyGemmWgmmaKernel<true, true> : SkinnyGemmWgmmaKernel<true, false>, kWgSmem,
+                     kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits, /*programmatic=*/true, x, m, k, jobs,
+                     accumulate, s, maps);
     return true;
   }
   if (!ActivationTensorMap(x, m, k, &maps.x)) return false;
-  LaunchSkinnyGrid(SkinnyGemmWgmmaKernel<false>, kWgSmem, kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits,
-                   /*programmatic=*/true, x, m, k, jobs, accumulate, s, maps);
+  LaunchSkinnyGrid(jobs.exact ? SkinnyGemmWgmmaKernel<false, true> : SkinnyGemmWgmmaKernel<false, false>, kWgSmem,
+                   kWgThreads, kWgRows, kWgCols, kWgKt, kWgMaxSplits, /*programmatic=*/true, x, m, k, jobs, accumulate,
+                   s, maps);
   return true;
 }
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Device-side, one call (after `bash scripts/gpu_bundle.sh build` here; carry ["build-data/gpu-bundle"]):
+# every CUDA test of the bundle except the benchmarks (test_backend 'Cuda*', test_engine '*OnCuda*'),
+# failures and the golden / conformance lines on stdout, whole logs under $OUT.
+set -u
+cd "$(dirname "$0")/.."
+P=$(mktemp -d); xz -dc build-data/gpu-bundle/bundle.tar.xz | tar -C "$P" -xf -
+export LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout 420 stdbuf -o0 "$P/test_backend" --gtest_filter='Cuda*:*/Cuda*:-CudaBench*:*CudaGdnBench*' >"$OUT/backend.txt" 2>&1
+echo "test_backend rc=$?"
+grep -E "golden cuda|bf16 activations|^\[  (PASSED|FAILED) |Failure|Expected|Which" "$OUT/backend.txt" | head -60
+timeout 150 stdbuf -o0 "$P/test_engine" --gtest_filter='*OnCuda*' >"$OUT/engine.txt" 2>&1
+echo "test_engine rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure" "$OUT/engine.txt" | head
