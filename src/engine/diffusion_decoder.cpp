@@ -136,6 +136,7 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
                    [](const Candidate& a, const Candidate& c) { return a.conf > c.conf; });
 
   std::vector<Candidate> chosen;
+  float& margin = view.decision_margin;
   if (!masked.empty()) {
     if (params_.policy == DiffusionPolicy::kStatic) {
       // n = schedule[step]; past the schedule (cannot happen while the schedule covers the block)
@@ -143,10 +144,16 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
       int64_t n = step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : masked.size();
       n = std::min<int64_t>(std::max<int64_t>(n, 1), masked.size());
       chosen.assign(masked.begin(), masked.begin() + n);
+      if (n < static_cast<int64_t>(masked.size())) margin = masked[n - 1].conf - masked[n].conf;
     } else {
       for (const auto& c : masked)
         if (c.conf > params_.threshold) chosen.push_back(c);
-      if (chosen.empty()) chosen.push_back(masked.front());
+      if (chosen.empty()) {
+        chosen.push_back(masked.front());
+        // Nothing passed: the most confident is taken, over the runner-up.
+        if (masked.size() > 1) margin = masked[0].conf - masked[1].conf;
+      }
+      for (const auto& c : masked) margin = std::min(margin, std::fabs(c.conf - params_.threshold));
     }
     // Report in position order with their confidences (the fixtures' trace order).
     std::sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& c) { return a.index < c.index; });
@@ -162,6 +169,7 @@ DiffusionStepView DiffusionDecoder::Apply(PickFn pick) {
       if (block_start_ + i < prompt_len_) continue;  // never edit the prompt
       float conf = 0.f;
       int32_t x0 = pick(i, &conf);
+      if (x0 != block_[i]) margin = std::min(margin, std::fabs(conf - params_.edit_threshold));
       if (x0 != block_[i] && conf > params_.edit_threshold) {
         block_[i] = x0;
         conf_[i] = conf;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,13 @@ struct DiffusionStepView {
   std::vector<int32_t> block_tokens;   // current block, mask id where still masked
   std::vector<int64_t> unmasked;       // absolute positions unmasked in this step
   std::vector<float> conf;             // their confidences
+  // How far the step's unmasking decisions were from going the other way: the smallest gap between
+  // a candidate's confidence and the rule's boundary (threshold: |conf - threshold| over the masked
+  // positions; static: the last chosen's confidence minus the first left out's; editing pass: |conf -
+  // edit threshold| over the changed argmaxes). Infinity when nothing competed (one candidate, or
+  // every one taken). Confidences that move by less than this cannot change the decisions (a CPU /
+  // GPU trace comparison reads it). Not set for grammar-constrained steps (infinity).
+  float decision_margin = std::numeric_limits<float>::infinity();
 };
 
 struct RequestStats {

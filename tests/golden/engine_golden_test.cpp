@@ -4,7 +4,9 @@
 // the diffusion cases also on the GPU when one is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 
@@ -130,6 +132,31 @@ DiffusionParams CaseParams(const json& c, int32_t mask) {
 }
 
 // Same unmasked positions and tokens; confidences within conf_tol (1e-4 on the CPU).
+// Whether the run's trace is the reference's: the same steps, positions and tokens, confidences within
+// conf_tol. *first_diff: the first step that differs (steps.size() when none); *deviation: the largest
+// |confidence - reference| over the matching steps' unmasked positions.
+bool TraceMatches(const json& ref_trace, const std::vector<DiffusionStepView>& steps, double conf_tol,
+                  size_t* first_diff, double* deviation) {
+  *deviation = 0;
+  for (size_t i = 0; i < std::min(steps.size(), ref_trace.size()); ++i) {
+    const json& r = ref_trace[i];
+    const auto& s = steps[i];
+    *first_diff = i;
+    if (s.block_start != r["block_start"].get<int64_t>() || s.step != r["step"].get<int64_t>() ||
+        s.unmasked != r["unmasked"].get<std::vector<int64_t>>())
+      return false;
+    auto toks = r["tokens"].get<std::vector<int32_t>>();
+    auto confs = r["conf"].get<std::vector<float>>();
+    for (size_t j = 0; j < s.unmasked.size(); ++j) {
+      const double d = std::fabs(double(s.conf[j]) - confs[j]);
+      if (s.block_tokens[s.unmasked[j] - s.block_start] != toks[j] || !(d <= conf_tol)) return false;
+      *deviation = std::max(*deviation, d);
+    }
+  }
+  *first_diff = std::min(steps.size(), ref_trace.size());
+  return steps.size() == ref_trace.size();
+}
+
 void ExpectTraceEqual(const json& ref_trace, const std::vector<DiffusionStepView>& steps, const std::string& what,
                       double conf_tol = 1e-4) {
   ASSERT_EQ(steps.size(), ref_trace.size()) << what;
@@ -170,6 +197,23 @@ void RunDiffusionCases(const std::string& fam, const std::string& device, double
     engine.Submit(std::move(req));
     engine.RunUntilIdle();
     ASSERT_TRUE(out.finished) << out.error;
+    // Issue 32: the run's smallest decision margin (DiffusionStepView::decision_margin: how close an
+    // unmasking decision came to going the other way) against this device's confidence error
+    // (conf_tol). A trace that differs from the reference is explained only when a decision up to
+    // the first differing step was closer than that error (rounding picked the other side); any
+    // other difference is a bug and fails with the whole comparison.
+    size_t first_diff = 0;
+    double deviation = 0;
+    const bool same = TraceMatches(c["trace"], out.steps, conf_tol, &first_diff, &deviation);
+    double margin = INFINITY;
+    for (size_t i = 0; i < out.steps.size() && i <= first_diff; ++i)
+      margin = std::min<double>(margin, out.steps[i].decision_margin);
+    std::printf("diffusion %s %s: %s; smallest decision margin %.3e, largest confidence deviation %.3e\n",
+                device.c_str(), what.c_str(), same ? "trace identical" : "trace differs", margin, deviation);
+    if (!same && margin < conf_tol) {
+      std::printf("  explained: step %zu's decision margin is below the device's error %.1e\n", first_diff, conf_tol);
+      continue;
+    }
     EXPECT_EQ(out.raw, Ids(c["output"])) << what;
     ExpectTraceEqual(c["trace"], out.steps, what, conf_tol);
 
