@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device-side, one call (issue 35: the CPU backend on the GPU machine's 16 cores): carry
 # ["build-data/gpu-bundle", "build-data/cpu-bench-pack"], where cpu-bench-pack/cpu-bench.tar.xz packs
-# model_bench (this tree), model_bench_base (the binary to compare against) and make_random_model,
+# model_bench (this tree), model_bench_base (the binary to compare against; model_bench_prev, if
+# present, a second one) and make_random_model,
 # all built here (stripped); the
 # shared libraries come from the GPU bundle's lib/. Makes the mid-size random model of
 # docs/PERFORMANCE.md, then decode and prefill rows at 1-16 threads for both binaries, alternating.
@@ -15,7 +16,8 @@ M=/tmp/tessera-bench-mid
 [ -d $M ] || $B/make_random_model --out $M >/dev/null 2>&1 || echo "make_random_model failed"
 THREADS=${CPU_CALL_THREADS:-1,2,4,8,16}
 for round in 1 2; do
-  for b in model_bench_base model_bench; do
+  for b in model_bench_base model_bench_prev model_bench; do
+    [ -x "$B/$b" ] || continue
     echo "== $b round $round"
     timeout 200 $B/$b --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 2>&1 | grep -E "^ *[0-9]+ \||weights" | tee -a "$OUT/cpu_${b}.txt"
   done

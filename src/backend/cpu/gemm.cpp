@@ -229,7 +229,9 @@ void GemmF32xBf16Batch(const GemmBf16Job* jobs, int count, ThreadPool* pool) {
   ColumnsFn fn;
   XLayout layout;
   Bf16Kernel(&fn, &layout);
-  const int threads = pool ? pool->size() : 1;
+  int64_t macs = 0;
+  for (int j = 0; j < count; ++j) macs += jobs[j].m * jobs[j].n * jobs[j].k;
+  const int threads = pool && macs >= kMinParallelMacs ? pool->size() : 1;  // as Run decides
   std::vector<GemmArgs> args(count);
   std::vector<std::vector<float>> packed_f32(count);
   std::vector<std::vector<uint16_t>> packed_bf16(count);
