@@ -291,14 +291,24 @@ TEST(EngineLazyGrammar, ChoicesAndDiffusionFollowTheSameRule) {
     CheckCalls(outs, 3, "engine_lazy_n");
   }
   Engine engine(f.model.get(), f.tok.get(), Config(true));
+  // Under the sanitizers 2 diffusion requests, one per policy, not 6: there the 6 took 70 s alone
+  // (120-170 s in ctest -j2 runs). Both schedules still constrain their calls (about 2 calls a
+  // request: at least 2 in all); the release build runs all 6 and wants 4.
+#ifdef TESSERA_SANITIZED
+  constexpr uint64_t kDiffusionJobs = 2;
+  constexpr size_t kMinDiffusionCalls = 2;
+#else
+  constexpr uint64_t kDiffusionJobs = 6;
+  constexpr size_t kMinDiffusionCalls = 4;
+#endif
   std::vector<Job> jobs;
-  for (uint64_t s = 0; s < 6; ++s) {
+  for (uint64_t s = 0; s < kDiffusionJobs; ++s) {
     Job j;
     j.seed = 500 + s;
     j.diffusion = s % 2 == 0 ? Diffusion(8, 4, DiffusionPolicy::kStatic) : Diffusion(16, 16, DiffusionPolicy::kThreshold);
     jobs.push_back(j);
   }
-  CheckCalls(RunJobs(engine, jobs), 4, "engine_lazy_diffusion");
+  CheckCalls(RunJobs(engine, jobs), kMinDiffusionCalls, "engine_lazy_diffusion");
 }
 
 TEST(EngineLazyGrammar, BadTriggersAreRefused) {

@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, requireDep, arModel, bytesTokenizer } from './lib/server.mjs';
+import { startServer, requireDep, arModel, bytesTokenizer, sanitized } from './lib/server.mjs';
 
 const OpenAI = requireDep('openai');
 const base = ['--model', arModel, '--tokenizer', bytesTokenizer, '--served-model-name', 'fixture'];
@@ -18,6 +18,10 @@ const post = (url, body, key, extraHeaders = {}) =>
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
 const small = { model: 'fixture', prompt: 'hi', max_tokens: 2 };
+// The long streams below run past the requests and the signal sent while they stream; under the
+// sanitizers (ASan + UBSan build), where a token takes ~15-20 ms, 3000 and 1500 tokens took 64 s and
+// 21 s to drain, so there they are 10 times shorter (still seconds past what is sent meanwhile).
+const longTokens = (n) => (sanitized ? n / 10 : n);
 
 test('API keys from --api-key, --api-key-file and TESSERA_API_KEY; /health open', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-keys-'));
@@ -61,7 +65,7 @@ test('concurrency cap with a bounded queue: 429 with Retry-After beyond it', asy
     const c = new OpenAI({ apiKey: 'none', baseURL: `${s.url}/v1`, maxRetries: 0 });
     // Long enough to still run when the next requests arrive; sampled so that it streams text (see
     // openai_client.test.mjs on the fixture's greedy path).
-    const long = await c.completions.create({ model: 'fixture', prompt: 'long', max_tokens: 3000, temperature: 1, seed: 5,
+    const long = await c.completions.create({ model: 'fixture', prompt: 'long', max_tokens: longTokens(3000), temperature: 1, seed: 5,
                                               ignore_eos: true, stream: true });
     const it = long[Symbol.asyncIterator]();
     await it.next();  // the long request holds the only slot
@@ -90,7 +94,7 @@ test('413 on an oversized body, then serving goes on', async () => {
 test('SIGTERM during a stream: the stream completes and the process exits 0', async () => {
   const s = await startServer([...base, '--drain-timeout', '60']);
   const c = new OpenAI({ apiKey: 'none', baseURL: `${s.url}/v1`, maxRetries: 0 });
-  const stream = await c.completions.create({ model: 'fixture', prompt: 'drain', max_tokens: 1500, ignore_eos: true, temperature: 1,
+  const stream = await c.completions.create({ model: 'fixture', prompt: 'drain', max_tokens: longTokens(1500), ignore_eos: true, temperature: 1,
                                               seed: 3, stream: true });
   let chunks = 0, finish = null, afterSignal = 0, signalled = false;
   for await (const chunk of stream) {

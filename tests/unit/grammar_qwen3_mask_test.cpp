@@ -82,6 +82,16 @@ void Walk(const std::shared_ptr<const grammar::CompiledGrammar>& g, uint32_t see
   }
 }
 
+// Under the sanitizers one walk per grammar, not two: each sampled state tries all 151,669 tokens on
+// a fresh matcher, and the 80 states took 34 s there (45-70 s in ctest -j2 runs). 40 states of the
+// same five grammars at the same depths are still compared token for token; the release build
+// compares all 80.
+#ifdef TESSERA_SANITIZED
+const std::vector<uint32_t> kBruteForceSeeds = {1u};
+#else
+const std::vector<uint32_t> kBruteForceSeeds = {1u, 2u};
+#endif
+
 TEST(GrammarQwen3Masks, EqualBruteForce) {
   QWEN3_OR_SKIP(vocab);
   const std::vector<std::pair<GrammarFormat, std::string>> grammars = {
@@ -107,7 +117,7 @@ TEST(GrammarQwen3Masks, EqualBruteForce) {
   for (size_t i = 0; i < grammars.size(); ++i) {
     SCOPED_TRACE(grammars[i].second);
     auto g = Qwen3Compiler().Compile(grammars[i].first, grammars[i].second);
-    for (uint32_t seed : {1u, 2u}) {
+    for (uint32_t seed : kBruteForceSeeds) {
       Walk(g, seed + static_cast<uint32_t>(i) * 10, {0, 1, 2, 4, 7, 11, 16, 24},
            [&](GrammarMatcher& m, const std::vector<uint32_t>& mask, const std::string& text) {
              SCOPED_TRACE("after '" + text + "'");
@@ -125,7 +135,7 @@ TEST(GrammarQwen3Masks, EqualBruteForce) {
            });
     }
   }
-  EXPECT_GE(states, 40);
+  EXPECT_GE(states, 20 * static_cast<int>(kBruteForceSeeds.size()));
 }
 
 TEST(GrammarQwen3Masks, RegexMasksEqualPcre2PartialMatching) {

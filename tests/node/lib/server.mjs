@@ -1,6 +1,7 @@
 // Test helpers for the node tests: start a real `tessera serve` on an ephemeral port, wait for it
 // to be ready, stop it with SIGTERM; load npm packages from build-data/node; parse Prometheus text.
-// Environment (set by ctest, see CMakeLists.txt): TESSERA_BIN, TESSERA_SOURCE_DIR, TESSERA_NODE_MODULES.
+// Environment (set by ctest, see CMakeLists.txt): TESSERA_BIN, TESSERA_SOURCE_DIR, TESSERA_NODE_MODULES,
+// TESSERA_SANITIZED.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -10,6 +11,10 @@ export const sourceDir = process.env.TESSERA_SOURCE_DIR ?? path.resolve(import.m
 export const fixtures = path.join(sourceDir, 'tests/data/fixtures');
 export const arModel = path.join(fixtures, 'models/qwen3_moe');
 export const bytesTokenizer = path.join(fixtures, 'tokenizers/bytes');
+// True in the AddressSanitizer + UBSan build (CMakeLists.txt sets TESSERA_SANITIZED=1 for the node
+// tests there): `tessera serve` runs several times slower, and a test may take a smaller sample of
+// its workload, saying what and why where it does; the release build runs all of it.
+export const sanitized = process.env.TESSERA_SANITIZED === '1';
 
 // An npm package of build-data/node (scripts/fetch_test_data.sh installs them); a clear failure
 // when they are missing rather than a skip: CI installs them.
