@@ -324,5 +324,34 @@ TEST(EngineDiffusionDecoder, PickedStepsEqualLogitsSteps) {
   }
 }
 
+// DiffusionStepView::decision_margin: how far each rule's decision was from going the other way.
+TEST(EngineDiffusionDecoder, DecisionMarginIsTheGapToTheRulesBoundary) {
+  DiffusionParams p;
+  p.block_size = 4;
+  p.steps = 2;
+  p.mask_token_id = 5;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  const std::vector<int32_t> tokens = {7, 8, 9, 10};
+  {  // static: 2 of 4 a step; the last taken (0.5) against the first left out (0.45)
+    p.policy = DiffusionPolicy::kStatic;
+    DiffusionDecoder d(p, prompt);
+    const std::vector<float> probs = {0.9f, 0.45f, 0.5f, 0.1f};
+    const DiffusionStepView v = d.ApplyPickedStep(tokens.data(), probs.data());
+    ASSERT_EQ(v.unmasked.size(), 2u);
+    EXPECT_NEAR(v.decision_margin, 0.05f, 1e-6);
+    // Step 2 takes the remaining two: nothing left out, nothing competed.
+    EXPECT_TRUE(std::isinf(d.ApplyPickedStep(tokens.data(), probs.data()).decision_margin));
+  }
+  {  // threshold 0.3: the closest confidence to it, taken or not
+    p.policy = DiffusionPolicy::kThreshold;
+    p.threshold = 0.3f;
+    DiffusionDecoder d(p, prompt);
+    const std::vector<float> probs = {0.9f, 0.32f, 0.2f, 0.1f};
+    const DiffusionStepView v = d.ApplyPickedStep(tokens.data(), probs.data());
+    ASSERT_EQ(v.unmasked.size(), 2u);
+    EXPECT_NEAR(v.decision_margin, 0.02f, 1e-6);
+  }
+}
+
 }  // namespace
 }  // namespace tessera
