@@ -3,8 +3,10 @@
 // prints time, GB/s of bf16 weight bytes streamed and GFLOP/s, next to the machine's memcpy
 // bandwidth (1 GiB buffer) so decode numbers read as a fraction of what memory can deliver.
 // Weights rotate through >= 512 MiB of copies so a repeated call never finds them in cache.
+// --quant int4|int8|fp8 times GemmF32xQuant instead (random codes, one f32 scale per 128 columns for
+// int4 and per row for int8 / fp8, as --quantization makes them); GB/s then counts codes + scales.
 //
-// Usage: gemm_bench [--quick] [--kernel NAME] [--m M]
+// Usage: gemm_bench [--quick] [--kernel NAME] [--m M] [--quant KIND]
 //   --quick: m = 1 and 32 only, fewer repetitions; --kernel: one kernel; --m: one batch size.
 #include <fmt/format.h>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 
 namespace {
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string_view only_kernel;
   std::vector<int64_t> ms = {1, 4, 32, 128};
+  QuantKind quant = QuantKind::kNone;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
@@ -58,8 +62,16 @@ int main(int argc, char** argv) {
       only_kernel = argv[++i];
     } else if (arg == "--m" && i + 1 < argc) {
       ms = {std::atoll(argv[++i])};
+    } else if (arg == "--quant" && i + 1 < argc) {
+      const std::string_view q = argv[++i];
+      quant = q == "int4" ? QuantKind::kInt4 : q == "int8" ? QuantKind::kInt8 : q == "fp8" ? QuantKind::kFp8
+                                                                                        : QuantKind::kNone;
+      if (quant == QuantKind::kNone) {
+        fmt::print(stderr, "gemm_bench: --quant takes int4, int8 or fp8\n");
+        return 2;
+      }
     } else {
-      fmt::print(stderr, "usage: gemm_bench [--quick] [--kernel NAME] [--m M]\n");
+      fmt::print(stderr, "usage: gemm_bench [--quick] [--kernel NAME] [--m M] [--quant int4|int8|fp8]\n");
       return 2;
     }
   }
@@ -80,6 +92,17 @@ int main(int argc, char** argv) {
   for (auto& v : weights) v = static_cast<uint16_t>(0x3c00 + (rng() & 0x3ff)) | (rng() & 0x8000);
   std::vector<float> x(128 * 2048), y(128 * 32000);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  // Quantized: the same random bytes as codes (every byte is an int8 / int4 code; e4m3's NaN bytes
+  // 0x7f / 0xff become 0x7e / 0xfe so fp8 multiplies finite values), f32 scales per group.
+  const int64_t group_of_int4 = 128;
+  std::vector<float> scales;
+  if (quant != QuantKind::kNone) {
+    auto* bytes = reinterpret_cast<uint8_t*>(weights.data());
+    for (size_t i = 0; i < pool_elems * 2; ++i)
+      if ((bytes[i] & 0x7f) == 0x7f) bytes[i] &= 0xfe;  // e4m3 NaN -> 448's neighbour
+    scales.resize(size_t{1} << 24);
+    for (auto& v : scales) v = std::uniform_real_distribution<float>(1e-3f, 2e-3f)(rng);
+  }
 
   ThreadPool two(2);
   fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10} {:>8} {:>7} {:>8}\n", "kernel", "thr", "m", "n",
@@ -96,12 +119,24 @@ int main(int argc, char** argv) {
         if (std::string_view(kernel) == "generic" && m > 4) continue;
         for (auto [n, k] : nks) {
           const size_t w_elems = static_cast<size_t>(n * k);
-          const size_t copies = std::max<size_t>(1, pool_elems / w_elems);
+          WeightQuant q;
+          q.kind = quant;
+          q.group = quant == QuantKind::kInt4 ? group_of_int4 : k;
+          const size_t code_bytes = quant == QuantKind::kNone ? w_elems * 2 : static_cast<size_t>(n * QuantRowBytes(quant, k));
+          const size_t scale_count = quant == QuantKind::kNone ? 0 : static_cast<size_t>(n * q.Groups(k));
+          const size_t copies = std::max<size_t>(1, pool_elems * 2 / code_bytes);
+          const size_t scale_copies = scale_count ? std::max<size_t>(1, scales.size() / scale_count) : 1;
           ThreadPool* pool = threads == 2 ? &two : nullptr;
           size_t slot = 0;
           auto call = [&] {
-            GemmF32xBf16(x.data(), m, k, weights.data() + (slot++ % copies) * w_elems, n, y.data(),
-                         pool);
+            const size_t s = slot++;
+            if (quant == QuantKind::kNone) {
+              GemmF32xBf16(x.data(), m, k, weights.data() + (s % copies) * w_elems, n, y.data(), pool);
+              return;
+            }
+            q.scales = scales.data() + (s % scale_copies) * scale_count;
+            GemmF32xQuant(x.data(), m, k, reinterpret_cast<const uint8_t*>(weights.data()) + (s % copies) * code_bytes,
+                          q, n, y.data(), pool);
           };
           call();  // warm-up (page-in of x/y, pool wake-up)
           const double budget = quick ? 0.1 : 0.3;
@@ -114,7 +149,7 @@ int main(int argc, char** argv) {
             elapsed = Seconds(t0, Clock::now());
           } while (elapsed < budget && reps < 2000);
           const double t = elapsed / reps;
-          const double gbps = w_elems * 2.0 / t / 1e9;
+          const double gbps = (code_bytes + scale_count * 4.0) / t / 1e9;
           const double gflops = 2.0 * m * n * k / t / 1e9;
           fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10.1f} {:>8.1f} {:>6.0f}% {:>8.1f}\n", kernel,
                      threads, m, n, k, t * 1e6, gbps, 100 * gbps / copy_gbps, gflops);

@@ -203,7 +203,17 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{QuantKind::kInt8, 2, 24, 64, 64, false, false, ActQuant::kStatic},
                       GemmCase{QuantKind::kFp8, 1, 70, 256, 128, false, false, ActQuant::kNone},
                       GemmCase{QuantKind::kFp8, 9, 31, 64, 64, false, false, ActQuant::kDynamicPerToken},
-                      GemmCase{QuantKind::kFp8, 2, 16, 64, 64, false, false, ActQuant::kStatic}));
+                      GemmCase{QuantKind::kFp8, 2, 16, 64, 64, false, false, ActQuant::kStatic},
+                      // The AVX-512 dot's 32-column path: every row count up to 4, weight rows not a
+                      // multiple of its tiles, zero points, act order, several groups a row.
+                      GemmCase{QuantKind::kInt4, 2, 37, 512, 128, false, false, ActQuant::kNone},
+                      GemmCase{QuantKind::kInt4, 3, 9, 64, 64, true, true, ActQuant::kNone},
+                      GemmCase{QuantKind::kInt4, 4, 11, 256, 32, true, false, ActQuant::kNone},
+                      GemmCase{QuantKind::kInt8, 4, 29, 192, 64, true, false, ActQuant::kNone},
+                      GemmCase{QuantKind::kInt8, 1, 7, 96, 96, false, false, ActQuant::kNone},
+                      GemmCase{QuantKind::kFp8, 3, 13, 96, 32, false, false, ActQuant::kNone},
+                      GemmCase{QuantKind::kFp8, 1, 6, 160, 128, false, false, ActQuant::kNone},  // short last group
+                      GemmCase{QuantKind::kInt4, 2, 5, 224, 64, true, false, ActQuant::kNone}));
 
 TEST(QuantGemm, ThreadedEqualsSingleThreaded) {
   RandomQuant r = MakeQuant(QuantKind::kInt4, 300, 512, 128, true, false, 3);

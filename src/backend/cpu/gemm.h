@@ -113,8 +113,13 @@ void DequantRowsAvx2(const void* codes, const WeightQuant& q, int64_t k, int64_t
 // multiplied into up to kQuantDotMaxRows input rows at once; y[:, j0:j1] (+)=. The decode regime, where
 // writing and re-reading an f32 tile costs more than the compressed read.
 constexpr int64_t kQuantDotMaxRows = 4;
+// k and the group size multiples of 32 take a faster path (several weight rows at a time, int4 codes
+// looked up in a per-group table); for int4 it wants x split by QuantDotSplitInput (each 32 columns
+// as their 16 even then their 16 odd values).
 void QuantDotRowsAvx512(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t j0,
                         int64_t j1, float* y, int64_t n, bool accumulate);
+bool QuantDotFast(const WeightQuant& q, int64_t k);
+void QuantDotSplitInput(const float* x, int64_t m, int64_t k, float* out);
 bool CurrentHasQuantDot();
 // The ISA's f32 column kernel (gemm.cpp's choice for GemmF32xF32) and dequantizer.
 ColumnsFn CurrentF32Columns();

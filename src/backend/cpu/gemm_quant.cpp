@@ -40,6 +40,7 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 
 thread_local std::vector<float> t_tile;
 thread_local std::vector<float> t_input;
+thread_local std::vector<float> t_split;
 
 // x rounded to the weight's code type row by row (W8A8), then gathered by the act-order permutation.
 const float* PrepareInput(const float* x, int64_t m, int64_t k, const WeightQuant& q) {
@@ -99,11 +100,17 @@ void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, cons
   if (threads > 1) block = std::min(block, std::max<int64_t>(8, (n + 2 * threads - 1) / (2 * threads) / 8 * 8));
   const int64_t blocks = (n + block - 1) / block;
   const bool dot = m <= gemm_internal::kQuantDotMaxRows && gemm_internal::CurrentHasQuantDot();
+  const float* dot_x = static_cast<const float*>(args.x);
+  if (dot && q.kind == QuantKind::kInt4 && gemm_internal::QuantDotFast(q, k)) {
+    t_split.resize(static_cast<size_t>(m * k));
+    gemm_internal::QuantDotSplitInput(dot_x, m, k, t_split.data());
+    dot_x = t_split.data();
+  }
   auto body = [&](size_t b0, size_t b1, int) {
     if (dot) {  // few rows: codes decoded into registers, no tile
       for (size_t b = b0; b < b1; ++b) {
         const int64_t j0 = static_cast<int64_t>(b) * block, j1 = std::min(n, j0 + block);
-        gemm_internal::QuantDotRowsAvx512(static_cast<const float*>(args.x), m, k, codes, q, j0, j1, y, n, accumulate);
+        gemm_internal::QuantDotRowsAvx512(dot_x, m, k, codes, q, j0, j1, y, n, accumulate);
       }
       return;
     }
