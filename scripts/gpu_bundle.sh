@@ -3,7 +3,7 @@
 # spend its time compiling (scripts/gpu_check.sh takes the pack through GPU_CHECK_BUNDLE).
 #   bash scripts/gpu_bundle.sh [BUILD_DIR] [OUT_FILE]
 # BUILD_DIR (default build-cuda-tp) must be a TESSERA_CUDA=ON build; its test_backend and test_engine
-# (and bench's cuda_launch_chain when built) go into OUT_FILE (default build-data/gpu-bundle/bundle.tar.xz)
+# (and test_model, bench's cuda_launch_chain when built) go into OUT_FILE (default build-data/gpu-bundle/bundle.tar.xz)
 # with the shared libraries they load from this machine's Debian packages (spdlog, fmt, ...). Left
 # out: the C and C++ runtimes, which every Linux machine has, and the CUDA toolkit's libraries
 # (cuBLASLt alone is ~0.5 GB), which the GPU machine has in /usr/local/cuda. The pack must stay
@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build-cuda-tp}
 OUT_FILE=${2:-$ROOT/build-data/gpu-bundle/bundle.tar.xz}
 bins=()
-for b in test_backend test_engine cuda_launch_chain; do
+for b in test_backend test_engine test_model cuda_launch_chain; do
   [ -x "$BUILD/$b" ] && bins+=("$BUILD/$b")
 done
 for b in test_backend test_engine; do

@@ -8,7 +8,7 @@
 // W8A8 schemes (inputs rounded to 8 bits, which the float reference does not do): the measured
 // agreement on the long prompt is reported and bounded. Quantization at load: codes and scales of every
 // Linear are the documented rounding (numpy's, bit for bit). Broken checkpoints fail at load naming
-// what is wrong.
+// what is wrong. With a CUDA device, every fixture on the GPU against the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -147,6 +147,44 @@ TEST_P(QuantGolden, LogitsAndContinuationMatchTheDequantizedReference) {
   if (!f.w8a8) {
     const auto prompt = ref["short_ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(Greedy(*model, prompt, 16), Greedy(*reference, prompt, 16));
+  }
+}
+
+// The CUDA backend against the CPU on every fixture: issue 5's conformance tolerances (max |logit
+// diff| <= 5e-2, argmax on >= 99% of rows) and the same greedy continuation. W8A8 fixtures: both
+// backends round the inputs by the same rule, but an input at a rounding boundary may land on the
+// other side from a 1e-7 difference upstream (and in these tiny random MoE models flip a router
+// choice), so they get the bounds of their reference comparison. Skipped without a device.
+TEST_P(QuantGolden, CudaMatchesTheCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  const QuantFixture f = GetParam();
+  LoadOptions o;
+  o.device = "cuda";
+  auto gpu = Model::Load(Dir(f.name), o);
+  auto cpu = Model::Load(Dir(f.name));
+  const std::string base = std::string(f.name).rfind("qwen3_5_moe", 0) == 0 ? "qwen3_5_moe" : "qwen3_moe";
+  const nlohmann::json ref = ReadJsonFile(DataPath("fixtures/models/" + base + "/reference.json"));
+  const int64_t V = cpu->config().vocab_size;
+  for (const char* which : {"short", "long"}) {
+    const auto ids = ref[std::string(which) + "_ids"].get<std::vector<int32_t>>();
+    const int64_t T = static_cast<int64_t>(ids.size());
+    NpyArray want;
+    want.shape = {T, V};
+    want.data = Logits(*cpu, ids).logits;
+    const Agreement a = Compare(Logits(*gpu, ids).logits, want, T, V);
+    std::printf("quant golden cuda %-40s %-5s max abs %.3e argmax %ld/%ld\n", f.name, which, a.max_abs,
+                static_cast<long>(a.argmax_same), static_cast<long>(a.rows));
+    if (!f.w8a8) {
+      EXPECT_LE(a.max_abs, 5e-2) << which;
+      EXPECT_GE(a.argmax_same * 100, a.rows * 99) << which;
+    } else if (std::string(which) == "long") {
+      EXPECT_GE(a.argmax_same, f.min_argmax_of_100) << which;
+      EXPECT_LE(a.max_abs, f.max_abs) << which;
+    }
+  }
+  if (!f.w8a8) {
+    const auto prompt = ref["short_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(Greedy(*gpu, prompt, 8), Greedy(*cpu, prompt, 8));
   }
 }
 
