@@ -25,12 +25,43 @@ inline float GeluTanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
 }
 
-// Whether the active experts' three matrices are all plain bf16 (GemmF32xBf16Batch takes them).
+// Whether the active experts' three matrices are all plain bf16 (GemmF32xBf16Batch takes them) or
+// all quantized (GemmF32xQuantBatch).
 bool AllBf16(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active) {
   for (int64_t e : active)
     for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
       if (t->quantized() || t->dtype != DType::kBF16 || t->shape.size() != 2) return false;
   return true;
+}
+bool AllQuantized(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active) {
+  for (int64_t e : active)
+    for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
+      if (!t->quantized() || t->shape.size() != 2) return false;
+  return true;
+}
+
+// One product of the batched expert loop: y [m, n] = x [m, k] w^T, w [n, k] bf16 or quantized (the
+// whole batch one or the other).
+struct ExpertProduct {
+  const float* x;
+  int64_t m;
+  const Tensor* w;
+  float* y;
+};
+
+void RunExpertProducts(const std::vector<ExpertProduct>& products, ThreadPool* pool) {
+  if (products.empty()) return;
+  if (products[0].w->quantized()) {
+    std::vector<GemmQuantJob> jobs;
+    for (const ExpertProduct& p : products)
+      jobs.push_back({p.x, p.m, p.w->dim(1), p.w->data, &p.w->quant, p.w->dim(0), p.y});
+    GemmF32xQuantBatch(jobs.data(), static_cast<int>(jobs.size()), pool);
+    return;
+  }
+  std::vector<GemmBf16Job> jobs;
+  for (const ExpertProduct& p : products)
+    jobs.push_back({p.x, p.m, p.w->dim(1), static_cast<const uint16_t*>(p.w->data), p.w->dim(0), p.y});
+  GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool);
 }
 
 // Runs a Linear on the calling thread or the pool; w is [n, k].
@@ -335,7 +366,7 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       for (size_t t = b; t < e; ++t)
         for (int64_t ex : lists[t]) run_expert(ex, nullptr);
     });
-  } else if (threads > 1 && AllBf16(experts, active)) {
+  } else if (threads > 1 && (AllBf16(experts, active) || AllQuantized(experts, active))) {
     // Fewer experts than threads (decode): every expert's gate and up products in one parallel loop
     // over all their column blocks, then every down product in another: two hand-offs of the pool a
     // layer instead of three an expert, and each thread streams a share of all the experts' weights.
@@ -343,26 +374,26 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       std::vector<float> xs, g, u, d;
     };
     std::vector<Bufs> bufs(active.size());
-    std::vector<GemmBf16Job> jobs;
+    std::vector<ExpertProduct> products;
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
       Bufs& b = bufs[a];
       b.xs.resize(m * hidden), b.g.resize(m * inter), b.u.resize(m * inter), b.d.resize(m * hidden);
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(b.xs.data() + i * hidden, x + (assigned[e][i] / k) * hidden, hidden * sizeof(float));
-      for (auto [w, y] : {std::pair{&experts[e].gate, b.g.data()}, std::pair{&experts[e].up, b.u.data()}})
-        jobs.push_back({b.xs.data(), m, hidden, static_cast<const uint16_t*>(w->data), w->dim(0), y});
+      products.push_back({b.xs.data(), m, &experts[e].gate, b.g.data()});
+      products.push_back({b.xs.data(), m, &experts[e].up, b.u.data()});
     }
-    GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool_);
-    jobs.clear();
+    RunExpertProducts(products, pool_);
+    products.clear();
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
       Bufs& b = bufs[a];
       for (int64_t i = 0; i < m * inter; ++i)
         b.g[i] = (act == GluAct::kSilu ? Silu(b.g[i]) : GeluTanh(b.g[i])) * b.u[i];
-      jobs.push_back({b.g.data(), m, inter, static_cast<const uint16_t*>(experts[e].down.data), hidden, b.d.data()});
+      products.push_back({b.g.data(), m, &experts[e].down, b.d.data()});
     }
-    GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool_);
+    RunExpertProducts(products, pool_);
     for (size_t a = 0; a < active.size(); ++a) {
       const auto& rowsel = assigned[active[a]];
       for (size_t i = 0; i < rowsel.size(); ++i) {

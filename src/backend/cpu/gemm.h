@@ -55,6 +55,18 @@ void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n
 // output is the same sequence of operations whatever the thread count.
 void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t n,
                    float* y, ThreadPool* pool, bool accumulate = false);
+// Several quantized products as one parallel loop over all their row blocks (the experts of a decode
+// step, as GemmF32xBf16Batch); each output the same sequence of operations as GemmF32xQuant makes it.
+struct GemmQuantJob {
+  const float* x;  // [m, k]
+  int64_t m, k;
+  const void* codes;
+  const WeightQuant* q;
+  int64_t n;
+  float* y;  // [m, n]
+  bool accumulate = false;
+};
+void GemmF32xQuantBatch(const GemmQuantJob* jobs, int count, ThreadPool* pool);
 
 // Which kernel GemmF32xBf16 runs on this machine: "avx512bf16", "avx512", "avx2" or "generic".
 // (GemmF32xF32 runs the f32 kernel of the same instruction set; "avx512bf16" uses "avx512" there.)

@@ -39,13 +39,12 @@ constexpr int64_t kTileBytes = 256 << 10;
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 
 thread_local std::vector<float> t_tile;
-thread_local std::vector<float> t_input;
-thread_local std::vector<float> t_split;
 
-// x rounded to the weight's code type row by row (W8A8), then gathered by the act-order permutation.
-const float* PrepareInput(const float* x, int64_t m, int64_t k, const WeightQuant& q) {
+// x rounded to the weight's code type row by row (W8A8), then gathered by the act-order permutation,
+// into buf; x itself when the weight asks for neither.
+const float* PrepareInput(const float* x, int64_t m, int64_t k, const WeightQuant& q, std::vector<float>& buf) {
   if (q.act == ActQuant::kNone && !q.perm) return x;
-  t_input.resize(static_cast<size_t>(m * k));
+  buf.resize(static_cast<size_t>(m * k));
   const float qmax = q.kind == QuantKind::kFp8 ? 448.f : 127.f;
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t i = 0; i < m; ++i) {
@@ -68,67 +67,97 @@ const float* PrepareInput(const float* x, int64_t m, int64_t k, const WeightQuan
         }
       }
     }
-    float* dst = t_input.data() + i * k;
+    float* dst = buf.data() + i * k;
     for (int64_t c = 0; c < k; ++c) dst[c] = q.perm ? row[q.perm[c]] : row[c];
   }
-  return t_input.data();
+  return buf.data();
+}
+
+// One product of a batch, its input prepared: the few-row dot (codes decoded into registers) or
+// row blocks dequantized into a per-thread f32 tile for the ISA's f32 column kernel.
+struct PreparedProduct {
+  const GemmQuantJob* job;
+  const float* x;
+  bool dot;
+  std::vector<float> input, split;
+};
+
+void RunBlock(const PreparedProduct& p, int64_t j0, int64_t j1) {
+  const GemmQuantJob& g = *p.job;
+  if (p.dot) {
+    gemm_internal::QuantDotRowsAvx512(p.x, g.m, g.k, g.codes, *g.q, j0, j1, g.y, g.n, g.accumulate);
+    return;
+  }
+  std::vector<float>& tile = t_tile;
+  tile.resize(static_cast<size_t>((j1 - j0) * g.k));
+  gemm_internal::CurrentDequantRows()(g.codes, *g.q, g.k, j0, j1, tile.data());
+  gemm_internal::GemmArgs a;
+  a.x = p.x;
+  a.ldx = g.k;
+  a.m = g.m;
+  a.k = g.k;
+  a.n = g.n;
+  a.accumulate = g.accumulate;
+  a.w = tile.data();
+  a.y = g.y + j0;  // column j of the tile is output column j0 + j (rows of y keep stride n)
+  gemm_internal::CurrentF32Columns()(a, 0, j1 - j0);
 }
 
 }  // namespace
 
-void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t n,
-                   float* y, ThreadPool* pool, bool accumulate) {
-  if (m < 0 || n < 0 || k < 0) Fail(ErrorKind::kInvalidArgument, "gemm: negative shape m={} n={} k={}", m, n, k);
-  if (q.kind == QuantKind::kNone || !q.scales || q.group <= 0)
-    Fail(ErrorKind::kInternal, "gemm: quantized weight without its scales");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) std::fill(y, y + m * n, 0.f);
-    return;
+void GemmF32xQuantBatch(const GemmQuantJob* jobs, int count, ThreadPool* pool) {
+  std::vector<PreparedProduct> prep;
+  prep.reserve(static_cast<size_t>(count));
+  int64_t macs = 0, bytes = 0;
+  for (int j = 0; j < count; ++j) {
+    const GemmQuantJob& g = jobs[j];
+    if (g.m < 0 || g.n < 0 || g.k < 0) Fail(ErrorKind::kInvalidArgument, "gemm: negative shape m={} n={} k={}", g.m, g.n, g.k);
+    if (g.q->kind == QuantKind::kNone || !g.q->scales || g.q->group <= 0)
+      Fail(ErrorKind::kInternal, "gemm: quantized weight without its scales");
+    if (g.m == 0 || g.n == 0) continue;
+    if (g.k == 0) {
+      if (!g.accumulate) std::fill(g.y, g.y + g.m * g.n, 0.f);
+      continue;
+    }
+    PreparedProduct& p = prep.emplace_back();
+    p.job = &g;
+    p.x = PrepareInput(g.x, g.m, g.k, *g.q, p.input);
+    p.dot = g.m <= gemm_internal::kQuantDotMaxRows && gemm_internal::CurrentHasQuantDot();
+    if (p.dot && g.q->kind == QuantKind::kInt4 && gemm_internal::QuantDotFast(*g.q, g.k)) {
+      p.split.resize(static_cast<size_t>(g.m * g.k));
+      gemm_internal::QuantDotSplitInput(p.x, g.m, g.k, p.split.data());
+      p.x = p.split.data();
+    }
+    macs += g.m * g.n * g.k;
+    bytes += g.n * QuantRowBytes(g.q->kind, g.k);
   }
-  gemm_internal::GemmArgs args;
-  args.x = PrepareInput(x, m, k, q);
-  args.ldx = k;
-  args.m = m;
-  args.k = k;
-  args.n = n;
-  args.accumulate = accumulate;
-  const gemm_internal::ColumnsFn columns = gemm_internal::CurrentF32Columns();
-  const gemm_internal::DequantRowsFn dequant = gemm_internal::CurrentDequantRows();
-  const int threads = pool && m * n * k >= kMinParallelMacs ? pool->size() : 1;
-  int64_t block = std::max<int64_t>(8, kTileBytes / (k * 4) / 8 * 8);
-  if (threads > 1) block = std::min(block, std::max<int64_t>(8, (n + 2 * threads - 1) / (2 * threads) / 8 * 8));
-  const int64_t blocks = (n + block - 1) / block;
-  const bool dot = m <= gemm_internal::kQuantDotMaxRows && gemm_internal::CurrentHasQuantDot();
-  const float* dot_x = static_cast<const float*>(args.x);
-  if (dot && q.kind == QuantKind::kInt4 && gemm_internal::QuantDotFast(q, k)) {
-    t_split.resize(static_cast<size_t>(m * k));
-    gemm_internal::QuantDotSplitInput(dot_x, m, k, t_split.data());
-    dot_x = t_split.data();
+  const int threads = pool && macs >= kMinParallelMacs ? pool->size() : 1;
+  // Blocks of about equal code bytes, two a thread, in multiples of 8 rows; a tile stays in L2.
+  struct Block {
+    size_t product;
+    int64_t j0, j1;
+  };
+  std::vector<Block> blocks;
+  const int64_t target = std::max<int64_t>(1, bytes / (2 * threads));
+  for (size_t i = 0; i < prep.size(); ++i) {
+    const GemmQuantJob& g = *prep[i].job;
+    int64_t block = std::max<int64_t>(8, (target / QuantRowBytes(g.q->kind, g.k) + 7) / 8 * 8);
+    if (!prep[i].dot) block = std::min(block, std::max<int64_t>(8, kTileBytes / (g.k * 4) / 8 * 8));
+    for (int64_t j0 = 0; j0 < g.n; j0 += block) blocks.push_back({i, j0, std::min(g.n, j0 + block)});
   }
   auto body = [&](size_t b0, size_t b1, int) {
-    if (dot) {  // few rows: codes decoded into registers, no tile
-      for (size_t b = b0; b < b1; ++b) {
-        const int64_t j0 = static_cast<int64_t>(b) * block, j1 = std::min(n, j0 + block);
-        gemm_internal::QuantDotRowsAvx512(dot_x, m, k, codes, q, j0, j1, y, n, accumulate);
-      }
-      return;
-    }
-    std::vector<float>& tile = t_tile;
-    tile.resize(static_cast<size_t>(block * k));
-    for (size_t b = b0; b < b1; ++b) {
-      const int64_t j0 = static_cast<int64_t>(b) * block, j1 = std::min(n, j0 + block);
-      dequant(codes, q, k, j0, j1, tile.data());
-      gemm_internal::GemmArgs a = args;
-      a.w = tile.data();
-      a.y = y + j0;  // column j of the tile is output column j0 + j (rows of y keep stride n)
-      columns(a, 0, j1 - j0);
-    }
+    for (size_t b = b0; b < b1; ++b) RunBlock(prep[blocks[b].product], blocks[b].j0, blocks[b].j1);
   };
-  if (threads > 1 && blocks > 1)
-    pool->ParallelFor(static_cast<size_t>(blocks), body, 1);
+  if (threads > 1 && blocks.size() > 1)
+    pool->ParallelFor(blocks.size(), body, 1);
   else
-    body(0, static_cast<size_t>(blocks), 0);
+    body(0, blocks.size(), 0);
+}
+
+void GemmF32xQuant(const float* x, int64_t m, int64_t k, const void* codes, const WeightQuant& q, int64_t n,
+                   float* y, ThreadPool* pool, bool accumulate) {
+  const GemmQuantJob job{x, m, k, codes, &q, n, y, accumulate};
+  GemmF32xQuantBatch(&job, 1, pool);
 }
 
 }  // namespace tessera
