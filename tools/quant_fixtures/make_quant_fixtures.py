@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""NOT YET RUN (no GPU machine was lent when it was written): the transformers float64 cross-check of
-the quantized fixtures, for the next session with the GPU machine (torch + transformers 5.17).
-The tests today use make_quant_checkpoints.py (numpy) and the engine's own float path as reference.
+"""The transformers float64 cross-check of the quantized fixtures (needs torch + transformers 5.17: the GPU
+machine). Its output of 2026-12-05 is stored in tests/data/fixtures/quant_transformers (see the README
+there) and read by model_quant_golden_test.cpp; rerun it only to regenerate that directory.
 
 From each tiny bf16 fixture of tests/data/fixtures/models, writes checkpoints in the layouts their
 producers publish (written here from the formats' own definitions, independently of tessera's reader):
