@@ -44,7 +44,49 @@ struct GenerateFlags {
   std::optional<int32_t> mask_token_id;
   std::string policy;
   std::optional<float> threshold, edit_threshold;
+  // Canvas diffusion (DiffusionGemma): the sampler's knobs over generation_config.json's.
+  std::optional<int64_t> canvas_length, max_denoising_steps, stability_threshold;
+  std::optional<double> entropy_bound, t_min, t_max, confidence_threshold;
+  bool AnyCanvasKnob() const {
+    return canvas_length || max_denoising_steps || stability_threshold || entropy_bound || t_min || t_max ||
+           confidence_threshold;
+  }
 };
+
+// A canvas-diffusion model's sampler settings: generation_config.json's, then the flags (each checked
+// as a request's field is, before the model loads); the masked-diffusion flags do not apply.
+CanvasSamplerParams CanvasParams(const GenerateFlags& f, const HfModelDir& dir, const ModelConfig& mc) {
+  if (f.diffusion || f.policy.size() || f.threshold || f.edit_threshold || f.max_edit_steps || f.mask_token_id)
+    throw UsageError(fmt::format("{} is a canvas-diffusion model: --diffusion, --policy, --threshold, "
+                                 "--edit-threshold, --max-edit-steps and --mask-token-id do not apply",
+                                 FamilyName(mc.family)));
+  if (f.block_size || f.steps)
+    throw UsageError(fmt::format("{} is a canvas-diffusion model: use --canvas-length and --max-denoising-steps "
+                                 "instead of --block-size and --steps",
+                                 FamilyName(mc.family)));
+  if (!f.trace.empty() || f.show_steps)
+    throw UsageError("--trace and --show-steps are not available for canvas-diffusion models yet");
+  CanvasSamplerParams p =
+      CanvasSamplerParams::FromGenerationConfig(dir.generation_config, dir.dir + "/generation_config.json");
+  if (f.canvas_length) {
+    if (*f.canvas_length < 1 || *f.canvas_length > mc.canvas_length)
+      throw UsageError(fmt::format("--canvas-length must be in [1, {}] (the model's canvas), got {}",
+                                   mc.canvas_length, *f.canvas_length));
+    p.canvas_length = *f.canvas_length;
+  }
+  if (f.max_denoising_steps) p.max_denoising_steps = *f.max_denoising_steps;
+  if (f.stability_threshold) p.stability_threshold = *f.stability_threshold;
+  if (f.entropy_bound) p.entropy_bound = *f.entropy_bound;
+  if (f.t_min) p.t_min = *f.t_min;
+  if (f.t_max) p.t_max = *f.t_max;
+  if (f.confidence_threshold) p.confidence_threshold = *f.confidence_threshold;
+  try {
+    p.Validate("canvas sampler flags");
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return p;
+}
 
 // Renders --show-steps: the committed text stays, the block being denoised is drawn after it and
 // redrawn in place (cursor saved / restored) after every step.
@@ -119,6 +161,16 @@ int RunGenerate(GenerateFlags& f) {
     }
   }
 
+  // Canvas-diffusion flags are checked before the (maybe large) model loads.
+  const ModelConfig pre = ModelConfig::FromHf(dir);
+  std::optional<CanvasSamplerParams> canvas;
+  if (pre.canvas_length > 0)
+    canvas = CanvasParams(f, dir, pre);
+  else if (f.AnyCanvasKnob())
+    throw UsageError("--canvas-length, --max-denoising-steps, --entropy-bound, --t-min, --t-max, "
+                     "--stability-threshold and --confidence-threshold apply to canvas-diffusion models "
+                     "(DiffusionGemma) only");
+
   LoadOptions lo;
   lo.device = f.device;
   lo.load_format = f.load_format;
@@ -157,8 +209,8 @@ int RunGenerate(GenerateFlags& f) {
   sp.presence_penalty = f.presence_penalty;
   sp.frequency_penalty = f.frequency_penalty;
   sp.ignore_eos = f.ignore_eos;
-  if (mc.canvas_length > 0) {  // DiffusionGemma: its sampler's knobs, and no temperature of its own
-    ec.canvas = CanvasSamplerParams::FromGenerationConfig(dir.generation_config, dir.dir + "/generation_config.json");
+  if (canvas) {  // DiffusionGemma: its sampler's knobs, and no temperature of its own
+    ec.canvas = *canvas;
     if (!f.temperature) sp.temperature = 1.0f;
   }
   const bool diffusion = mc.diffusion || f.diffusion;
@@ -305,6 +357,23 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_option("--edit-threshold", f->edit_threshold, "Editing policy: confidence needed to replace a token");
   app->add_option("--max-edit-steps", f->max_edit_steps, "Editing policy: extra steps per block");
   app->add_option("--mask-token-id", f->mask_token_id, "Mask token id (default: from the config or tokenizer)");
+  app->add_option("--canvas-length", f->canvas_length,
+                  "Canvas diffusion (DiffusionGemma): tokens per canvas (default and most: config.json's)");
+  app->add_option("--max-denoising-steps", f->max_denoising_steps,
+                  "Canvas diffusion: most denoising steps per canvas (default: generation_config.json)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  app->add_option("--entropy-bound", f->entropy_bound, "Canvas diffusion: entropy budget of a step's accepted rows")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--t-min", f->t_min, "Canvas diffusion: temperature the steps anneal down to")
+      ->check(CLI::Range(0.0, 100.0));
+  app->add_option("--t-max", f->t_max, "Canvas diffusion: temperature of a canvas's first step")
+      ->check(CLI::Range(0.0, 100.0));
+  app->add_option("--stability-threshold", f->stability_threshold,
+                  "Canvas diffusion: earlier argmax canvases a stop needs unchanged (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  app->add_option("--confidence-threshold", f->confidence_threshold,
+                  "Canvas diffusion: mean entropy below which a stable canvas stops")
+      ->check(CLI::PositiveNumber);
   app->add_option("--trace", f->trace, "Write every denoising step to this JSON file");
   app->add_flag("--show-steps", f->show_steps, "Redraw the block being denoised after every step (terminal)");
   return {app, [f] { return RunGenerate(*f); }};

@@ -217,8 +217,17 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
   const int64_t useful = per_token * ec.page_size * (ec.max_num_seqs * (ec.max_model_len / ec.page_size + 2) + 16);
   ec.kv_cache_bytes = std::max<int64_t>(std::min(KvCacheBudget(cfg, model, ec), useful), per_token * ec.page_size);
   CheckHostMemory(model, ec);
-  if (mc.canvas_length > 0)  // DiffusionGemma's sampler knobs (generation_config.json)
+  const bool masked_settings = cfg.diffusion.block_size > 0 || cfg.diffusion.steps > 0 ||
+                               !cfg.diffusion.policy.empty() || cfg.diffusion.mask_token_id >= 0;
+  if (mc.canvas_length > 0) {  // DiffusionGemma's sampler knobs (generation_config.json; requests override them)
+    if (masked_settings)
+      Fail(ErrorKind::kInvalidArgument,
+           "{} is a canvas-diffusion model: the diffusion section's block_size / steps / policy / mask_token_id "
+           "do not apply (its sampler's defaults are generation_config.json's; a request sets its own in "
+           "'diffusion')",
+           FamilyName(mc.family));
     ec.canvas = CanvasSamplerParams::FromGenerationConfig(dir.generation_config, dir.dir + "/generation_config.json");
+  }
   if (mc.diffusion || cfg.model.diffusion) {
     DiffusionOverrides o;
     if (cfg.diffusion.block_size > 0) o.block_size = cfg.diffusion.block_size;

@@ -10,6 +10,8 @@
 namespace tessera {
 
 void CanvasSamplerParams::Validate(const std::string& where) const {
+  if (canvas_length < 0)
+    Fail(ErrorKind::kInvalidArgument, "{}: canvas_length must be >= 0 (0: the model's), got {}", where, canvas_length);
   if (max_denoising_steps <= 0)
     Fail(ErrorKind::kInvalidArgument, "{}: max_denoising_steps must be a positive integer, got {}", where,
          max_denoising_steps);

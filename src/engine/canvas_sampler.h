@@ -16,7 +16,9 @@
 namespace tessera {
 
 // generation_config.json's knobs; the defaults are transformers' (and the published checkpoint's).
+// A request may override each of them (the server's `diffusion` object), and the canvas length.
 struct CanvasSamplerParams {
+  int64_t canvas_length = 0;  // C; 0: the model's (config.json canvas_length), the most a request may ask
   int64_t max_denoising_steps = 48;
   double entropy_bound = 0.1;  // sampler_config.entropy_bound
   double t_min = 0.4, t_max = 0.8;
@@ -24,7 +26,8 @@ struct CanvasSamplerParams {
   double confidence_threshold = 0.005;
 
   // Throws Error(kInvalidArgument) naming the knob, with transformers' rules: steps > 0,
-  // 0 <= t_min < t_max, stability_threshold >= 0, confidence_threshold > 0, entropy_bound > 0.
+  // 0 <= t_min < t_max, stability_threshold >= 0, confidence_threshold > 0, entropy_bound > 0; and
+  // canvas_length >= 0.
   void Validate(const std::string& where) const;
   // The keys present in `gen` over the defaults, validated. A sampler_config whose _cls_name is not
   // EntropyBoundSamplerConfig is Error(kUnsupported); a wrongly typed value Error(kCorrupt).

@@ -49,6 +49,10 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
       Fail(ErrorKind::kUnsupported, "{}: generation runs on the CPU backend only (backend {} lacks its ops)",
            FamilyName(mc.family), model_->backend().Name());
     config_.canvas.Validate("engine canvas settings");
+    if (config_.canvas.canvas_length > mc.canvas_length)
+      Fail(ErrorKind::kInvalidArgument, "engine canvas settings: canvas_length {} exceeds the model's {}",
+           config_.canvas.canvas_length, mc.canvas_length);
+    if (config_.canvas.canvas_length == 0) config_.canvas.canvas_length = mc.canvas_length;
   }
   if (config_.max_model_len <= 0) config_.max_model_len = mc.max_position_embeddings;
   if (config_.page_size <= 0) Fail(ErrorKind::kInvalidArgument, "page size must be positive");
@@ -86,6 +90,8 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   info_.vocab_size = mc.vocab_size;
   info_.diffusion = mc.diffusion || config_.force_diffusion;
   info_.default_diffusion = config_.default_diffusion;
+  info_.canvas_length = canvas_ ? mc.canvas_length : 0;
+  info_.canvas_defaults = config_.canvas;
   info_.sampling_defaults = config_.sampling_defaults;
   info_.num_layers = mc.num_layers;
   info_.num_experts = mc.num_experts;
@@ -190,6 +196,7 @@ bool Engine::Validate(Sequence& seq, std::string* error) const {
                                 kMaxRouterTemperature, *r.router_temperature),
            false;
   if (canvas_) return ValidateCanvas(seq, error);
+  if (r.canvas) return *error = "canvas sampler settings were given but this model is not a canvas-diffusion model", false;
   if (info_.diffusion != r.diffusion.has_value())
     return *error = info_.diffusion ? "this is a diffusion model: the request needs diffusion settings"
                                  : "diffusion settings were given but this model is autoregressive", false;

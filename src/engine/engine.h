@@ -125,6 +125,8 @@ class Engine : public EngineApi {
   // Canvas diffusion (DiffusionGemma, docs/DIFFUSION_GEMMA.md 6; engine_canvas.cpp).
   // What a canvas model's request may not ask for (each refusal names it), and its pages.
   bool ValidateCanvas(const Sequence& seq, std::string* error) const;
+  // The canvas length of seq's request (its own, or the engine's default).
+  int64_t CanvasLength(const Sequence& seq) const;
   void InitCanvas(Sequence& seq);
   // seq's segment this step: [committed tokens the cache lacks; the canvas], or a prompt chunk alone
   // when both do not fit `budget`. False: nothing for seq this step.

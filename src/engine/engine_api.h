@@ -32,6 +32,10 @@ struct EngineModelInfo {
   int64_t vocab_size = 0;
   bool diffusion = false;
   DiffusionParams default_diffusion;  // block_size, steps, policy, threshold, mask id
+  // Canvas-diffusion models (DiffusionGemma): the model's canvas length (0: not such a model) and the
+  // sampler's defaults (generation_config.json; canvas_length resolved), which a request overrides.
+  int64_t canvas_length = 0;
+  CanvasSamplerParams canvas_defaults;
   SamplingDefaults sampling_defaults;  // for request fields left out (generation_config.json)
   int64_t num_layers = 0, num_experts = 0;  // for per-expert metrics
   std::string weight_format;  // ModelConfig::WeightFormat(): "bf16", "gptq int4 group 128 ...", ...

@@ -56,12 +56,25 @@ bool Engine::ValidateCanvas(const Sequence& seq, std::string* error) const {
   const GenerationRequest& r = seq.req;
   const SamplingParams& sp = r.sampling;
   const char* fam = FamilyName(mc.family);
-  const int64_t C = mc.canvas_length;
   auto refuse = [&](const std::string& what) {
     *error = fmt::format("{} (canvas diffusion) does not support {}", fam, what);
     return false;
   };
   if (r.diffusion) return refuse("masked-diffusion settings (block size, steps, policy)");
+  // The request's own sampler knobs: transformers' rules, and a canvas no longer than the model's (a
+  // step's [C, vocab] logits come to the host).
+  if (r.canvas) {
+    try {
+      r.canvas->Validate("canvas sampler settings");
+    } catch (const Error& e) {
+      return *error = e.what(), false;
+    }
+    if (r.canvas->canvas_length > mc.canvas_length)
+      return *error = fmt::format("canvas_length {} exceeds the model's {}", r.canvas->canvas_length,
+                                  mc.canvas_length),
+             false;
+  }
+  const int64_t C = CanvasLength(seq);
   // The canvas sampler has its own temperatures (t_max annealed to t_min) and no truncation
   // (transformers honours nothing else): a request's own would be silently ignored.
   if (sp.temperature != 1.f) return refuse("a temperature (its steps anneal from t_max to t_min)");
@@ -85,16 +98,21 @@ bool Engine::ValidateCanvas(const Sequence& seq, std::string* error) const {
   return true;
 }
 
+int64_t Engine::CanvasLength(const Sequence& seq) const {
+  const int64_t c = seq.req.canvas ? seq.req.canvas->canvas_length : config_.canvas.canvas_length;
+  return c > 0 ? c : model_->config().canvas_length;
+}
+
 void Engine::InitCanvas(Sequence& seq) {
   const ModelConfig& mc = model_->config();
-  auto cs = std::make_unique<CanvasState>(config_.canvas);
+  auto cs = std::make_unique<CanvasState>(seq.req.canvas.value_or(config_.canvas));
   if (seq.req.sampling.seed) {
     cs->rng.seed(*seq.req.sampling.seed);
   } else {
     std::random_device rd;
     cs->rng.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
   }
-  cs->length = mc.canvas_length;
+  cs->length = CanvasLength(seq);
   // max_tokens rounded up to whole canvases (transformers' max_new_tokens); the output is cut at it.
   cs->canvases_total = (seq.req.sampling.max_tokens + cs->length - 1) / cs->length;
   NewCanvas(*cs, mc.vocab_size);

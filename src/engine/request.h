@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/canvas_sampler.h"
+
 namespace tessera {
 
 namespace grammar {
@@ -141,6 +143,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   std::optional<DiffusionParams> diffusion;  // set for diffusion models
+  // Canvas-diffusion models (DiffusionGemma): this request's sampler knobs, whole (the server starts
+  // from EngineModelInfo::canvas_defaults and applies the request's `diffusion` fields). Unset: the
+  // engine's (EngineConfig::canvas). Refused for other models.
+  std::optional<CanvasSamplerParams> canvas;
   bool emit_steps = false;                   // send kDiffusionStep events
   int priority = 0;                          // lower runs first (vLLM convention) when policy uses it
   std::string cache_namespace;               // prefix-cache isolation key (API key id)

@@ -234,7 +234,7 @@ const float* WeightLoader::ToDeviceF32(const float* host, int64_t n) {
   return static_cast<const float*>(dst);
 }
 
-Tensor WeightLoader::DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape) {
+Tensor WeightLoader::DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape, uint64_t part) {
   if (!expected_.count(flat))
     Fail(ErrorKind::kInternal, "dummy weights: tensor \"{}\" is not in the expected list", flat);
   const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
@@ -246,7 +246,7 @@ Tensor WeightLoader::DummyMatrix(const std::string& flat, const std::vector<int6
   void* dst = out_->device.Alloc(*be_, static_cast<size_t>(n) * 2);
   // Uniform in +-1/sqrt(fan_in): activations keep their scale through the layers.
   be_->FillRandom(dst, DType::kBF16, n, 1.0f / std::sqrt(static_cast<float>(t.shape[1])), 0.0f,
-                  std::hash<std::string>{}(flat));
+                  std::hash<std::string>{}(flat) + part);
   t.data = dst;
   Progress(static_cast<size_t>(n) * 2);
   return t;
@@ -266,6 +266,8 @@ const float* WeightLoader::DummyVector(const std::string& flat, const std::vecto
     offset = 1.0f;  // the gated norm always multiplies by w
   } else if (ends("norm.weight")) {
     offset = cfg_.norm_style == RmsNormStyle::kOnePlusScale ? 0.0f : 1.0f;
+  } else if (ends("per_expert_scale")) {
+    offset = 1.0f;  // Gemma's routing weights are multiplied by it
   } else if (ends("A_log") || ends("dt_bias")) {
     scale = 0.5f;
   } else if (ends("conv1d.weight")) {
@@ -324,6 +326,12 @@ Tensor WeightLoader::MatrixRows(const TensorView& v, int64_t row0, int64_t rows,
     }
   }
   return t;
+}
+
+Tensor WeightLoader::FusedRows(const std::string& flat, const std::vector<int64_t>& shape, int64_t row0,
+                               int64_t rows, int64_t cols) {
+  if (dummy_) return DummyMatrix(flat, {rows, cols}, static_cast<uint64_t>(row0));
+  return MatrixRows(View(flat, shape), row0, rows, cols, flat);
 }
 
 Tensor WeightLoader::Matrix(const std::string& flat, const std::vector<int64_t>& shape) {
@@ -662,16 +670,18 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
   // transformers 5 keeps experts fused in memory ([E, 2I, H] gate then up, and [E, H, I]); hub
   // checkpoints store them per expert. Accept both.
   if (!L.Has(p + "experts.0.gate_proj.weight") && L.Has(p + "experts.gate_up_proj")) {
-    const TensorView& gu = L.View(p + "experts.gate_up_proj", {E, 2 * I, H});
-    const TensorView& dn = L.View(p + "experts.down_proj", {E, H, I});
+    const std::string gu = p + "experts.gate_up_proj", dn = p + "experts.down_proj";
+    const std::vector<int64_t> gu_shape = {E, 2 * I, H}, dn_shape = {E, H, I};
     for (int64_t e = 0; e < E; ++e) {
       if (!s.OwnsExpert(e)) {
+        L.Validate(gu, gu_shape);
+        L.Validate(dn, dn_shape);
         moe->experts[e] = L.ZeroExpert(I, H);
         continue;
       }
-      moe->experts[e].gate = L.MatrixRows(gu, e * 2 * I, I, H, p + "experts.gate_up_proj");
-      moe->experts[e].up = L.MatrixRows(gu, e * 2 * I + I, I, H, p + "experts.gate_up_proj");
-      moe->experts[e].down = L.MatrixRows(dn, e * H, H, I, p + "experts.down_proj");
+      moe->experts[e].gate = L.FusedRows(gu, gu_shape, e * 2 * I, I, H);
+      moe->experts[e].up = L.FusedRows(gu, gu_shape, e * 2 * I + I, I, H);
+      moe->experts[e].down = L.FusedRows(dn, dn_shape, e * H, H, I);
     }
     return;
   }

@@ -58,6 +58,10 @@ class WeightLoader {
   // A slice of rows [row0, row0 + rows) of a 2-D view of a checkpoint tensor (fused experts);
   // quantized at load when `flat` (the tensor's flat name) is one quantization at load applies to.
   Tensor MatrixRows(const TensorView& v, int64_t row0, int64_t rows, int64_t cols, const std::string& flat = "");
+  // Rows [row0, row0 + rows) of the tensor `flat` of full shape `shape` seen as 2-D with `cols` columns
+  // (a fused experts tensor): MatrixRows of its view, or, for dummy weights, random rows of their own.
+  Tensor FusedRows(const std::string& flat, const std::vector<int64_t>& shape, int64_t row0, int64_t rows,
+                   int64_t cols);
   // A small tensor as an owned f32 array.
   const float* Vector(const std::string& flat, const std::vector<int64_t>& shape);
   // A Linear weight whose rows are re-ordered (and maybe a subset): new row i = old row order[i].
@@ -105,7 +109,8 @@ class WeightLoader {
   // The device copy of a host tensor (bf16 matrices; f32 / f16 converted to bf16).
   Tensor ToDevice(const Tensor& host);
   const float* ToDeviceF32(const float* host, int64_t n);
-  Tensor DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape);
+  // `part` varies the seed between pieces of one tensor (FusedRows' row blocks).
+  Tensor DummyMatrix(const std::string& flat, const std::vector<int64_t>& shape, uint64_t part = 0);
   // StackedRows of parts that are all float (quantized at load when that applies).
   Tensor StackedFloatRows(const std::vector<StackPart>& parts);
   // Random codes and scales of the quantized format `kind` (dummy weights of a quantized model).

@@ -248,6 +248,7 @@ void Session::Submit(const std::shared_ptr<Gen>& g) {
   r.sampling = g->req.sampling;
   r.priority = g->req.priority;
   r.diffusion = g->req.diffusion;
+  r.canvas = g->req.canvas;
   r.emit_steps = g->req.stream && g->req.stream_steps;
   r.n = g->req.n;
   r.router_temperature = g->req.router_temperature;
@@ -424,7 +425,7 @@ void Session::FinishGeneration(const std::shared_ptr<Gen>& g) {
   m.prompt_tokens.Inc({}, static_cast<double>(prompt));
   m.generation_tokens.Inc({}, static_cast<double>(completion));
   m.cached_tokens.Inc({}, static_cast<double>(first.cached_tokens));
-  if (g->req.diffusion) {
+  if (g->req.diffusion || srv_->engine.ModelInfo().canvas_length > 0) {  // canvas models: steps per canvas
     for (const GenChoice& c : g->choices) {
       if (c.stats.forwards > 0)
         m.diffusion_tokens_per_forward.Observe(

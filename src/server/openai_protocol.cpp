@@ -234,6 +234,113 @@ void CheckMetadataFields(const ojson& body) {
   }
 }
 
+// A 400 about a field of the `diffusion` object, re-thrown with the object's name in its param and
+// message ('steps' -> 'diffusion.steps').
+ApiError InDiffusion(const ApiError& e) {
+  std::string message = e.message;
+  if (!e.param.empty())
+    if (size_t at = message.find("'" + e.param + "'"); at != std::string::npos) message.insert(at + 1, "diffusion.");
+  return ApiError(400, "invalid_request_error", message, e.param.empty() ? "diffusion" : "diffusion." + e.param);
+}
+
+// The knobs of a canvas-diffusion model's sampler (DiffusionGemma: generation_config.json's, and the
+// canvas length), each a field of the `diffusion` object.
+constexpr const char* kCanvasFields[] = {"canvas_length",        "max_denoising_steps", "entropy_bound",
+                                         "t_min",                "t_max",               "stability_threshold",
+                                         "confidence_threshold"};
+bool IsCanvasField(const std::string& k) {
+  for (const char* f : kCanvasFields)
+    if (k == f) return true;
+  return false;
+}
+
+// The `diffusion` object of a canvas-diffusion model: the request's sampler knobs over the model's
+// defaults, each in range (and t_min < t_max, as transformers requires). The masked-diffusion fields
+// do not apply to this family and are refused, each by name.
+void ParseCanvasDiffusion(const ojson& d, ParsedRequest& r, const EngineModelInfo& model) {
+  for (const auto& [k, v] : d.items()) {
+    if (v.is_null()) continue;  // not sent
+    if (k == "block_size" || k == "steps")
+      Bad("diffusion." + k, fmt::format("'diffusion.{}' applies to masked block-diffusion models; this model's "
+                                        "canvas sampler takes 'diffusion.{}'",
+                                        k, k == "steps" ? "max_denoising_steps" : "canvas_length"));
+    if (k == "policy" || k == "threshold" || k == "stream_steps")
+      Bad("diffusion." + k, fmt::format("'diffusion.{}' applies to masked block-diffusion models, not to this "
+                                        "model's canvas sampler",
+                                        k));
+    if (!IsCanvasField(k)) Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
+  }
+  CanvasSamplerParams& c = r.canvas.emplace(model.canvas_defaults);
+  auto positive = [&](const char* name, double lo_excl, double hi) -> std::optional<double> {
+    auto v = GetNumber(d, name, lo_excl, hi);
+    if (v && !(*v > lo_excl)) Bad(name, fmt::format("'{}' must be in ({}, {}], got {}", name, lo_excl, hi, *v));
+    return v;
+  };
+  try {
+    if (auto v = GetInt(d, "canvas_length", 1, model.canvas_length)) c.canvas_length = *v;
+    if (auto v = GetInt(d, "max_denoising_steps", 1, 4096)) c.max_denoising_steps = *v;
+    if (auto v = positive("entropy_bound", 0.0, 1e6)) c.entropy_bound = *v;
+    if (auto v = GetNumber(d, "t_min", 0.0, 100.0)) c.t_min = *v;
+    if (auto v = positive("t_max", 0.0, 100.0)) c.t_max = *v;
+    if (auto v = GetInt(d, "stability_threshold", 0, 4096)) c.stability_threshold = *v;
+    if (auto v = positive("confidence_threshold", 0.0, 100.0)) c.confidence_threshold = *v;
+    if (!(c.t_min < c.t_max))
+      Bad(Field(d, "t_min") ? "t_min" : "t_max",
+          fmt::format("'t_min' ({}) must be below 't_max' ({}): the steps anneal from t_max down to t_min", c.t_min,
+                      c.t_max));
+  } catch (const ApiError& e) {
+    throw InDiffusion(e);
+  }
+}
+
+// The `diffusion` object: a masked block-diffusion model's decoding settings, or a canvas-diffusion
+// model's sampler knobs; refused for autoregressive models.
+void ParseDiffusionObject(const ojson& body, ParsedRequest& r, const EngineModelInfo& model,
+                          const DiffusionParams& ddef) {
+  const ojson* d = Field(body, "diffusion");
+  if (model.diffusion) r.diffusion = ddef;
+  if (d == nullptr) return;
+  if (!d->is_object()) Bad("diffusion", fmt::format("'diffusion' must be an object, got {}", TypeName(*d)));
+  if (model.canvas_length > 0) return ParseCanvasDiffusion(*d, r, model);
+  if (!model.diffusion) Bad("diffusion", "'diffusion' is only accepted by diffusion models");
+  for (const auto& [k, v] : d->items()) {
+    if (IsCanvasField(k) && !v.is_null())
+      Bad("diffusion." + k, fmt::format("'diffusion.{}' applies to canvas-diffusion models (DiffusionGemma) only", k));
+    if (k != "block_size" && k != "steps" && k != "policy" && k != "threshold" && k != "stream_steps")
+      Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
+  }
+  DiffusionParams& dp = *r.diffusion;
+  try {
+    if (auto v = GetInt(*d, "block_size", 1, 4096)) dp.block_size = *v;
+    if (auto v = GetInt(*d, "steps", 1, 4096)) dp.steps = *v;
+    if (auto v = GetNumber(*d, "threshold", 0.0, 1.0)) {
+      if (*v <= 0) Bad("threshold", "'threshold' must be in (0, 1]");
+      dp.threshold = static_cast<float>(*v);
+    }
+    if (auto v = GetString(*d, "policy")) {
+      if (*v == "static")
+        dp.policy = DiffusionPolicy::kStatic;
+      else if (*v == "threshold")
+        dp.policy = DiffusionPolicy::kThreshold;
+      else if (*v == "editing")
+        dp.policy = DiffusionPolicy::kEditing;
+      else
+        Bad("policy", fmt::format("'policy' must be static, threshold or editing, got '{}'", *v));
+    }
+    if (auto v = GetBool(*d, "stream_steps")) r.stream_steps = *v;
+  } catch (const ApiError& e) {
+    throw InDiffusion(e);
+  }
+  // The engine refuses a block longer than the context too, but only once it takes the request:
+  // for a stream that is after the 200.
+  if (model.max_model_len > 0 && dp.block_size > model.max_model_len)
+    Bad("diffusion.block_size", fmt::format("'diffusion.block_size' ({}) must not exceed the model's context ({})",
+                                            dp.block_size, model.max_model_len));
+  if (dp.block_size > 0 && dp.steps > dp.block_size)
+    Bad("diffusion.steps", fmt::format("'diffusion.steps' ({}) must not exceed 'diffusion.block_size' ({})",
+                                       dp.steps, dp.block_size));
+}
+
 // Fields shared by both endpoints: sampling, stop, stream, n, user, diffusion.
 void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& model,
                  const DiffusionParams& ddef) {
@@ -315,46 +422,7 @@ void ParseCommon(const ojson& body, ParsedRequest& r, const EngineModelInfo& mod
   CheckMetadataFields(body);
   ParseStructuredOutput(body, r);
 
-  const ojson* d = Field(body, "diffusion");
-  if (model.diffusion) r.diffusion = ddef;
-  if (d == nullptr) return;
-  if (!d->is_object()) Bad("diffusion", fmt::format("'diffusion' must be an object, got {}", TypeName(*d)));
-  if (!model.diffusion) Bad("diffusion", "'diffusion' is only accepted by diffusion models");
-  for (const auto& [k, v] : d->items()) {
-    if (k != "block_size" && k != "steps" && k != "policy" && k != "threshold" && k != "stream_steps")
-      Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
-  }
-  DiffusionParams& dp = *r.diffusion;
-  try {
-    if (auto v = GetInt(*d, "block_size", 1, 4096)) dp.block_size = *v;
-    if (auto v = GetInt(*d, "steps", 1, 4096)) dp.steps = *v;
-    if (auto v = GetNumber(*d, "threshold", 0.0, 1.0)) {
-      if (*v <= 0) Bad("threshold", "'threshold' must be in (0, 1]");
-      dp.threshold = static_cast<float>(*v);
-    }
-    if (auto v = GetString(*d, "policy")) {
-      if (*v == "static")
-        dp.policy = DiffusionPolicy::kStatic;
-      else if (*v == "threshold")
-        dp.policy = DiffusionPolicy::kThreshold;
-      else if (*v == "editing")
-        dp.policy = DiffusionPolicy::kEditing;
-      else
-        Bad("policy", fmt::format("'policy' must be static, threshold or editing, got '{}'", *v));
-    }
-    if (auto v = GetBool(*d, "stream_steps")) r.stream_steps = *v;
-  } catch (const ApiError& e) {
-    throw ApiError(400, "invalid_request_error", "diffusion." + e.message,
-                   e.param.empty() ? "diffusion" : "diffusion." + e.param);
-  }
-  // The engine refuses a block longer than the context too, but only once it takes the request:
-  // for a stream that is after the 200.
-  if (model.max_model_len > 0 && dp.block_size > model.max_model_len)
-    Bad("diffusion.block_size", fmt::format("'diffusion.block_size' ({}) must not exceed the model's context ({})",
-                                            dp.block_size, model.max_model_len));
-  if (dp.block_size > 0 && dp.steps > dp.block_size)
-    Bad("diffusion.steps", fmt::format("'diffusion.steps' ({}) must not exceed 'diffusion.block_size' ({})",
-                                       dp.steps, dp.block_size));
+  ParseDiffusionObject(body, r, model, ddef);
 }
 
 std::string ContentText(const ojson& content, const std::string& param) {

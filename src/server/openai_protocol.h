@@ -106,6 +106,7 @@ struct ParsedRequest {
   bool max_tokens_given = false;
   bool logprobs = false;  // chat: logprobs=true; completions: logprobs=N given
   std::optional<DiffusionParams> diffusion;
+  std::optional<CanvasSamplerParams> canvas;  // canvas-diffusion models: the `diffusion` object's knobs
   bool stream_steps = false;
   std::optional<StructuredConstraint> constraint;  // response_format / structured_outputs / strict tools
   std::string user;

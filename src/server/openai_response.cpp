@@ -202,6 +202,18 @@ ojson ModelsJson(const EngineModelInfo& model, int64_t created) {
                       {"threshold", std::round(static_cast<double>(d.threshold) * 1e6) / 1e6},  // 0.9, not 0.89999997
                       {"mask_token_id", d.mask_token_id}};
   }
+  // Extension: a canvas-diffusion model's sampler defaults (generation_config.json), which the
+  // `diffusion` object of a request overrides field by field.
+  if (model.canvas_length > 0) {
+    const CanvasSamplerParams& c = model.canvas_defaults;
+    m["canvas"] = {{"canvas_length", c.canvas_length},
+                   {"max_denoising_steps", c.max_denoising_steps},
+                   {"entropy_bound", c.entropy_bound},
+                   {"t_min", c.t_min},
+                   {"t_max", c.t_max},
+                   {"stability_threshold", c.stability_threshold},
+                   {"confidence_threshold", c.confidence_threshold}};
+  }
   return ojson{{"object", "list"}, {"data", ojson::array({m})}};
 }
 

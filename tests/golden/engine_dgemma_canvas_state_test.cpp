@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,105 @@ TEST_F(EngineCanvasState, RefusesWhatTheCanvasLoopDoesNotDo) {
   EngineConfig bad = Config();
   bad.canvas.t_min = 0.9;  // above t_max
   testing::ExpectError([&] { Engine e(model.get(), nullptr, bad); }, ErrorKind::kInvalidArgument, {"t_min"});
+}
+
+// Every knob of a request's own canvas settings takes effect (the engine's defaults: 4 steps, the
+// published thresholds): seen in the trace of the steps and in the output's shape.
+TEST_F(EngineCanvasState, RequestSamplerSettingsTakeEffect) {
+  auto run = [&](const CanvasSamplerParams& p, int64_t max_tokens, std::vector<CanvasStepTrace>* steps) {
+    EngineConfig cfg = Config();
+    cfg.canvas_trace = [steps](const CanvasStepTrace& s) { steps->push_back(s); };
+    Engine engine(model.get(), nullptr, cfg);
+    Outcome out;
+    GenerationRequest r = Request(max_tokens, &out);
+    r.canvas = p;
+    engine.Submit(std::move(r));
+    engine.RunUntilIdle();
+    EXPECT_TRUE(out.finished && out.error.empty()) << out.error;
+    return out;
+  };
+  const EngineConfig base = Config();
+  std::vector<CanvasStepTrace> steps;
+  // Defaults as a request's own: the same as no request settings at all.
+  Outcome plain = Generate(model.get(), 32);
+  CanvasSamplerParams d = base.canvas;
+  EXPECT_EQ(run(d, 32, &steps).raw, plain.raw);
+  // Steps, temperatures and the entropy bound: 3 steps from t_max 2 to t_min 1; a huge bound accepts
+  // every row; no early stop (a canvas needs 3 identical argmax canvases before it).
+  CanvasSamplerParams p = d;
+  p.max_denoising_steps = 3;
+  p.t_min = 1.0;
+  p.t_max = 2.0;
+  p.entropy_bound = 1e6;
+  p.stability_threshold = 3;
+  steps.clear();
+  Outcome o = run(p, 16, &steps);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(o.stats.steps_per_block, std::vector<int64_t>({3}));
+  EXPECT_DOUBLE_EQ(steps[0].temperature, 2.0);
+  EXPECT_DOUBLE_EQ(steps[2].temperature, 1.0 + 1.0 / 3.0);
+  for (const CanvasStepTrace& s : steps)
+    EXPECT_EQ(std::count(s.accepted.begin(), s.accepted.end(), 1), 16) << "every row within the bound";
+  // A tiny bound accepts only the lowest-entropy row (always accepted).
+  p.entropy_bound = 1e-9;
+  steps.clear();
+  run(p, 16, &steps);
+  for (const CanvasStepTrace& s : steps) EXPECT_EQ(std::count(s.accepted.begin(), s.accepted.end(), 1), 1);
+  // Stopping: stable without history (0) and confident below a loose threshold: one step a canvas.
+  p.stability_threshold = 0;
+  p.confidence_threshold = 100;
+  EXPECT_EQ(run(p, 32, &steps).stats.steps_per_block, std::vector<int64_t>({1, 1}));
+  // ... and never confident: every step runs.
+  p.confidence_threshold = 1e-12;
+  EXPECT_EQ(run(p, 32, &steps).stats.steps_per_block, std::vector<int64_t>({3, 3}));
+  // The canvas length: 8-token canvases, 3 of them for 20 tokens.
+  CanvasSamplerParams c8 = d;
+  c8.canvas_length = 8;
+  steps.clear();
+  Outcome eight = run(c8, 20, &steps);
+  EXPECT_EQ(eight.stats.steps_per_block.size(), 3u);
+  EXPECT_EQ(eight.raw.size(), 24u);
+  EXPECT_EQ(eight.tokens.size(), 20u);
+  for (const CanvasStepTrace& s : steps) EXPECT_EQ(s.input.size(), 8u);
+}
+
+TEST_F(EngineCanvasState, RefusesBadRequestSamplerSettings) {
+  Engine engine(model.get(), nullptr, Config());
+  auto refused = [&](auto edit, const std::string& what) {
+    Outcome out;
+    GenerationRequest r = Request(16, &out);
+    r.canvas = Config().canvas;
+    edit(*r.canvas);
+    engine.Submit(std::move(r));
+    engine.RunUntilIdle();
+    EXPECT_NE(out.error.find(what), std::string::npos) << "'" << what << "' not in: " << out.error;
+  };
+  refused([](CanvasSamplerParams& p) { p.canvas_length = 17; }, "canvas_length 17 exceeds the model's 16");
+  refused([](CanvasSamplerParams& p) { p.canvas_length = -1; }, "canvas_length");
+  refused([](CanvasSamplerParams& p) { p.max_denoising_steps = 0; }, "max_denoising_steps");
+  refused([](CanvasSamplerParams& p) { p.t_min = 0.9; }, "t_min");
+  refused([](CanvasSamplerParams& p) { p.entropy_bound = 0; }, "entropy_bound");
+  refused([](CanvasSamplerParams& p) { p.confidence_threshold = -1; }, "confidence_threshold");
+  refused([](CanvasSamplerParams& p) { p.stability_threshold = -1; }, "stability_threshold");
+  EngineConfig big = Config();
+  big.canvas.canvas_length = 32;
+  testing::ExpectError([&] { Engine e(model.get(), nullptr, big); }, ErrorKind::kInvalidArgument,
+                       {"canvas_length 32"});
+}
+
+// --load-format dummy: random weights of config.json's shapes (the fused experts as random rows of
+// their own), and a generation through the canvas loop on the CPU.
+TEST_F(EngineCanvasState, DummyWeightsGenerate) {
+  LoadOptions lo;
+  lo.load_format = "dummy";
+  std::unique_ptr<Model> dummy = Model::Load(testing::DgemmaSelfcheckDir(), lo);
+  Outcome o = Generate(dummy.get(), 20);
+  EXPECT_EQ(o.reason, FinishReason::kLength);
+  EXPECT_EQ(o.tokens.size(), 20u);
+  EXPECT_EQ(o.stats.steps_per_block.size(), 2u);
+  // Random weights, not the checkpoint's, and not degenerate.
+  EXPECT_NE(o.raw, Generate(model.get(), 20).raw);
+  EXPECT_GT(std::set<int32_t>(o.raw.begin(), o.raw.end()).size(), 1u);
 }
 
 }  // namespace

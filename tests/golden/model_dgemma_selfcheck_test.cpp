@@ -247,9 +247,6 @@ TEST(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
   LoadOptions tp;
   tp.tensor_parallel_size = 2;
   ExpectError([&] { Model::Load(Dir(), tp); }, ErrorKind::kUnsupported, {"tensor parallelism"});
-  LoadOptions dummy;
-  dummy.load_format = "dummy";
-  ExpectError([&] { Model::Load(Dir(), dummy); }, ErrorKind::kUnsupported, {"dummy"});
 }
 
 }  // namespace

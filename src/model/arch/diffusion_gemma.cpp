@@ -107,7 +107,6 @@ void Tensors(const ModelConfig& c, std::vector<ExpectedTensor>* out) {
 
 void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
   const char* fam = FamilyName(c.family);
-  if (L.dummy()) Fail(ErrorKind::kUnsupported, "{}: dummy weights are not supported yet", fam);
   if (!c.tie_word_embeddings)  // transformers then unties the encoder and decoder stacks too (docs OPEN 5)
     Fail(ErrorKind::kUnsupported, "{}: untied checkpoints (tie_word_embeddings false: two stacks) are not supported",
          fam);
@@ -149,10 +148,12 @@ void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
     lw.attn.v_norm = ones;
     lw.mlp = LoadMlp(L, p + "mlp.", F, H, {0, F});
     lw.moe.router = L.Matrix(p + "router.proj.weight", {E, H});
-    {  // the router's input norm weight: router.scale * H^-0.5, folded once
-      const TensorView& v = L.View(p + "router.scale", {H});
-      std::vector<float> w(static_cast<size_t>(H));
-      ConvertToF32(v.dtype, v.data, w.data(), w.size());
+    {  // the router's input norm weight: router.scale * H^-0.5, folded once (dummy weights: scale 1)
+      std::vector<float> w(static_cast<size_t>(H), 1.0f);
+      if (!L.dummy()) {
+        const TensorView& v = L.View(p + "router.scale", {H});
+        ConvertToF32(v.dtype, v.data, w.data(), w.size());
+      }
       for (float& x : w) x *= router_mult;
       lw.moe.router_input_norm = L.HostVector(std::move(w));
     }
