@@ -472,13 +472,17 @@ bool Engine::Step() {
     PublishSnapshot();
     return false;
   }
-  // Cancelled requests leave first so their pages serve this step.
-  for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->req.cancelled->load()) {
-      Finish(**it, FinishReason::kCancelled);
-      it = running_.erase(it);
-    } else {
-      ++it;
+  // Cancelled requests leave first so their pages serve this step. Waiting ones too: Admit reaches
+  // them only while a sequence slot is free, and under a full batch clients that gave up (timeouts,
+  // closed connections) piled up in the queue and in tessera_num_requests_waiting.
+  for (auto* list : {&running_, &waiting_}) {
+    for (auto it = list->begin(); it != list->end();) {
+      if ((*it)->req.cancelled->load()) {
+        Finish(**it, FinishReason::kCancelled);
+        it = list->erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   Admit();
