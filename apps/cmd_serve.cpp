@@ -2,7 +2,9 @@
 // can watch it: config (file, then flags, then TESSERA_API_KEY) -> validate -> bind the listener and
 // print "tessera: listening on http://HOST:PORT" (/health answers 503 "loading") -> load the model ->
 // engine thread -> one warm-up request through the whole engine -> /health 200. SIGTERM / SIGINT:
-// stop accepting, let in-flight requests finish up to --drain-timeout seconds, exit 0.
+// stop accepting, let in-flight requests finish up to --drain-timeout seconds, exit 0. SIGPIPE is
+// ignored; a SIGBUS from a checkpoint file truncated under the server is absorbed by the fault guard
+// of io/mapped_file.h and fails every request after it with a 503 naming the file.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -29,6 +31,7 @@
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "io/hf_config.h"
+#include "io/mapped_file.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "server/prompt_builder.h"
@@ -275,6 +278,9 @@ void WarmUp(Engine& engine, const EngineModelInfo& info) {
 }
 
 int RunServe(ServeFlags& f) {
+  // stdout / stderr a pipe whose reader is gone: a write fails (EPIPE; the access log counts its lost
+  // lines) instead of SIGPIPE ending the process at its next log line. Sockets send with MSG_NOSIGNAL.
+  ::signal(SIGPIPE, SIG_IGN);
   ServerConfig cfg = f.config_file.empty() ? ServerConfig{} : LoadServerConfigFile(f.config_file);
   ApplyConfigFlags(f.values, cfg);
   if (const char* env_key = std::getenv("TESSERA_API_KEY"); env_key != nullptr && *env_key != '\0')
@@ -289,6 +295,8 @@ int RunServe(ServeFlags& f) {
   spdlog::info("effective configuration:\n{}", EffectiveConfigString(cfg));
 
   SignalWaiter signals;  // before any other thread exists, so that all of them inherit the mask
+  // A checkpoint truncated under the running server: errors naming it, not a SIGBUS (io/mapped_file.h).
+  InstallMappedFileFaultGuard();
   const std::string tok_dir = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
   std::unique_ptr<Tokenizer> tokenizer = LoadTokenizerRequired(tok_dir, "tessera serve needs a tokenizer");
   const std::string template_source =

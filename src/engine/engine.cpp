@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/sequence.h"
+#include "io/mapped_file.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -35,7 +36,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& config)
-    : model_(model), tokenizer_(tokenizer), config_(config) {
+    : model_(model), tokenizer_(tokenizer), config_(config), weight_faults_base_(MappedFileFaultCount()) {
   const ModelConfig& mc = model_->config();
   // Uniform-state canvas diffusion (DiffusionGemma) generates through its canvas loop
   // (engine_canvas.cpp), on the CPU backend only: the CUDA backend lacks its ops (RopePairs, the
@@ -294,7 +295,8 @@ void Engine::ReleaseResources(Sequence& seq) {
   seq.snapshot_at = -1;
 }
 
-void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error, bool invalid_request) {
+void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error, bool invalid_request,
+                    bool unavailable) {
   if (seq.finished) return;
   seq.finished = true;
   ReleaseResources(seq);
@@ -305,6 +307,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
     ev.kind = GenerationEvent::Kind::kError;
     ev.error = error;
     ev.invalid_request = invalid_request;
+    ev.unavailable = unavailable;
     if (seq.req.on_event) seq.req.on_event(ev);
     return;
   }
@@ -449,15 +452,44 @@ void Engine::Admit() {
   }
 }
 
+bool Engine::WeightsFaulted() {
+  if (!fault_.empty()) return true;
+  if (MappedFileFaultCount() == weight_faults_base_) return false;
+  std::string path = MappedFileFaultPath();
+  fault_ = fmt::format("the model's weights changed under the running server: {} was truncated (a read past its "
+                       "end); outputs would be wrong, so every request fails until tessera is restarted",
+                       path.empty() ? "a checkpoint file" : path);
+  spdlog::error("{}", fault_);
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_.fault = fault_;
+  return true;
+}
+
+void Engine::FailAllForFault() {
+  for (auto* list : {&running_, &waiting_}) {
+    for (auto& s : *list) Finish(*s, FinishReason::kError, fault_, false, /*unavailable=*/true);
+    list->clear();
+  }
+}
+
 bool Engine::Step() {
   Intake();
-  // Cancelled requests leave first so their pages serve this step.
-  for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->req.cancelled->load()) {
-      Finish(**it, FinishReason::kCancelled);
-      it = running_.erase(it);
-    } else {
-      ++it;
+  if (WeightsFaulted()) {
+    FailAllForFault();
+    PublishSnapshot();
+    return false;
+  }
+  // Cancelled requests leave first so their pages serve this step. Waiting ones too: Admit reaches
+  // them only while a sequence slot is free, and under a full batch clients that gave up (timeouts,
+  // closed connections) piled up in the queue and in tessera_num_requests_waiting.
+  for (auto* list : {&running_, &waiting_}) {
+    for (auto it = list->begin(); it != list->end();) {
+      if ((*it)->req.cancelled->load()) {
+        Finish(**it, FinishReason::kCancelled);
+        it = list->erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   Admit();
@@ -583,6 +615,11 @@ bool Engine::Step() {
     ForwardOptions opts;
     opts.collect_expert_stats = config_.collect_expert_stats;
     ForwardResult result = model_->Forward(batch, opts);
+    if (WeightsFaulted()) {  // this forward read zeros where the file lost its bytes: none of it goes out
+      FailAllForFault();
+      PublishSnapshot();
+      return true;
+    }
     ++total_forwards_;
     total_rows_ += result.rows_processed;
     int64_t distinct_sum = 0, moe_layers = 0;

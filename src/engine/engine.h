@@ -98,8 +98,15 @@ class Engine : public EngineApi {
   // Sampler, decoders and router temperature of a validated sequence (one choice of a request).
   void InitSequence(Sequence& seq);
   void Admit();
-  // invalid_request: a kError that the request's own input caused (see GenerationEvent).
-  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "", bool invalid_request = false);
+  // invalid_request: a kError that the request's own input caused; unavailable: the engine can serve
+  // no request now (see GenerationEvent).
+  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "", bool invalid_request = false,
+              bool unavailable = false);
+  // True once a checkpoint file was truncated under the engine (io/mapped_file.h's fault guard counted
+  // a read past its end since the engine was built): sets fault_ (published in the snapshot) the
+  // first time. FailAllForFault ends every running and waiting request with it.
+  bool WeightsFaulted();
+  void FailAllForFault();
   void ReleaseResources(Sequence& seq);
   bool EnsurePages(Sequence& seq, int64_t positions);
   void Preempt(Sequence& victim);
@@ -183,6 +190,8 @@ class Engine : public EngineApi {
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;  // engine-thread copies, published each step
   std::vector<int64_t> expert_routed_;            // [layer * num_experts + expert]
   int64_t total_forwards_ = 0, total_rows_ = 0;
+  uint64_t weight_faults_base_ = 0;  // MappedFileFaultCount() when the engine was built
+  std::string fault_;                // engine thread; copied into snapshot_.fault
 };
 
 }  // namespace tessera

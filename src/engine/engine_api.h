@@ -24,6 +24,9 @@ struct EngineSnapshot {
   // stay 0); empty unless EngineConfig::collect_expert_stats.
   std::vector<int64_t> expert_routed_tokens;
   bool ready = false;                                        // loaded and warmed up
+  // Non-empty once the engine can no longer compute correct outputs (a checkpoint file truncated
+  // under the running server: io/mapped_file.h's fault guard); every request fails with it (503).
+  std::string fault;
 };
 
 struct EngineModelInfo {

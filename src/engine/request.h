@@ -136,6 +136,9 @@ struct GenerationEvent {
   // kError: the request's own input is at fault (its grammar proved too ambiguous to follow...),
   // found only while generating: a client error even after output has started.
   bool invalid_request = false;
+  // kError: the server can serve no request now (its weights changed under it: EngineSnapshot::fault);
+  // the client's request was fine (503, not 400 or 500).
+  bool unavailable = false;
 };
 
 struct GenerationRequest {

@@ -1,26 +1,39 @@
 // tessera server: JSON-lines access log.
 #include "server/access_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 
 namespace tessera {
 
-AccessLog::AccessLog(const std::string& target, bool log_requests) : log_requests_(log_requests) {
+AccessLog::AccessLog(const std::string& target, bool log_requests) : target_(target), log_requests_(log_requests) {
   if (target.empty()) return;
   if (target == "-" || target == "stderr") {
-    file_ = stderr;
+    fd_ = STDERR_FILENO;
     return;
   }
-  file_ = std::fopen(target.c_str(), "a");
-  if (file_ == nullptr) Fail(ErrorKind::kNotFound, "cannot open access log '{}' for append", target);
+  fd_ = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0)
+    Fail(ErrorKind::kNotFound, "cannot open access log '{}' for append: {}", target, std::strerror(errno));
   owned_ = true;
 }
 
 AccessLog::~AccessLog() {
-  if (owned_ && file_ != nullptr) std::fclose(file_);
+  if (owned_ && fd_ >= 0) ::close(fd_);
+}
+
+int64_t AccessLog::lines_lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lines_lost_;
 }
 
 void AccessLogEntry::AddSafetyHit(SafetyHit h) {
@@ -69,11 +82,31 @@ std::string AccessLog::Format(const AccessLogEntry& e, bool log_requests) {
 }
 
 void AccessLog::Write(const AccessLogEntry& e) {
-  if (file_ == nullptr) return;
+  if (fd_ < 0) return;
   std::string line = Format(e, log_requests_) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  size_t off = 0;
+  int err = 0;
+  while (off < line.size()) {
+    ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (err != 0) {
+    ++lines_lost_;
+    if (!failing_)
+      spdlog::error("access log '{}': cannot write ({}); requests are served, their lines lost and counted in "
+                    "tessera_access_log_errors_total until writing works again",
+                    target_, std::strerror(err));
+    failing_ = true;
+  } else if (failing_) {
+    failing_ = false;
+    spdlog::warn("access log '{}': writing again ({} line(s) lost so far)", target_, lines_lost_);
+  }
 }
 
 }  // namespace tessera

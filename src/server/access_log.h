@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,6 +32,11 @@ struct AccessLogEntry {
   std::string prompt, completion;  // only written when log_requests
 };
 
+// A line is one write(2) to a descriptor opened with O_APPEND, never buffered: a failed write (a full
+// disk: ENOSPC, EIO...) loses that line only, the request it describes is served regardless. The
+// first failure after a good write is logged once (spdlog, naming the target and the error), the
+// return to writing once more, and every lost line is counted (lines_lost(): the server's
+// tessera_access_log_errors_total).
 class AccessLog {
  public:
   // target: "-" or "stderr" = stderr, "" = off, else a file opened for append (Error when not).
@@ -42,13 +46,17 @@ class AccessLog {
   AccessLog& operator=(const AccessLog&) = delete;
   void Write(const AccessLogEntry& e);
   bool log_requests() const { return log_requests_; }
+  int64_t lines_lost() const;
   static std::string Format(const AccessLogEntry& e, bool log_requests);  // without the newline
 
  private:
-  std::mutex mu_;
-  FILE* file_ = nullptr;
+  mutable std::mutex mu_;
+  std::string target_;
+  int fd_ = -1;
   bool owned_ = false;
   bool log_requests_;
+  bool failing_ = false;  // the last write failed
+  int64_t lines_lost_ = 0;
 };
 
 }  // namespace tessera

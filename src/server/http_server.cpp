@@ -199,8 +199,11 @@ void Session::Route(http::request<http::string_body>& req, const std::string& pa
   if (path == "/health") {
     if (!get) throw not_allowed("GET, HEAD");
     if (srv_->draining) return SendResponse(503, R"({"status":"draining"})", "application/json");
-    if (!srv_->engine.Snapshot().ready)
-      return SendResponse(503, R"({"status":"loading"})", "application/json");
+    const EngineSnapshot snap = srv_->engine.Snapshot();
+    if (!snap.fault.empty())  // no answer would be right: a liveness probe restarts the server
+      return SendResponse(503, nlohmann::ordered_json{{"status", "failed"}, {"error", snap.fault}}.dump(),
+                          "application/json");
+    if (!snap.ready) return SendResponse(503, R"({"status":"loading"})", "application/json");
     return SendResponse(200, R"({"status":"ok"})", "application/json");
   }
   if (health_only_ && path != "/metrics")

@@ -91,7 +91,8 @@ struct HttpServer::Impl {
       m.kv_pages_total.Set(static_cast<double>(s.kv_pages_total));
       m.prefix_cache_queries.Set(static_cast<double>(s.prefix_cache_queries));
       m.prefix_cache_hits.Set(static_cast<double>(s.prefix_cache_hits));
-      m.ready.Set(s.ready && !draining ? 1.0 : 0.0);
+      m.ready.Set(s.ready && !draining && s.fault.empty() ? 1.0 : 0.0);
+      m.access_log_errors.Set(static_cast<double>(log.lines_lost()));
       std::lock_guard<std::mutex> l(conn_mu);
       m.connections_open.Set(static_cast<double>(connections));
     });

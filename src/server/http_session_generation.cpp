@@ -30,8 +30,9 @@ std::shared_ptr<const GrammarTrigger> ToolCallTrigger(PromptBuilder& prompts, co
 
 void Session::StartGeneration(http::request<http::string_body>& req, bool chat) {
   if (srv_->draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
-  if (!srv_->engine.Snapshot().ready)
-    throw ApiError(503, "service_unavailable", "the model is still loading");
+  const EngineSnapshot snap = srv_->engine.Snapshot();
+  if (!snap.fault.empty()) throw ApiError(503, "service_unavailable", snap.fault);
+  if (!snap.ready) throw ApiError(503, "service_unavailable", "the model is still loading");
   // Parsing the body and building the prompt take seconds for a body of megabytes (the chat
   // template, the tokenizer): on the prompt pool, not on the I/O threads, which serve every
   // connection. The session reads nothing more until this request is answered.
@@ -327,6 +328,7 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
       // The engine reports request problems it finds (bad ids, too long...) this way; once output
       // has started it is an internal failure unless the engine says the request's input caused it
       // (a grammar too ambiguous to follow). One failed choice fails the request.
+      if (ev.unavailable) return FailGeneration(g, ApiError(503, "service_unavailable", ev.error));
       if (!g->first_token_seen || ev.invalid_request) return FailGeneration(g, InvalidRequest(ev.error));
       return FailGeneration(g, ApiError(500, "internal_error", ev.error));
   }

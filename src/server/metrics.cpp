@@ -237,6 +237,9 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                                           "Calls of the content-safety classifier by result: clean, flagged, or "
                                           "error (unreachable, timed out, bad answer).",
                                           {"result"})),
-      ready(r.Gauge("tessera_ready", "1 when the model is loaded and serving.")) {}
+      ready(r.Gauge("tessera_ready", "1 when the model is loaded and serving.")),
+      access_log_errors(r.Counter("tessera_access_log_errors_total",
+                                  "Access-log lines lost to a failed write (a full disk...); requests are "
+                                  "served regardless.")) {}
 
 }  // namespace tessera

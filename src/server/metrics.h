@@ -97,6 +97,7 @@ struct ServerMetrics {
   MetricFamily& content_safety_hits;           // counter {source, stage, category, action}
   MetricFamily& content_safety_classifier;     // counter {result}: clean, flagged, error
   MetricFamily& ready;                         // gauge 0/1
+  MetricFamily& access_log_errors;             // counter: access-log lines that could not be written
 };
 
 }  // namespace tessera

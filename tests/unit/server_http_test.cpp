@@ -515,6 +515,27 @@ TEST_F(ServerHttp, AccessLogWithRequests) {
   EXPECT_NE(line["prompt"].get<std::string>().find("Hi"), std::string::npos);
 }
 
+// A full disk under the access log (/dev/full: every write ENOSPC): each request is answered, each
+// lost line counted (docs/RELIABILITY.md, "Faults"; the end-to-end test is CliFaults.AccessLog...).
+TEST_F(ServerHttp, AccessLogOnAFullDiskCountsLostLines) {
+  cfg.server.access_log = "/dev/full";
+  Start();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Post("/v1/chat/completions", Chat({{"stream", i == 1}})).status, 200) << i;
+  // A line is written once its response is out, so the last one may trail the client a little;
+  // every /metrics call is one more line.
+  testing_metrics::Exposition e;
+  for (int i = 0; i < 100; ++i) {
+    auto r = Call(port, "GET", "/metrics");
+    std::string err;
+    e = {};
+    ASSERT_TRUE(testing_metrics::CheckExposition(r.body, &e, &err)) << err;
+    if (e.Value("tessera_access_log_errors_total", {}) >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(e.types["tessera_access_log_errors_total"], "counter");
+  EXPECT_GE(e.Value("tessera_access_log_errors_total", {}), 3);
+}
+
 TEST_F(ServerHttp, KeepAliveServesSeveralRequests) {
   Start();
   Client c(port);
