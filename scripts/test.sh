@@ -19,8 +19,10 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
 # it compiles this code base faster under the sanitizers than g++ (http_server.cpp 47 s against
 # 62 s at -O1, a test file at -O0 18 s against 32 s).
 # The same build holds the fuzzers (fuzz/, TESSERA_FUZZ): each replays its corpus (every input a
-# fuzzer or a bug report ever needed) under the same sanitizers.
-bash scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DTESSERA_SANITIZE=ON -DTESSERA_FUZZ=ON -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# fuzzer or a bug report ever needed) under the same sanitizers. Replaying needs no coverage
+# instrumentation in the libraries (TESSERA_FUZZ_COVERAGE=OFF: only the harnesses get it), which
+# would slow every test of this build and its compile; fuzzing itself uses a build-fuzz with it.
+bash scripts/build.sh build-asan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DTESSERA_SANITIZE=ON -DTESSERA_FUZZ=ON -DTESSERA_FUZZ_COVERAGE=OFF -DTESSERA_TESTS=ON -DTESSERA_BENCH=OFF -DTESSERA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800)
