@@ -34,9 +34,7 @@ set(tessera_test_costs
   "GrammarQwen3Masks.RegexMasksEqualPcre2PartialMatching|2|17"
   "GrammarQwen3Masks.EqualBruteForce|3|16"
   "GrammarCore.Utf8ExpressionsMatchExactlyTheValidEncodings|1|10"
-  "CliStrictTools.AutoCallsFollowTheSchemaOnlyWhenStrict|11|82"
-  "CliStrictTools.ProseStaysProseAndACallCutByMaxTokensIsLength|10|52"
-  "CliStrictTools.RefusedCombinations|9|22"
+  "CliStrictTools|25|80"
   # CliFaults: release seconds of one run on the shared machine (2026-12-05); the sanitizer build's not
   # measured yet (0).
   "CliFaults.SigkillEndsStreamsAtOnceAndARestartTakesThePort|15|0"
