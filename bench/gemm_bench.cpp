@@ -1,7 +1,8 @@
 // tessera bench: CPU GEMM kernels (backend/cpu/gemm.h) on LLM-shaped products. For every kernel
 // this processor can run, 1 and 2 threads, decode (m = 1, 4) and prefill (m = 32, 128) batches,
 // prints time, GB/s of bf16 weight bytes streamed and GFLOP/s, next to the machine's memcpy
-// bandwidth (1 GiB buffer) so decode numbers read as a fraction of what memory can deliver.
+// bandwidth (1 GiB buffer) so decode numbers read as a fraction of what memory can deliver; "cpu us"
+// is the 1-thread call's CPU time (the wall time minus what other processes took on a shared machine).
 // Weights rotate through >= 512 MiB of copies so a repeated call never finds them in cache.
 // --quant int4|int8|fp8 times GemmF32xQuant instead (random codes, one f32 scale per 128 columns for
 // int4 and per row for int8 / fp8, as --quantization makes them); GB/s then counts codes + scales.
@@ -15,7 +16,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -29,6 +32,14 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU time of the calling thread: with one thread it is the call's time without the stretches the
+// scheduler gave the core to other processes, so rows stay comparable on a shared machine.
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Bytes copied per second by one memcpy of a 1 GiB buffer (best of 3).
@@ -105,8 +116,8 @@ int main(int argc, char** argv) {
   }
 
   ThreadPool two(2);
-  fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10} {:>8} {:>7} {:>8}\n", "kernel", "thr", "m", "n",
-             "k", "us/call", "w GB/s", "%copy", "GFLOP/s");
+  fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10} {:>8} {:>7} {:>8} {:>10}\n", "kernel", "thr", "m", "n",
+             "k", "us/call", "w GB/s", "%copy", "GFLOP/s", "cpu us");
   for (const char* kernel : kernels) {
     if (!only_kernel.empty() && only_kernel != kernel) continue;
     if (!ForceGemmKernel(kernel)) {
@@ -141,6 +152,7 @@ int main(int argc, char** argv) {
           call();  // warm-up (page-in of x/y, pool wake-up)
           const double budget = quick ? 0.1 : 0.3;
           int reps = 0;
+          const double cpu0 = ThreadCpuSeconds();
           auto t0 = Clock::now();
           double elapsed = 0;
           do {
@@ -149,10 +161,12 @@ int main(int argc, char** argv) {
             elapsed = Seconds(t0, Clock::now());
           } while (elapsed < budget && reps < 2000);
           const double t = elapsed / reps;
+          const double cpu = (ThreadCpuSeconds() - cpu0) / reps;  // 1 thread: the call's own time
           const double gbps = (code_bytes + scale_count * 4.0) / t / 1e9;
           const double gflops = 2.0 * m * n * k / t / 1e9;
-          fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10.1f} {:>8.1f} {:>6.0f}% {:>8.1f}\n", kernel,
-                     threads, m, n, k, t * 1e6, gbps, 100 * gbps / copy_gbps, gflops);
+          fmt::print("{:<11} {:>3} {:>4} {:>6} {:>5} {:>10.1f} {:>8.1f} {:>6.0f}% {:>8.1f} {:>10}\n", kernel,
+                     threads, m, n, k, t * 1e6, gbps, 100 * gbps / copy_gbps, gflops,
+                     threads == 1 ? fmt::format("{:.1f}", cpu * 1e6) : std::string("-"));
           std::fflush(stdout);
         }
       }
