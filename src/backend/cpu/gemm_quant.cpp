@@ -1,6 +1,7 @@
-// tessera cpu backend: products with quantized weights (gemm.h GemmF32xQuant): the W8A8 input
-// rounding and act-order gather done once per call, then column blocks of the weight dequantized into
-// a per-thread f32 tile and multiplied by the f32 column kernel of the instruction set (on AVX-512,
+// tessera cpu backend: products with quantized weights (gemm.h GemmF32xQuant, GemmF32xQuantBatch):
+// the W8A8 input rounding and act-order gather done once per product, then row blocks of every
+// product of the batch dealt to the threads in one parallel loop; a block is dequantized into a
+// per-thread f32 tile and multiplied by the f32 column kernel of the instruction set (on AVX-512,
 // products of up to 4 rows skip the tile and decode codes straight into registers). The tile is a
 // few hundred KB (it stays in L2), so memory traffic is the compressed codes; the portable dequantizer
 // here is also the reference the vectorised ones are tested against.

@@ -1,6 +1,7 @@
 // tessera cpu backend: AVX-512 dequantization of quantized weight rows into f32 (gemm.h
-// DequantRowsAvx512), 16 columns per step. Built with -mavx512* -mf16c and called only after gemm.cpp
-// checked cpuid. Codes to f32:
+// DequantRowsAvx512), 16 columns per step, and the few-row dot without a tile (QuantDotRowsAvx512: a
+// one-row path for any shape, and a 32-column path over several rows described at its code). Built with
+// -mavx512* -mf16c and called only after gemm.cpp checked cpuid. Codes to f32:
 //   int8: sign-extended bytes converted to f32;
 //   int4: the 8 bytes of 16 columns split into low / high nibbles, interleaved back into column order,
 //         sign-extended as (v ^ 8) - 8;
