@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -361,26 +362,13 @@ TEST(BackendOps, MoeRouteAndExpertsMatchNaive) {
   EXPECT_LT(MaxDiff(out, ref), 1e-5);
 }
 
-// bf16 experts with fewer active experts than threads (a decode step on many cores) run as one
-// parallel loop over all their products' column blocks (GemmF32xBf16Batch): the result is bit for bit
-// the one-thread result, where each expert runs whole on the calling thread, and near a double
-// reference of the same bf16 values.
-TEST(BackendOps, MoeExpertsOnManyThreadsEqualOneThread) {
+// Routed experts of 2 rows x top-4 over 16 experts (hidden 256, intermediate 96): bit for bit the same
+// on 1 and 16 threads, and near the double product of the weights' values (value(m, i): element i of
+// matrix m = 3 * expert + {gate, up, down}).
+void CheckMoeOnManyThreads(const std::vector<ExpertWeights>& experts, const std::function<double(int64_t, int64_t)>& value,
+                           uint32_t seed) {
   const int64_t rows = 2, E = 16, k = 4, H = 256, I = 96;
-  auto logits = Rand(rows * E, 31, -3, 3), x = Rand(rows * H, 32);
-  std::vector<std::vector<uint16_t>> mats;
-  for (int64_t e = 0; e < E; ++e)
-    for (int m = 0; m < 3; ++m) {
-      const auto v = Rand(I * H, static_cast<uint32_t>(400 + 3 * e + m), -0.2f, 0.2f);
-      std::vector<uint16_t> b(v.size());
-      for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
-      mats.push_back(std::move(b));
-    }
-  std::vector<ExpertWeights> experts(E);
-  for (int64_t e = 0; e < E; ++e)
-    experts[e] = {Tensor{mats[3 * e].data(), DType::kBF16, {I, H}, {}},
-                  Tensor{mats[3 * e + 1].data(), DType::kBF16, {I, H}, {}},
-                  Tensor{mats[3 * e + 2].data(), DType::kBF16, {H, I}, {}}};
+  auto logits = Rand(rows * E, seed, -3, 3), x = Rand(rows * H, seed + 1);
   auto run = [&](int threads) {
     ThreadPool::SetGlobalThreads(threads);
     CpuBackend be;
@@ -398,35 +386,54 @@ TEST(BackendOps, MoeExpertsOnManyThreadsEqualOneThread) {
   // The double reference of the routed pairs (the routing weights as computed above).
   std::vector<double> ref(rows * H, 0.0);
   CpuBackend be;
-  std::vector<int32_t> idx2(rows * k);
+  std::vector<int32_t> idx(rows * k);
   std::vector<float> w(rows * k);
-  be.MoeRoute(logits.data(), rows, E, k, true, idx2.data(), w.data());
+  be.MoeRoute(logits.data(), rows, E, k, true, idx.data(), w.data());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = idx2[r * k + j];
+      const int64_t e = idx[r * k + j];
       std::vector<double> act(I);
       for (int64_t i = 0; i < I; ++i) {
         double gs = 0, us = 0;
         for (int64_t c = 0; c < H; ++c) {
-          gs += double(Bf16ToF32(mats[3 * e][i * H + c])) * x[r * H + c];
-          us += double(Bf16ToF32(mats[3 * e + 1][i * H + c])) * x[r * H + c];
+          gs += value(3 * e, i * H + c) * x[r * H + c];
+          us += value(3 * e + 1, i * H + c) * x[r * H + c];
         }
         act[i] = gs / (1 + std::exp(-gs)) * us;
       }
       for (int64_t c = 0; c < H; ++c) {
         double d = 0;
-        for (int64_t i = 0; i < I; ++i) d += double(Bf16ToF32(mats[3 * e + 2][c * I + i])) * act[i];
+        for (int64_t i = 0; i < I; ++i) d += value(3 * e + 2, c * I + i) * act[i];
         ref[r * H + c] += w[r * k + j] * d;
       }
     }
   EXPECT_LT(MaxDiff(one, ref), 1e-4);
 }
 
-// The same with int4 experts (GemmF32xQuantBatch): bit-identical on 1 and 16 threads, and the
-// double product of the dequantized weights.
+// bf16 experts with fewer active experts than threads (a decode step on many cores) run as one
+// parallel loop over all their products' column blocks (GemmF32xBf16Batch): the result is bit for bit
+// the one-thread result, where each expert runs whole on the calling thread.
+TEST(BackendOps, MoeExpertsOnManyThreadsEqualOneThread) {
+  const int64_t E = 16, H = 256, I = 96;
+  std::vector<std::vector<uint16_t>> mats;
+  for (int64_t e = 0; e < E; ++e)
+    for (int m = 0; m < 3; ++m) {
+      const auto v = Rand(I * H, static_cast<uint32_t>(400 + 3 * e + m), -0.2f, 0.2f);
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
+      mats.push_back(std::move(b));
+    }
+  std::vector<ExpertWeights> experts(E);
+  for (int64_t e = 0; e < E; ++e)
+    experts[e] = {Tensor{mats[3 * e].data(), DType::kBF16, {I, H}, {}},
+                  Tensor{mats[3 * e + 1].data(), DType::kBF16, {I, H}, {}},
+                  Tensor{mats[3 * e + 2].data(), DType::kBF16, {H, I}, {}}};
+  CheckMoeOnManyThreads(experts, [&](int64_t m, int64_t i) { return double(Bf16ToF32(mats[m][i])); }, 31);
+}
+
+// The same with int4 experts (GemmF32xQuantBatch); the reference multiplies the dequantized weights.
 TEST(BackendOps, QuantizedMoeExpertsOnManyThreadsEqualOneThread) {
-  const int64_t rows = 2, E = 16, k = 4, H = 256, I = 96;
-  auto logits = Rand(rows * E, 41, -3, 3), x = Rand(rows * H, 42);
+  const int64_t E = 16, H = 256, I = 96;
   std::vector<QuantizedMatrix> mats;
   std::vector<std::vector<float>> deq;
   for (int64_t e = 0; e < E; ++e)
@@ -440,7 +447,7 @@ TEST(BackendOps, QuantizedMoeExpertsOnManyThreadsEqualOneThread) {
       gemm_internal::DequantRowsGeneric(mats.back().codes.data(), q, kk, 0, n, f.data());
       deq.push_back(std::move(f));
     }
-  auto tensor = [&](int i, int64_t n, int64_t kk) {
+  auto tensor = [&](int64_t i, int64_t n, int64_t kk) {
     Tensor t{mats[i].codes.data(), DType::kU8, {n, kk}, {}};
     t.quant = mats[i].meta;
     t.quant.scales = mats[i].scales.data();
@@ -449,43 +456,7 @@ TEST(BackendOps, QuantizedMoeExpertsOnManyThreadsEqualOneThread) {
   std::vector<ExpertWeights> experts(E);
   for (int64_t e = 0; e < E; ++e)
     experts[e] = {tensor(3 * e, I, H), tensor(3 * e + 1, I, H), tensor(3 * e + 2, H, I)};
-  auto run = [&](int threads) {
-    ThreadPool::SetGlobalThreads(threads);
-    CpuBackend be;
-    std::vector<int32_t> idx(rows * k);
-    std::vector<float> w(rows * k), out(rows * H);
-    be.MoeRoute(logits.data(), rows, E, k, true, idx.data(), w.data());
-    be.MoeExperts(x.data(), rows, H, idx.data(), w.data(), k, experts, out.data());
-    return std::make_pair(out, w);
-  };
-  const auto [one, w] = run(1);
-  const auto many = run(16).first;
-  ThreadPool::SetGlobalThreads(static_cast<int>(std::thread::hardware_concurrency()));
-  EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0);
-  CpuBackend be;
-  std::vector<int32_t> idx(rows * k);
-  std::vector<float> w2(rows * k);
-  be.MoeRoute(logits.data(), rows, E, k, true, idx.data(), w2.data());
-  std::vector<double> ref(rows * H, 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = idx[r * k + j];
-      std::vector<double> act(I);
-      for (int64_t i = 0; i < I; ++i) {
-        double gs = 0, us = 0;
-        for (int64_t c = 0; c < H; ++c) {
-          gs += double(deq[3 * e][i * H + c]) * x[r * H + c];
-          us += double(deq[3 * e + 1][i * H + c]) * x[r * H + c];
-        }
-        act[i] = gs / (1 + std::exp(-gs)) * us;
-      }
-      for (int64_t c = 0; c < H; ++c) {
-        double d = 0;
-        for (int64_t i = 0; i < I; ++i) d += double(deq[3 * e + 2][c * I + i]) * act[i];
-        ref[r * H + c] += w2[r * k + j] * d;
-      }
-    }
-  EXPECT_LT(MaxDiff(one, ref), 1e-4);
+  CheckMoeOnManyThreads(experts, [&](int64_t m, int64_t i) { return double(deq[m][i]); }, 41);
 }
 
 TEST(BackendOps, MatMulBf16MatchesF32OfSameValues) {
