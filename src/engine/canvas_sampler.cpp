@@ -71,7 +71,7 @@ double RowEntropy(const float* z, int64_t vocab) {
     const double d = static_cast<double>(z[i]) - m;
     const double e = std::exp(d);
     s += e;
-    sz += e * d;
+    if (e > 0) sz += e * d;  // a masked (-inf) token adds nothing (0 * -inf would be NaN)
   }
   return std::log(s) - sz / s;
 }

@@ -143,6 +143,10 @@ class Engine : public EngineApi {
   // output and queued for its commit, or the sequence finishes. True: the canvas goes on and needs its
   // self-conditioning input (UpdateSelfConditioning).
   bool ApplyCanvasStep(Sequence& seq, float* logits, int64_t vocab);
+  // Structured output on a canvas: masks each processed row z [C, vocab] (in place) by seq's grammar
+  // after the argmax of the rows before it, rows past the output's end pinned to the filler token.
+  // False when the grammar threw (the sequence has ended).
+  bool ConstrainCanvasRows(Sequence& seq, float* z, int64_t C, int64_t vocab);
   // The self-conditioning inputs of the canvases that go on, from their processed logits, in one product.
   void UpdateSelfConditioning(const std::vector<Sequence*>& seqs);
 

@@ -6,15 +6,19 @@
 // acceptance, re-noising, the stable-and-confident stop) with the sequence's own generator; the
 // self-conditioning input of the next step is then computed for every canvas that goes on in one
 // product (Model::SelfConditioningInput). Several sequences' canvases share a forward as segments of
-// one batch (a canvas model only generates canvases: no autoregressive rows to mix in).
+// one batch (a canvas model only generates canvases: no autoregressive rows to mix in). Structured
+// output: every step masks the canvas rows left to right by the grammar after the argmax of the rows
+// before them (ConstrainCanvasRows), so the argmax a canvas commits is always a prefix of the language.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/grammar_constraint.h"
 #include "engine/sequence.h"
 #include "model/model.h"
 
@@ -84,7 +88,6 @@ bool Engine::ValidateCanvas(const Sequence& seq, std::string* error) const {
   if (!sp.logit_bias.empty()) return refuse("logit_bias");
   if (sp.top_logprobs >= 0) return refuse("logprobs");
   if (sp.min_tokens > 0) return refuse("min_tokens");
-  if (r.grammar) return refuse("structured output (a grammar)");
   const int64_t P = static_cast<int64_t>(r.prompt.size());
   if (P + C > config_.max_model_len)
     return *error = fmt::format("the prompt has {} tokens; with one canvas of {} it exceeds max_model_len {}", P, C,
@@ -168,6 +171,7 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   // z = logits / T in f32, as transformers divides the f32 logits by the temperature.
   const float Tf = static_cast<float>(T);
   for (int64_t i = 0; i < C * vocab; ++i) logits[i] /= Tf;
+  if (s.constraint && !ConstrainCanvasRows(s, logits, C, vocab)) return false;
   std::vector<double> entropy(static_cast<size_t>(C)), uniforms(static_cast<size_t>(C));
   std::vector<int32_t> argmax(static_cast<size_t>(C)), sampled(static_cast<size_t>(C)), noise(static_cast<size_t>(C));
   double mean_entropy = 0;
@@ -220,12 +224,21 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   // cut at max_tokens.
   std::vector<int32_t> emit;
   bool eos = false;
-  for (int32_t t : argmax) {
-    if (is_end(t)) {
-      eos = true;
-      break;
+  if (s.constraint) {
+    // The grammar decides where the output ends: an end token where the structure is complete, or the
+    // structure's completion itself (inside a structure a stop id may be ordinary text). The rows were
+    // masked after this very argmax, so the grammar takes every token up to there.
+    const size_t end = AdvanceGrammarBlock(s, argmax, &eos);
+    if (s.finished) return false;
+    emit.assign(argmax.begin(), argmax.begin() + static_cast<std::ptrdiff_t>(end));
+  } else {
+    for (int32_t t : argmax) {
+      if (is_end(t)) {
+        eos = true;
+        break;
+      }
+      emit.push_back(t);
     }
-    emit.push_back(t);
   }
   // transformers' metric counts the end token too, and whole canvases (not cut at max_tokens).
   const int64_t kept = static_cast<int64_t>(emit.size()) + (eos ? 1 : 0);
@@ -246,6 +259,38 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   }
   NewCanvas(cs, model_->config().vocab_size);
   return false;
+}
+
+bool Engine::ConstrainCanvasRows(Sequence& s, float* z, int64_t C, int64_t vocab) {
+  try {
+    // The committed text's grammar state, advanced on a copy by this step's argmax row after row: the
+    // tokens the canvas would commit if it stopped now. Each row is masked where that prefix leaves
+    // it, so its entropy, sample and argmax (and the self-conditioning input) all see the constraint.
+    // Rows are not conditioned on their own samples: those are proposals the next step revises.
+    GrammarConstraint chain = *s.constraint;
+    bool ended = false;
+    for (int64_t r = 0; r < C; ++r) {
+      float* row = z + r * vocab;
+      if (!ended && chain.MaskLogits(row, vocab)) {
+        const auto best = static_cast<int32_t>(RowArgmax(row, vocab));
+        if (chain.EndsAtLastMask(best)) {
+          ended = true;
+        } else if (!chain.Accept(best)) {
+          Fail(ErrorKind::kInternal, "canvas row {}: token {} was drawn outside the grammar's mask", r, best);
+        }
+        continue;
+      }
+      // Past the output's end (an end token above, or nothing more allowed): the row is never output;
+      // pinning it to one token keeps it certain (entropy 0) and stable for the stop rule.
+      ended = true;
+      std::fill(row, row + vocab, -std::numeric_limits<float>::infinity());
+      row[chain.filler()] = 0.f;
+    }
+  } catch (const Error& e) {
+    FailOnGrammar(s, e);
+    return false;
+  }
+  return true;
 }
 
 void Engine::UpdateSelfConditioning(const std::vector<Sequence*>& seqs) {
