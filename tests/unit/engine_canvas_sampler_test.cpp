@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/canvas_sampler.h"
@@ -38,6 +39,12 @@ TEST(CanvasSampler, RowEntropyAndArgmax) {
   const float peaked[4] = {-1000, 50, -1000, -1000};
   EXPECT_NEAR(RowEntropy(peaked, 4), 0.0, 1e-12);
   EXPECT_EQ(RowArgmax(peaked, 4), 1);
+  // A grammar-masked row (-inf where not allowed): the entropy of what is left, not NaN.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float masked[4] = {-inf, 2, -inf, 2};
+  EXPECT_NEAR(RowEntropy(masked, 4), std::log(2.0), 1e-12);
+  const float pinned[3] = {-inf, 0, -inf};
+  EXPECT_EQ(RowEntropy(pinned, 3), 0.0);
 }
 
 TEST(CanvasSampler, AcceptsTheLowestEntropiesWithinTheBound) {
