@@ -1,7 +1,8 @@
-// CUDA conformance of the quantized-weight products (cuda_quant.cu) against the CPU backend: the
-// few-row kernel, the f32-scratch GEMM path, act-order permutations and W8A8 rounding, and routed
-// experts on the per-pair kernels and the host-grouped path. Every kind (fp8, int8, int4) and both
-// the vector and the per-element paths. Skipped without a device.
+// CUDA conformance of the quantized-weight products (cuda_quant.cu, cuda_quant_tiled.cu) against the
+// CPU backend: the few-row kernels (tiled and staged), the f32-scratch GEMM path, act-order
+// permutations and W8A8 rounding, and routed experts on the tiled kernels (per pair and grouped by
+// expert), the staged per-pair kernels and the host-grouped path. Every kind (fp8, int8, int4), zero
+// points, and the vector and per-element paths. Skipped without a device.
 #include <random>
 
 #include "backend_cuda_conformance.h"
@@ -78,6 +79,10 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
       {QuantKind::kFp8, 256, 512, false, false, ActQuant::kNone, 0},
       {QuantKind::kFp8, 128, 256, false, false, ActQuant::kDynamicPerToken, 0},
       {QuantKind::kFp8, 72, 72, false, false, ActQuant::kNone, 0},  // rows of 72 bytes: per-element path
+      // Rows of several 512-byte segments (the tiled kernels' steps), rows not a multiple of a warp's.
+      {QuantKind::kInt4, 100, 2048, false, false, ActQuant::kNone, 0},
+      {QuantKind::kInt8, 70, 2048, true, false, ActQuant::kNone, 0},
+      {QuantKind::kFp8, 36, 1536, false, false, ActQuant::kNone, 0},
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
@@ -96,19 +101,36 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
   }
 }
 
+// Zero points on the gate only (the staged per-pair kernels and host-grouped products: the tiled
+// kernels want every matrix alike), on none or on all (the tiled kernels, per pair up to 64 pairs,
+// grouped by expert above); hidden 1024 walks int8 / fp8 rows in two 512-byte segments.
+struct MoeCase {
+  QuantKind kind;
+  int64_t hidden, inter;
+  enum { kGateZeros, kNoZeros, kAllZeros } zeros;
+};
+
 TEST_F(CudaQuant, RoutedExpertsMatchTheCpu) {
-  for (QuantKind kind : {QuantKind::kInt4, QuantKind::kInt8, QuantKind::kFp8}) {
-    const int64_t E = 8, hidden = 256, inter = 128, k = 2;
+  const MoeCase cases[] = {
+      {QuantKind::kInt4, 256, 128, MoeCase::kGateZeros}, {QuantKind::kInt8, 256, 128, MoeCase::kNoZeros},
+      {QuantKind::kFp8, 256, 128, MoeCase::kNoZeros},    {QuantKind::kInt4, 512, 192, MoeCase::kNoZeros},
+      {QuantKind::kInt4, 256, 128, MoeCase::kAllZeros},  {QuantKind::kInt8, 1024, 96, MoeCase::kAllZeros},
+      {QuantKind::kFp8, 1024, 256, MoeCase::kNoZeros},
+  };
+  for (const MoeCase& c : cases) {
+    const QuantKind kind = c.kind;
+    const int64_t E = 8, hidden = c.hidden, inter = c.inter, k = 2;
+    const bool gate_zeros = c.zeros != MoeCase::kNoZeros, other_zeros = c.zeros == MoeCase::kAllZeros;
     std::vector<std::unique_ptr<Pair>> keep;
     std::vector<ExpertWeights> host(E), dev(E);
     for (int64_t e = 0; e < E; ++e) {
-      keep.push_back(Make(kind, inter, hidden, kind == QuantKind::kInt4, false, ActQuant::kNone, 10 + 3 * e));
-      keep.push_back(Make(kind, inter, hidden, false, false, ActQuant::kNone, 11 + 3 * e));
-      keep.push_back(Make(kind, hidden, inter, false, false, ActQuant::kNone, 12 + 3 * e));
+      keep.push_back(Make(kind, inter, hidden, gate_zeros, false, ActQuant::kNone, 10 + 3 * e));
+      keep.push_back(Make(kind, inter, hidden, other_zeros, false, ActQuant::kNone, 11 + 3 * e));
+      keep.push_back(Make(kind, hidden, inter, other_zeros, false, ActQuant::kNone, 12 + 3 * e));
       host[e] = {keep[3 * e]->host, keep[3 * e + 1]->host, keep[3 * e + 2]->host};
       dev[e] = {keep[3 * e]->dev, keep[3 * e + 1]->dev, keep[3 * e + 2]->dev};
     }
-    for (int64_t rows : {1, 5, 300}) {  // per-pair kernels, and the host-grouped products past 512 pairs
+    for (int64_t rows : {1, 5, 40, 300}) {  // per pair, grouped; the staged path: host-grouped past 512 pairs
       const std::vector<float> x = Rand(rows * hidden, -1.f, 1.f, 77 + rows);
       std::vector<int32_t> idx(rows * k);
       std::vector<float> wts(rows * k);
@@ -120,7 +142,9 @@ TEST_F(CudaQuant, RoutedExpertsMatchTheCpu) {
       cpu_->MoeExperts(x.data(), rows, hidden, idx.data(), wts.data(), k, host, want.data());
       float* dout = Dev(std::vector<float>(rows * hidden, 0.f));
       gpu_->MoeExperts(Dev(x), rows, hidden, Dev(idx), Dev(wts), k, dev, dout);
-      const std::string name = std::string("quant moe ") + QuantKindName(kind) + " rows" + std::to_string(rows);
+      const std::string name = std::string("quant moe ") + QuantKindName(kind) + " h" + std::to_string(hidden) +
+                               " i" + std::to_string(inter) + " zeros" + std::to_string(c.zeros) + " rows" +
+                               std::to_string(rows);
       Report(name.c_str(), RelErr(Host(dout, rows * hidden), want));
     }
   }

@@ -191,15 +191,22 @@ class CudaBackend : public Backend {
   const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
   // Quantized weights (cuda_quant.h): the kernels' view of a Tensor, kept per weight (its host
   // address is what recorded steps see); products of few rows in registers, larger ones through f32
-  // scratch and cuBLASLt; routed experts of few pairs on the per-pair kernels.
+  // scratch and cuBLASLt; routed experts on the tiled kernels (per pair or grouped by expert), or,
+  // for permuted / W8A8 / unaligned matrices, the per-pair staged kernels and host-grouped products.
   const cuda::QuantMatrix* QuantView(const Tensor& w);
   void QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate);
   struct QuantExpertTable {
     std::vector<const void*> codes;  // identity of the layer's experts
     DeviceBuffer dev;                // [3 * E] cuda::QuantMatrix
     bool vec = true;
+    // Every matrix takes the tiled kernels (cuda::QuantTiledOk) and shares expert 0's kind, zero
+    // points, and (gate with up) group size; gate0 / down0 are expert 0's, on the host.
+    bool tiled = false;
+    cuda::QuantMatrix gate0, down0;
   };
   const QuantExpertTable& QuantExperts(const std::vector<ExpertWeights>& experts);
+  bool QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                         int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
   void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                           int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out);
   std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;

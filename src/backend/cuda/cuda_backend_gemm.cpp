@@ -190,6 +190,12 @@ const cuda::QuantMatrix* CudaBackend::QuantView(const Tensor& w) {
 void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   const int64_t n = w.dim(0), k = w.dim(1);
   const cuda::QuantMatrix* q = QuantView(w);
+  if (m >= 1 && m <= cuda::kQuantGemvMaxRows && cuda::QuantTiledOk(*q) && k % 4 == 0 &&
+      (reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
+    profiler_->Mark("MatMul quantized gemv tiled");
+    Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, m, k, q, n, y, accumulate, stream_);
+    return;
+  }
   if (cuda::QuantGemvFits(m, k)) {
     profiler_->Mark("MatMul quantized gemv");
     Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);

@@ -99,6 +99,7 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
   const bool quantized = experts[0].gate.quantized();
+  if (quantized && QuantTiledExperts(x, rows, hidden, idx, weights, k, experts, out, residual)) return;
   if (quantized && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) && inter * 4 <= (200 << 10)) {
     profiler_->Mark("MoeExperts quantized per-pair");
     const QuantExpertTable& qt = QuantExperts(experts);
@@ -152,6 +153,45 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
 
+// Quantized experts on the tiled kernels (cuda_quant_tiled.cu): per pair up to
+// kQuantMoePerPairMaxSlots pairs, else grouped by expert on the device (each unit of up to
+// kQuantMoeUnitRows pairs reads its expert once). False (nothing queued) where a matrix or the input
+// cannot take them.
+bool CudaBackend::QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                                    const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                                    float* out, const ResidualNorm* residual) {
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  const int64_t inter = experts[0].gate.dim(0);
+  const QuantExpertTable& qt = QuantExperts(experts);
+  if (!qt.tiled || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 || hidden % 4 != 0 || inter % 4 != 0) return false;
+  const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
+  DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  if (slots <= cuda::kQuantMoePerPairMaxSlots) {
+    profiler_->Mark("MoeExperts quantized tiled per-pair");
+    Enqueue("QuantMoeGateUpTiled", cuda::QuantMoeGateUpTiled, x, hidden, k, idx, nullptr, nullptr, nullptr, slots,
+            table, &qt.gate0, E, inter, act.f32(), stream_);
+    Enqueue("QuantMoeDownTiled", cuda::QuantMoeDownTiled, act.f32(), inter, idx, nullptr, nullptr, nullptr, slots,
+            weights, table, &qt.down0, E, hidden, slot_out.f32(), stream_);
+  } else {
+    profiler_->Mark("MoeExperts quantized tiled grouped");
+    const int unit_rows = cuda::kQuantMoeUnitRows;
+    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
+    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+        num_units(*this, sizeof(int32_t));
+    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
+    Zero(slot_out.data(), slot_out.bytes());
+    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
+            static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    const auto* u = static_cast<const int4*>(units.data());
+    Enqueue("QuantMoeGateUpTiled", cuda::QuantMoeGateUpTiled, x, hidden, k, idx, order.i32(), u, num_units.i32(),
+            max_units, table, &qt.gate0, E, inter, act.f32(), stream_);
+    Enqueue("QuantMoeDownTiled", cuda::QuantMoeDownTiled, act.f32(), inter, idx, order.i32(), u, num_units.i32(),
+            max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), stream_);
+  }
+  SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+  return true;
+}
+
 // (row, slot) pairs sorted by expert on the host (one copy of the routing), gathered, one product per
 // active expert and matrix (MatMul: bf16 or quantized weights), scattered into slot_out weighted.
 void CudaBackend::HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
@@ -199,14 +239,17 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
   const int64_t E = static_cast<int64_t>(experts.size());
   std::vector<const void*> codes(3 * E);
   std::vector<cuda::QuantMatrix> mats(3 * E);
-  bool vec = true;
+  bool vec = true, tiled = E > 0;
   for (int64_t e = 0; e < E; ++e) {
     const Tensor* t[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
     for (int j = 0; j < 3; ++j) {
       if (!t[j]->quantized()) Fail(ErrorKind::kUnsupported, "cuda MoE: expert {} mixes float and quantized weights", e);
       codes[j * E + e] = t[j]->data;
-      mats[j * E + e] = *QuantView(*t[j]);
-      vec = vec && cuda::QuantVecOk(mats[j * E + e]);
+      const cuda::QuantMatrix& q = mats[j * E + e] = *QuantView(*t[j]);
+      vec = vec && cuda::QuantVecOk(q);
+      const cuda::QuantMatrix& ref = mats[j == 2 ? 2 * E : 0];
+      tiled = tiled && cuda::QuantTiledOk(q) && q.kind == ref.kind && (q.zeros == nullptr) == (ref.zeros == nullptr) &&
+              q.group == ref.group && q.row_bytes == ref.row_bytes;
     }
   }
   auto& slot = quant_expert_tables_[experts.data()];
@@ -214,6 +257,9 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
     slot = std::make_unique<QuantExpertTable>();
     slot->codes = codes;
     slot->vec = vec;
+    slot->tiled = tiled && mats[0].kind == mats[2 * E].kind &&
+                  (mats[0].zeros == nullptr) == (mats[2 * E].zeros == nullptr);
+    if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];
     slot->dev = DeviceBuffer(*this, mats.size() * sizeof(cuda::QuantMatrix));
     Upload(slot->dev.data(), mats.data(), mats.size() * sizeof(cuda::QuantMatrix));
   }

@@ -52,6 +52,29 @@ void QuantMoeDown(const float* act, int64_t inter, const int32_t* idx, const flo
                   const QuantMatrix* experts, int64_t E, int64_t hidden, bool vec, float* slot_out, cudaStream_t s);
 // Whether a matrix's rows take the vector loads (16-byte aligned rows, 16 bytes within one group).
 bool QuantVecOk(const QuantMatrix& w);
+
+// The tiled kernels of cuda_quant_tiled.cu: many weight loads in flight, no shared-memory staging.
+// They take weight-only matrices on the vector path (no act-order permutation, no W8A8 rounding) and
+// 16-byte aligned f32 inputs with rows of a multiple of 4; the staged kernels above take the rest.
+bool QuantTiledOk(const QuantMatrix& w);
+// QuantGemv on the tiled kernels (m <= kQuantGemvMaxRows).
+void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+                    cudaStream_t s);
+// Routed experts on the tiled kernels, per unit of pairs of one expert: per pair (units and order
+// null: unit u is pair u, idx[u] its expert, max_units = pairs) or grouped by MoeGroupByExpert with
+// kQuantMoeUnitRows rows a unit (idx unused; act indexed by sorted position). first: experts[0]
+// on the host (every expert matrix shares its kind, zero points and group).
+constexpr int kQuantMoeUnitRows = 8;
+// Pairs up to which each pair reads its own expert (at batch-1 / few-row decode no two pairs share
+// one); more pairs are grouped by expert so each unit reads its expert once.
+constexpr int64_t kQuantMoePerPairMaxSlots = 64;
+void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, const int32_t* order,
+                         const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
+                         const QuantMatrix* first, int64_t E, int64_t inter, float* act, cudaStream_t s);
+void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, const int32_t* order, const int4* units,
+                       const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
+                       const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, cudaStream_t s);
+
 // Rows the few-row MoE kernels take (pairs re-read their expert's codes; past this the host-grouped
 // products read each expert once).
 constexpr int64_t kQuantMoeMaxSlots = 512;

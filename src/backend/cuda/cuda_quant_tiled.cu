@@ -1,0 +1,421 @@
+// tessera cuda backend: quantized-weight products with many weight loads in flight (cuda_quant.h), for
+// weights without an act-order permutation or W8A8 activations (the staged kernels of cuda_quant.cu
+// take those). Written like the bf16 fused MoE kernels (cuda_moe_fused.cu):
+//   - a warp owns R weight rows (gate and up rows of C columns, or C down / GEMV rows) and walks them
+//     in segments of 32 16-byte chunks (a lane's chunk: 32 int4 or 16 int8 / fp8 codes inside one
+//     scale group); every lane issues all R x U chunk loads of a step (and their scales) before using
+//     any, the codes bypass L1 (read once), the f32 input rows come through L1 (shared by the warps);
+//   - codes become exact floats with a byte permute into the mantissa of 2^23 and one subtraction
+//     (int4 / int8), or the hardware e4m3x2 -> f16x2 conversion (fp8): no int-to-float conversions,
+//     which run at a quarter of the FMA rate;
+//   - one scale (and zero point) multiply per chunk: acc += s * (sum(code * x) - z * sum(x)).
+// M input rows per warp: M = 1 keeps the row's chunk in registers and decodes each weight row once;
+// M = 8 (expert units of up to 8 rows, larger GEMV inputs) decodes a chunk once and reads the rows'
+// values through L1.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_device_util.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_quant.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+enum : int8_t { kFp8 = 1, kInt8 = 2, kInt4 = 3 };
+
+template <int8_t KIND>
+constexpr int kPer = KIND == kInt4 ? 32 : 16;  // codes in 16 bytes
+
+__device__ __forceinline__ uint4 LoadCodes16(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// The codes of 16 bytes as exact floats, in column order (int4: low nibble first).
+template <int8_t KIND>
+__device__ __forceinline__ void Decode16(const uint4 raw, float (&v)[kPer<KIND>]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (KIND == kInt4) {
+      // A signed nibble n xor 8 is n + 8 in 0..15; 0x4B0000uu is 2^23 + u as a float.
+      const uint32_t u = w[q] ^ 0x88888888u;
+      const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[q * 8 + 2 * j] = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7650 + j)) - 8388616.f;
+        v[q * 8 + 2 * j + 1] = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7650 + j)) - 8388616.f;
+      }
+    } else if constexpr (KIND == kInt8) {
+      const uint32_t u = w[q] ^ 0x80808080u;  // n + 128
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[q * 4 + j] = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7650 + j)) - 8388736.f;
+    } else {
+      // e4m3 values are all exact in f16 (the low byte becomes the low half).
+      const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[q] & 0xffffu), __NV_E4M3);
+      const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[q] >> 16), __NV_E4M3);
+      const float2 fa = __half22float2(__half2(a)), fb = __half22float2(__half2(b));
+      v[q * 4] = fa.x;
+      v[q * 4 + 1] = fa.y;
+      v[q * 4 + 2] = fb.x;
+      v[q * 4 + 3] = fb.y;
+    }
+  }
+}
+
+// The rows a warp multiplies: R = NMAT x C weight rows, C consecutive rows (the first `live` of them
+// real) from each of NMAT matrices sharing row_bytes, groups and group size (gate and up), and M
+// input rows (f32, 16-byte aligned) of which the first nm are live. Row pointers are rebuilt from the
+// bases at each load (registers: a warp keeps 16 loads and up to 32 input values in flight).
+template <int NMAT, int C, int M>
+struct WarpRows {
+  const uint8_t* codes[NMAT];
+  const float* scales[NMAT];
+  const float* zeros[NMAT];
+  int64_t row_bytes;
+  int groups, group, live;
+  const float* x[M];
+  int nm;
+};
+
+// acc[i][m] += this lane's part of row i . input m (summed over the warp by the caller).
+template <int8_t KIND, bool kZero, int NMAT, int C, int U, int M>
+__device__ __forceinline__ void TiledDot(const WarpRows<NMAT, C, M>& w, float (&acc)[NMAT * C][M]) {
+  constexpr int PER = kPer<KIND>, R = NMAT * C;
+  const int lane = threadIdx.x & 31;
+  const int chunks = static_cast<int>(w.row_bytes / 16);
+  const int segs = (chunks + 31) / 32;
+  for (int s0 = 0; s0 < segs; s0 += U) {
+    uint4 wv[U][R];
+    float sv[U][R], zv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = (s0 + u) * 32 + lane;
+      const bool ok = ch < chunks;
+      const int g = ch * PER / w.group;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int mat = i / C, j = i % C;
+        const bool on = ok && j < w.live;
+        wv[u][i] = on ? LoadCodes16(w.codes[mat] + j * w.row_bytes + static_cast<int64_t>(ch) * 16)
+                      : make_uint4(0, 0, 0, 0);
+        sv[u][i] = on ? __ldg(w.scales[mat] + j * w.groups + g) : 0.f;
+        if constexpr (kZero) zv[u][i] = on ? __ldg(w.zeros[mat] + j * w.groups + g) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int ch = (s0 + u) * 32 + lane;
+      if (ch >= chunks) continue;
+      const int64_t c0 = static_cast<int64_t>(ch) * PER;
+      if constexpr (M == 1) {
+        float xv[PER];
+        const float4* xp = reinterpret_cast<const float4*>(w.x[0] + c0);
+#pragma unroll
+        for (int j = 0; j < PER / 4; ++j) {
+          const float4 f = __ldg(xp + j);
+          xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
+        }
+        float sx = 0.f;
+        if constexpr (kZero) {
+#pragma unroll
+          for (int j = 0; j < PER; ++j) sx += xv[j];
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          float v[PER];
+          Decode16<KIND>(wv[u][i], v);
+          float part = 0.f;
+#pragma unroll
+          for (int j = 0; j < PER; ++j) part = fmaf(v[j], xv[j], part);
+          if constexpr (kZero) part -= zv[u][i] * sx;
+          acc[i][0] = fmaf(sv[u][i], part, acc[i][0]);
+        }
+      } else {
+        float sx[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          sx[m] = 0.f;
+          if constexpr (kZero) {
+            if (m < w.nm) {
+              const float4* xp = reinterpret_cast<const float4*>(w.x[m] + c0);
+#pragma unroll
+              for (int j = 0; j < PER / 4; ++j) {
+                const float4 f = __ldg(xp + j);
+                sx[m] += (f.x + f.y) + (f.z + f.w);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          float v[PER];
+          Decode16<KIND>(wv[u][i], v);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            if (m >= w.nm) continue;
+            const float4* xp = reinterpret_cast<const float4*>(w.x[m] + c0);
+            float part = 0.f;
+#pragma unroll
+            for (int j = 0; j < PER / 4; ++j) {
+              const float4 f = __ldg(xp + j);
+              part = fmaf(v[4 * j], f.x, part);
+              part = fmaf(v[4 * j + 1], f.y, part);
+              part = fmaf(v[4 * j + 2], f.z, part);
+              part = fmaf(v[4 * j + 3], f.w, part);
+            }
+            if constexpr (kZero) part -= zv[u][i] * sx[m];
+            acc[i][m] = fmaf(sv[u][i], part, acc[i][m]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int R, int M>
+__device__ __forceinline__ void ZeroAcc(float (&acc)[R][M]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[i][m] = 0.f;
+}
+
+// Matrix `mat` of w: rows r0 .. r0 + C of q, those below n live (every matrix of w has the same n).
+template <int NMAT, int C, int M>
+__device__ __forceinline__ void SetMatrix(WarpRows<NMAT, C, M>& w, int mat, const QuantMatrix& q, int64_t r0,
+                                          int64_t n) {
+  w.codes[mat] = q.codes + r0 * q.row_bytes;
+  w.scales[mat] = q.scales + r0 * q.groups;
+  w.zeros[mat] = q.zeros ? q.zeros + r0 * q.groups : nullptr;
+  w.row_bytes = q.row_bytes;
+  w.groups = q.groups;
+  w.group = q.group;
+  w.live = static_cast<int>(n - r0 < C ? n - r0 : C);
+}
+
+// y[m, r] (+)= x[m] . w[r] for C rows a warp, M (>= m) input rows.
+template <int8_t KIND, bool kZero, int C, int U, int M>
+__global__ void __launch_bounds__(kWarps * 32) GemvTiledKernel(const float* __restrict__ x, int m, int k, QuantMatrix q,
+                                                               int n, float* __restrict__ y, bool accumulate) {
+  GridDependencyWait();
+  const int r0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * C;
+  if (r0 >= n) return;
+  WarpRows<1, C, M> w;
+  SetMatrix(w, 0, q, r0, n);
+#pragma unroll
+  for (int j = 0; j < M; ++j) w.x[j] = x + static_cast<int64_t>(j < m ? j : 0) * k;
+  w.nm = m;
+  float acc[C][M];
+  ZeroAcc(acc);
+  TiledDot<KIND, kZero, 1, C, U, M>(w, acc);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < C; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      const float v = WarpSum(acc[i][j]);
+      if (lane == 0 && j < m && i < w.live) {
+        float* o = y + static_cast<int64_t>(j) * n + r0 + i;
+        *o = accumulate ? *o + v : v;
+      }
+    }
+}
+
+// A unit of pairs of one expert: per-pair (units null: unit u is pair u, idx its expert) or grouped
+// (MoeGroupByExpert's (expert, first sorted position, rows)). Positions index act; order maps a
+// position to its pair (identity when per-pair).
+struct Unit {
+  int expert, pos0, rows;
+};
+
+__device__ __forceinline__ bool ResolveUnit(int u, const int32_t* idx, const int4* units, const int32_t* num_units,
+                                            int E, Unit* out) {
+  if (units) {
+    if (u >= *num_units) return false;
+    const int4 v = units[u];
+    *out = {v.x, v.y, v.z};
+  } else {
+    *out = {__ldg(idx + u), u, 1};
+  }
+  return out->expert >= 0 && out->expert < E;
+}
+
+__device__ __forceinline__ int PairAt(const int32_t* order, int pos) { return order ? __ldg(order + pos) : pos; }
+
+// act[pos, col] = silu(gate . x) * (up . x) for C columns of one unit a warp.
+template <int8_t KIND, bool kZero, int C, int U, int M>
+__global__ void __launch_bounds__(kWarps * 32) MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, int k,
+                                                                    const int32_t* __restrict__ idx,
+                                                                    const int32_t* __restrict__ order,
+                                                                    const int4* __restrict__ units,
+                                                                    const int32_t* __restrict__ num_units,
+                                                                    const QuantMatrix* __restrict__ experts, int E,
+                                                                    int inter, int max_units, float* __restrict__ act) {
+  GridDependencyWait();
+  const int groups = (inter + C - 1) / C;
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int u = gw / groups;
+  Unit unit;
+  if (u >= max_units || !ResolveUnit(u, idx, units, num_units, E, &unit)) return;
+  const int col0 = (gw - u * groups) * C;
+  WarpRows<2, C, M> w;
+  SetMatrix(w, 0, experts[unit.expert], col0, inter);
+  SetMatrix(w, 1, experts[E + unit.expert], col0, inter);
+#pragma unroll
+  for (int j = 0; j < M; ++j)
+    w.x[j] = x + static_cast<int64_t>(PairAt(order, unit.pos0 + (j < unit.rows ? j : 0)) / k) * hidden;
+  w.nm = unit.rows;
+  float acc[2 * C][M];
+  ZeroAcc(acc);
+  TiledDot<KIND, kZero, 2, C, U, M>(w, acc);
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      const float g = WarpSum(acc[c][j]), v = WarpSum(acc[C + c][j]);
+      if (lane == 0 && j < unit.rows && c < w.live)
+        act[static_cast<int64_t>(unit.pos0 + j) * inter + col0 + c] = SiluF(g) * v;
+    }
+}
+
+// slot_out[pair, col] = weight[pair] * (act[pos] . down[col]) for C columns of one unit a warp. A
+// per-pair slot without an expert adds nothing (zeros).
+template <int8_t KIND, bool kZero, int C, int U, int M>
+__global__ void __launch_bounds__(kWarps * 32) MoeDownTiledKernel(const float* __restrict__ act, int inter,
+                                                                  const int32_t* __restrict__ idx,
+                                                                  const int32_t* __restrict__ order,
+                                                                  const int4* __restrict__ units,
+                                                                  const int32_t* __restrict__ num_units,
+                                                                  const float* __restrict__ weights,
+                                                                  const QuantMatrix* __restrict__ experts, int E,
+                                                                  int hidden, int max_units,
+                                                                  float* __restrict__ slot_out) {
+  GridDependencyWait();
+  const int groups = (hidden + C - 1) / C;
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int u = gw / groups;
+  if (u >= max_units) return;
+  const int col0 = (gw - u * groups) * C;
+  const int lane = threadIdx.x & 31;
+  Unit unit;
+  if (!ResolveUnit(u, idx, units, num_units, E, &unit)) {
+    if (!units && lane < C && col0 + lane < hidden) slot_out[static_cast<int64_t>(u) * hidden + col0 + lane] = 0.f;
+    return;
+  }
+  WarpRows<1, C, M> w;
+  SetMatrix(w, 0, experts[2 * E + unit.expert], col0, hidden);
+#pragma unroll
+  for (int j = 0; j < M; ++j) w.x[j] = act + static_cast<int64_t>(unit.pos0 + (j < unit.rows ? j : 0)) * inter;
+  w.nm = unit.rows;
+  float acc[C][M];
+  ZeroAcc(acc);
+  TiledDot<KIND, kZero, 1, C, U, M>(w, acc);
+#pragma unroll
+  for (int j = 0; j < M; ++j) {
+    const int pair = j < unit.rows ? PairAt(order, unit.pos0 + j) : 0;
+    const float wgt = j < unit.rows ? __ldg(weights + pair) : 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float d = WarpSum(acc[c][j]);
+      if (lane == 0 && j < unit.rows && c < w.live) slot_out[static_cast<int64_t>(pair) * hidden + col0 + c] = d * wgt;
+    }
+  }
+}
+
+// Op::Run<KIND, kZero>(args...) for the matrix's kind and zero points.
+template <class Op, class... A>
+void ByKind(const QuantMatrix& q, A&&... a) {
+  const bool z = q.zeros != nullptr;
+  switch (q.kind) {
+    case kInt4: z ? Op::template Run<kInt4, true>(a...) : Op::template Run<kInt4, false>(a...); break;
+    case kInt8: z ? Op::template Run<kInt8, true>(a...) : Op::template Run<kInt8, false>(a...); break;
+    default: z ? Op::template Run<kFp8, true>(a...) : Op::template Run<kFp8, false>(a...); break;
+  }
+}
+
+unsigned Blocks(int64_t warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); }
+
+struct GemvOp {
+  template <int8_t KIND, bool kZero>
+  static void Run(const float* x, int m, int k, const QuantMatrix& q, int n, float* y, bool accumulate,
+                  cudaStream_t s) {
+    if (m == 1)
+      LaunchKernel(GemvTiledKernel<KIND, kZero, 8, 2, 1>, Blocks((n + 7) / 8), kWarps * 32, 0, s)(x, m, k, q, n, y,
+                                                                                                   accumulate);
+    else if (m <= 4)
+      LaunchKernel(GemvTiledKernel<KIND, kZero, 4, 2, 4>, Blocks((n + 3) / 4), kWarps * 32, 0, s)(x, m, k, q, n, y,
+                                                                                                   accumulate);
+    else
+      LaunchKernel(GemvTiledKernel<KIND, kZero, 2, 4, 8>, Blocks((n + 1) / 2), kWarps * 32, 0, s)(x, m, k, q, n, y,
+                                                                                                   accumulate);
+  }
+};
+
+struct GateUpOp {
+  template <int8_t KIND, bool kZero>
+  static void Run(const float* x, int hidden, int k, const int32_t* idx, const int32_t* order, const int4* units,
+                  const int32_t* num_units, int max_units, const QuantMatrix* experts, int E, int inter, float* act,
+                  cudaStream_t s) {
+    if (!units)
+      LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 4, 2, 1>, Blocks(int64_t{max_units} * ((inter + 3) / 4)),
+                   kWarps * 32, 0, s)(x, hidden, k, idx, order, units, num_units, experts, E, inter, max_units, act);
+    else
+      LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 1, 4, kQuantMoeUnitRows>, Blocks(int64_t{max_units} * inter),
+                   kWarps * 32, 0, s)(x, hidden, k, idx, order, units, num_units, experts, E, inter, max_units, act);
+  }
+};
+
+struct DownOp {
+  template <int8_t KIND, bool kZero>
+  static void Run(const float* act, int inter, const int32_t* idx, const int32_t* order, const int4* units,
+                  const int32_t* num_units, int max_units, const float* weights, const QuantMatrix* experts, int E,
+                  int hidden, bool one_segment, float* slot_out, cudaStream_t s) {
+    const int64_t mu = max_units;
+    if (units)
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 2, 4, kQuantMoeUnitRows>, Blocks(mu * ((hidden + 1) / 2)),
+                   kWarps * 32, 0, s)(act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units,
+                                      slot_out);
+    else if (one_segment)
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 16, 1, 1>, Blocks(mu * ((hidden + 15) / 16)), kWarps * 32, 0, s)(
+          act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units, slot_out);
+    else
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 8, 2, 1>, Blocks(mu * ((hidden + 7) / 8)), kWarps * 32, 0, s)(
+          act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units, slot_out);
+  }
+};
+
+}  // namespace
+
+bool QuantTiledOk(const QuantMatrix& w) { return w.perm == nullptr && w.act == 0 && QuantVecOk(w); }
+
+void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+                    cudaStream_t s) {
+  ByKind<GemvOp>(*w, x, static_cast<int>(m), static_cast<int>(k), *w, static_cast<int>(n), y, accumulate, s);
+}
+
+void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, const int32_t* order,
+                         const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
+                         const QuantMatrix* first, int64_t E, int64_t inter, float* act, cudaStream_t s) {
+  if (max_units <= 0) return;
+  ByKind<GateUpOp>(*first, x, static_cast<int>(hidden), static_cast<int>(k), idx, order, units, num_units,
+                   static_cast<int>(max_units), experts, static_cast<int>(E), static_cast<int>(inter), act, s);
+}
+
+void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, const int32_t* order, const int4* units,
+                       const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
+                       const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, cudaStream_t s) {
+  if (max_units <= 0) return;
+  ByKind<DownOp>(*first, act, static_cast<int>(inter), idx, order, units, num_units, static_cast<int>(max_units),
+                 weights, experts, static_cast<int>(E), static_cast<int>(hidden), first->row_bytes <= 32 * 16,
+                 slot_out, s);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Device-side, one call (after `bash scripts/gpu_bundle.sh build` here; carry ["build-data/gpu-bundle"]):
+# the quantized kernels (issue 29): CudaQuant.* conformance, then CudaBench rows of Qwen3-30B-A3B in
+# every format. A baseline bundle at build-data/gpu-bundle/base.tar.xz (the previous kernels) runs the
+# same rows in the same call. QUANT_CALL_FORMATS (default "int4 fp8 int8 bf16"), QUANT_CALL_BASE
+# (default "int4": formats the baseline runs), QUANT_CALL_PROFILE (a format to profile op by op).
+set -u
+cd "$(dirname "$0")/.."
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+unpack() { local d; d=$(mktemp -d); xz -dc "$1" | tar -C "$d" -xf -; echo "$d"; }
+NEW=$(unpack build-data/gpu-bundle/bundle.tar.xz)
+BASE=""
+[ -f build-data/gpu-bundle/base.tar.xz ] && BASE=$(unpack build-data/gpu-bundle/base.tar.xz)
+export LD_LIBRARY_PATH=$NEW/lib:/usr/local/cuda/lib64
+timeout 200 stdbuf -o0 "$NEW/test_backend" --gtest_filter='CudaQuant.*' >"$OUT/quant_tests.txt" 2>&1
+echo "CudaQuant rc=$?"
+grep -E "quant (matmul|moe)|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_tests.txt" | awk '{print}' | head -120
+bench() {  # bench <label> <bundle dir> <format>
+  local q=$3; [ "$q" = bf16 ] && q=""
+  echo "== bench $1 $3"
+  TESSERA_CUDA_BENCH_QUANT=$q TESSERA_CUDA_BENCH_CONFIG=tests/data/configs/qwen3-30b-a3b TESSERA_CUDA_BENCH_CONTEXTS=1024 \
+    TESSERA_CUDA_BENCH_BATCHES=8,64 timeout 240 stdbuf -o0 "$2/test_backend" \
+    --gtest_filter=CudaBench.DummyDecodeAndPrefill >"$OUT/bench_$1_$3.txt" 2>&1
+  grep -E "^bench|ms|FAILED" "$OUT/bench_$1_$3.txt" | grep -v "^\[" | head -30
+}
+for f in ${QUANT_CALL_FORMATS-int4 fp8 int8 bf16}; do bench new "$NEW" "$f"; done
+if [ -n "$BASE" ]; then
+  for f in ${QUANT_CALL_BASE-int4}; do LD_LIBRARY_PATH=$BASE/lib:/usr/local/cuda/lib64 bench base "$BASE" "$f"; done
+fi
+if [ -n "${QUANT_CALL_PROFILE:-}" ]; then
+  echo "== profile decode $QUANT_CALL_PROFILE"
+  TESSERA_CUDA_PROFILE=1 TESSERA_CUDA_BENCH_QUANT=$QUANT_CALL_PROFILE TESSERA_CUDA_BENCH_CONFIG=tests/data/configs/qwen3-30b-a3b \
+    TESSERA_CUDA_BENCH_CONTEXTS=1024 TESSERA_CUDA_BENCH_BATCHES=8 TESSERA_CUDA_BENCH_DENOISE_BATCH=0 timeout 200 stdbuf -o0 \
+    "$NEW/test_backend" --gtest_filter=CudaBench.DummyDecodeAndPrefill >"$OUT/profile_$QUANT_CALL_PROFILE.txt" 2>&1
+  tail -60 "$OUT/profile_$QUANT_CALL_PROFILE.txt"
+fi
