@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device-side, one call (after `bash scripts/gpu_bundle.sh build` here; carry ["build-data/gpu-bundle"]):
-# the quantized kernels (issue 29): CudaQuant.* conformance, then CudaBench rows of Qwen3-30B-A3B in
+# the quantized kernels (issue 29): CudaQuant.* conformance, every quantized fixture on the GPU against the
+# CPU (test_model QuantGolden.CudaMatchesTheCpu), then CudaBench rows of Qwen3-30B-A3B in
 # every format. A baseline bundle at build-data/gpu-bundle/base.tar.xz (the previous kernels) runs the
 # same rows in the same call. QUANT_CALL_FORMATS (default "int4 fp8 int8 bf16"), QUANT_CALL_BASE
 # (default "int4": formats the baseline runs), QUANT_CALL_PROFILE (a format to profile op by op).
@@ -15,6 +16,9 @@ export LD_LIBRARY_PATH=$NEW/lib:/usr/local/cuda/lib64
 timeout 200 stdbuf -o0 "$NEW/test_backend" --gtest_filter='CudaQuant.*' >"$OUT/quant_tests.txt" 2>&1
 echo "CudaQuant rc=$?"
 grep -E "quant (matmul|moe)|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_tests.txt" | awk '{print}' | head -120
+timeout 300 stdbuf -o0 "$NEW/test_model" --gtest_filter='*QuantGolden.CudaMatchesTheCpu*' >"$OUT/quant_golden.txt" 2>&1
+echo "QuantGolden on cuda rc=$?"
+grep -E "quant golden cuda|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_golden.txt" | head -60
 bench() {  # bench <label> <bundle dir> <format>
   local q=$3; [ "$q" = bf16 ] && q=""
   echo "== bench $1 $3"
