@@ -6,6 +6,8 @@
 # all built here (stripped); the
 # shared libraries come from the GPU bundle's lib/. Makes the mid-size random model of
 # docs/PERFORMANCE.md, then decode and prefill rows at 1-16 threads for both binaries, alternating.
+# CPU_CALL_QUANT="none int4 int8 fp8" instead runs model_bench alone, once per weight format
+# (--quantization), two rounds.
 set -u
 cd "$(dirname "$0")/.."
 P=$(mktemp -d); xz -dc build-data/gpu-bundle/bundle.tar.xz | tar -C "$P" -xf -
@@ -15,6 +17,16 @@ lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node|L3" ; nproc; uptime
 M=/tmp/tessera-bench-mid
 [ -d $M ] || $B/make_random_model --out $M >/dev/null 2>&1 || echo "make_random_model failed"
 THREADS=${CPU_CALL_THREADS:-1,2,4,8,16}
+if [ -n "${CPU_CALL_QUANT:-}" ]; then
+  for round in 1 2; do
+    for q in $CPU_CALL_QUANT; do
+      echo "== model_bench $q round $round"
+      timeout 200 $B/model_bench --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 --quantization $q 2>&1 |
+        grep -E "^ *[0-9]+ \||weights" | tee -a "$OUT/cpu_quant_$q.txt"
+    done
+  done
+  exit 0
+fi
 for round in 1 2; do
   for b in model_bench_base model_bench_prev model_bench; do
     [ -x "$B/$b" ] || continue

@@ -4,21 +4,26 @@
 # CPU (test_model QuantGolden.CudaMatchesTheCpu), then CudaBench rows of Qwen3-30B-A3B in
 # every format. A baseline bundle at build-data/gpu-bundle/base.tar.xz (the previous kernels) runs the
 # same rows in the same call. QUANT_CALL_FORMATS (default "int4 fp8 int8 bf16"), QUANT_CALL_BASE
-# (default "int4": formats the baseline runs), QUANT_CALL_PROFILE (a format to profile op by op).
+# (default "int4": formats the baseline runs), QUANT_CALL_PROFILE (a format to profile op by op),
+# QUANT_CALL_DIR (default build-data/gpu-bundle: where bundle.tar.xz and base.tar.xz are; a pair of
+# test_backend-only packs keeps the carried files under 64 MiB), QUANT_CALL_TESTS=0 (benchmarks only).
 set -u
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 unpack() { local d; d=$(mktemp -d); xz -dc "$1" | tar -C "$d" -xf -; echo "$d"; }
-NEW=$(unpack build-data/gpu-bundle/bundle.tar.xz)
+D=${QUANT_CALL_DIR:-build-data/gpu-bundle}
+NEW=$(unpack "$D/bundle.tar.xz")
 BASE=""
-[ -f build-data/gpu-bundle/base.tar.xz ] && BASE=$(unpack build-data/gpu-bundle/base.tar.xz)
+[ -f "$D/base.tar.xz" ] && BASE=$(unpack "$D/base.tar.xz")
 export LD_LIBRARY_PATH=$NEW/lib:/usr/local/cuda/lib64
+if [ "${QUANT_CALL_TESTS:-1}" != 0 ]; then
 timeout 200 stdbuf -o0 "$NEW/test_backend" --gtest_filter='CudaQuant.*' >"$OUT/quant_tests.txt" 2>&1
 echo "CudaQuant rc=$?"
 grep -E "quant (matmul|moe)|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_tests.txt" | awk '{print}' | head -120
 timeout 300 stdbuf -o0 "$NEW/test_model" --gtest_filter='*QuantGolden.CudaMatchesTheCpu*' >"$OUT/quant_golden.txt" 2>&1
 echo "QuantGolden on cuda rc=$?"
 grep -E "quant golden cuda|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_golden.txt" | head -60
+fi
 bench() {  # bench <label> <bundle dir> <format>
   local q=$3; [ "$q" = bf16 ] && q=""
   echo "== bench $1 $3"
