@@ -12,7 +12,7 @@ set -u
 cd "$(dirname "$0")/.."
 P=$(mktemp -d)
 LIBS=build-data/gpu-bundle/bundle.tar.xz; [ -f $LIBS ] || LIBS=build-data/gpu-bench/bundle.tar.xz  # either pack has lib/
-xz -dc $LIBS | tar -C "$P" -xf - lib
+xz -dc $LIBS | tar -C "$P" -xf -
 export LD_LIBRARY_PATH=$P/lib
 B=$(mktemp -d); xz -dc build-data/cpu-bench-pack/cpu-bench.tar.xz | tar -C "$B" -xf -
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node|L3" ; nproc; uptime
