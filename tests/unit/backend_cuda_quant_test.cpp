@@ -103,7 +103,8 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
 
 // Zero points on the gate only (the staged per-pair kernels and host-grouped products: the tiled
 // kernels want every matrix alike), on none or on all (the tiled kernels, per pair up to 64 pairs,
-// grouped by expert above); hidden 1024 walks int8 / fp8 rows in two 512-byte segments.
+// grouped by expert up to 512, host-grouped above); hidden 1024 walks int8 / fp8 rows in two 512-byte
+// segments.
 struct MoeCase {
   QuantKind kind;
   int64_t hidden, inter;
