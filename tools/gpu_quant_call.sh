@@ -9,6 +9,7 @@
 # test_backend-only packs keeps the carried files under 64 MiB), QUANT_CALL_TESTS=0 (benchmarks only).
 set -u
 cd "$(dirname "$0")/.."
+. tools/gpu/device_python.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 unpack() { local d; d=$(mktemp -d); xz -dc "$1" | tar -C "$d" -xf -; echo "$d"; }
 D=${QUANT_CALL_DIR:-build-data/gpu-bundle}
