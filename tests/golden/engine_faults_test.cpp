@@ -119,13 +119,14 @@ TEST(EngineFaults, CancelledQueuedRequestsLeaveWhileTheBatchIsFull) {
   EXPECT_EQ(out.tokens["long"], 40);
 }
 
-// Takes the whole device through a backend of its own (chunks of 1 GiB, then halves down to 2 MiB,
-// until none passes), so that the next allocation of a model's backend fails as with a GPU that
-// other processes fill. Its destructor gives everything back (the backend's own teardown).
+// Takes the whole device through a backend of its own (chunks of 1 GiB, then halves down to the
+// backend's smallest, 256 B, each until none passes: the driver serves small allocations from pages
+// it already holds), so that the next allocation of a model's backend fails as with a GPU that other
+// processes fill. Its destructor gives everything back (the backend's own teardown).
 class DeviceHog {
  public:
   DeviceHog() : be_(MakeCudaBackend()) {
-    for (size_t chunk = size_t{1} << 30; chunk >= (size_t{2} << 20); chunk /= 2)
+    for (size_t chunk = size_t{1} << 30; chunk >= 256; chunk /= 2)
       for (;;) {
         try {
           held_.push_back(be_->Allocate(chunk));
@@ -173,7 +174,9 @@ TEST(EngineFaults, CudaOutOfMemoryAtLoadIsAnErrorNamingTheBytesOnCuda) {
 // A step that cannot allocate its activations (the device filled after the model and its KV pool
 // were placed): the running request ends with an error flagged unavailable (the server's 503, not a
 // 400 blaming the request), naming the out-of-memory; the engine thread lives on and serves the next
-// request once memory is back.
+// request once memory is back. The starved request's prompt is 1,024 tokens, so its buffers (hundreds
+// of KiB each) are larger than any the load freed into the backend's cache, which a failed
+// allocation gives back to the driver before its one retry.
 TEST(EngineFaults, CudaOutOfMemoryInAStepFailsTheRequestAsUnavailableThenServesOnCuda) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
   LoadOptions lo;
@@ -181,14 +184,16 @@ TEST(EngineFaults, CudaOutOfMemoryInAStepFailsTheRequestAsUnavailableThenServesO
   auto model = Model::Load(DataPath("fixtures/models/qwen3_moe"), lo);
   EngineConfig ec;
   ec.max_num_seqs = 4;
-  ec.num_pages = 64;
+  ec.num_pages = 128;  // 2,048 tokens: the long prompt fits
   Engine engine(model.get(), nullptr, ec);
   engine.Start();
   // The request's last event (kFinished or kError), from the engine thread.
-  auto run = [&](const std::string& id) {
+  auto run = [&](const std::string& id, size_t prompt_len) {
     auto done = std::make_shared<std::promise<GenerationEvent>>();
     auto fired = std::make_shared<std::atomic<bool>>(false);
     GenerationRequest r = Request(id, 4, nullptr);
+    r.prompt.resize(prompt_len);
+    for (size_t i = 0; i < prompt_len; ++i) r.prompt[i] = static_cast<int32_t>(5 + (i * 37) % 500);
     r.on_event = [done, fired](const GenerationEvent& ev) {
       if (ev.kind != GenerationEvent::Kind::kFinished && ev.kind != GenerationEvent::Kind::kError) return;
       if (!fired->exchange(true)) done->set_value(ev);
@@ -204,7 +209,7 @@ TEST(EngineFaults, CudaOutOfMemoryInAStepFailsTheRequestAsUnavailableThenServesO
   {
     DeviceHog hog;
     ASSERT_GT(hog.chunks(), 0u);
-    const GenerationEvent ev = run("starved");
+    const GenerationEvent ev = run("starved", 1024);
     ASSERT_EQ(ev.kind, GenerationEvent::Kind::kError) << "the first step found its memory (nothing to test)";
     EXPECT_TRUE(ev.unavailable) << ev.error;
     EXPECT_FALSE(ev.server_fault) << ev.error;
@@ -213,7 +218,7 @@ TEST(EngineFaults, CudaOutOfMemoryInAStepFailsTheRequestAsUnavailableThenServesO
     EXPECT_NE(ev.error.find("retry later"), std::string::npos) << ev.error;
   }
   for (const char* id : {"after", "again"}) {
-    const GenerationEvent ev = run(id);
+    const GenerationEvent ev = run(id, 6);
     EXPECT_EQ(ev.kind, GenerationEvent::Kind::kFinished) << id << ": " << ev.error;
     EXPECT_EQ(ev.finish_reason, FinishReason::kLength) << id;
   }
