@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/error.h"
+#include "engine/memory_plan.h"
 #include "io/hf_config.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -74,6 +77,29 @@ std::string IdsToJson(const std::vector<int32_t>& ids) {
     s += std::to_string(ids[i]);
   }
   return s + "]";
+}
+
+std::unique_ptr<Model> LoadModelForCli(const std::string& dir, const LoadOptions& lo) {
+  try {
+    return Model::Load(dir, lo);
+  } catch (const Error& e) {
+    if (lo.device != "cuda" || std::string(e.what()).find("out of memory") == std::string::npos) throw;
+    // The checkpoint's size on disk is what its weights take on the device (less when quantized at load).
+    namespace fs = std::filesystem;
+    uintmax_t bytes = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".safetensors") bytes += it->file_size(ec);
+    const std::string need =
+        bytes == 0 ? "" : fmt::format(" the checkpoint's weights are {}{};", HumanBytes(static_cast<double>(bytes)),
+                                      lo.tensor_parallel_size > 1
+                                          ? fmt::format(" (about 1/{} of them per GPU)", lo.tensor_parallel_size)
+                                          : "");
+    throw Error(e.kind(), fmt::format("cannot load {} onto the GPU: {};{} free the GPU's memory (other "
+                                      "processes), shard the model (--tensor-parallel-size) or quantize it "
+                                      "(--quantization)",
+                                      dir, e.what(), need));
+  }
 }
 
 }  // namespace tessera

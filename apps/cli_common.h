@@ -11,6 +11,8 @@
 
 namespace tessera {
 
+class Model;
+struct LoadOptions;
 class Tokenizer;
 
 constexpr int kExitFailure = 1;
@@ -32,6 +34,11 @@ std::unique_ptr<Tokenizer> LoadTokenizerRequired(const std::string& dir, const s
 // generate without --model: $TESSERA_DEMO_MODEL, else beside the executable (build tree or install).
 // Throws UsageError naming the places looked at.
 std::string DemoModelDir();
+
+// Model::Load, with a device out of memory (the weights do not fit beside what the GPU already holds)
+// explained: the backend names the allocation that failed and the device's free memory; this adds
+// what the whole checkpoint needs and what to change (serve and generate).
+std::unique_ptr<Model> LoadModelForCli(const std::string& dir, const LoadOptions& lo);
 
 // Writes a JSON array of ids on one line.
 std::string IdsToJson(const std::vector<int32_t>& ids);

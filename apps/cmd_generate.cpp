@@ -178,7 +178,7 @@ int RunGenerate(GenerateFlags& f) {
   lo.kv_cache_dtype = f.kv_cache_dtype;
   lo.quantization = f.quantization;
   lo.activation_precision = f.activation_precision;
-  auto model = Model::Load(f.model, lo);
+  auto model = LoadModelForCli(f.model, lo);
   const ModelConfig& mc = model->config();
   for (int32_t t : prompt)
     if (t >= mc.vocab_size)

@@ -323,7 +323,7 @@ int RunServe(ServeFlags& f) {
   lo.kv_cache_dtype = cfg.model.kv_cache_dtype;
   lo.quantization = cfg.model.quantization;
   lo.activation_precision = cfg.model.activation_precision;
-  auto model = Model::Load(cfg.model.path, lo);
+  auto model = LoadModelForCli(cfg.model.path, lo);
   if (tokenizer->vocab_size() > model->config().vocab_size)
     spdlog::warn("the tokenizer has {} tokens, the model's vocabulary {}: ids beyond it are refused",
                  tokenizer->vocab_size(), model->config().vocab_size);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -136,13 +138,25 @@ void Engine::Start() {
       try {
         Step();
       } catch (const std::exception& e) {
-        // A failed forward must not take the server down: fail what was running, keep serving.
-        spdlog::error("engine step failed: {}", e.what());
-        for (auto& s : running_) Finish(*s, FinishReason::kError, std::string("engine error: ") + e.what());
-        running_.clear();
+        FailRunning(e);
       }
     }
   });
+}
+
+// A failed forward must not take the server down: fail what was running, keep serving. None of it
+// failed by its own input, so no 400: out of memory (cudaMalloc in a step: the CUDA backend's "CUDA
+// out of memory allocating ...", a driver call's "out of memory", the host's bad_alloc) is a 503 the
+// client may retry once other requests have ended and freed their buffers; anything else a 500.
+void Engine::FailRunning(const std::exception& e) {
+  const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                   std::string_view(e.what()).find("out of memory") != std::string_view::npos;
+  spdlog::error("engine step failed ({} request(s) running, failed{}): {}", running_.size(),
+                oom ? " as unavailable" : "", e.what());
+  const std::string msg = oom ? fmt::format("engine error: {} (the step was dropped; retry later)", e.what())
+                              : std::string("engine error: ") + e.what();
+  for (auto& s : running_) Finish(*s, FinishReason::kError, msg, false, /*unavailable=*/oom, /*server_fault=*/!oom);
+  running_.clear();
 }
 
 void Engine::Stop() {
@@ -296,7 +310,7 @@ void Engine::ReleaseResources(Sequence& seq) {
 }
 
 void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error, bool invalid_request,
-                    bool unavailable) {
+                    bool unavailable, bool server_fault) {
   if (seq.finished) return;
   seq.finished = true;
   ReleaseResources(seq);
@@ -308,6 +322,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
     ev.error = error;
     ev.invalid_request = invalid_request;
     ev.unavailable = unavailable;
+    ev.server_fault = server_fault;
     if (seq.req.on_event) seq.req.on_event(ev);
     return;
   }

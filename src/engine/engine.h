@@ -101,7 +101,10 @@ class Engine : public EngineApi {
   // invalid_request: a kError that the request's own input caused; unavailable: the engine can serve
   // no request now (see GenerationEvent).
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "", bool invalid_request = false,
-              bool unavailable = false);
+              bool unavailable = false, bool server_fault = false);
+  // A step threw (Start's loop): fails every running sequence as unavailable (out of memory) or as
+  // the server's fault, and the engine goes on.
+  void FailRunning(const std::exception& e);
   // True once a checkpoint file was truncated under the engine (io/mapped_file.h's fault guard counted
   // a read past its end since the engine was built): sets fault_ (published in the snapshot) the
   // first time. FailAllForFault ends every running and waiting request with it.

@@ -136,9 +136,13 @@ struct GenerationEvent {
   // kError: the request's own input is at fault (its grammar proved too ambiguous to follow...),
   // found only while generating: a client error even after output has started.
   bool invalid_request = false;
-  // kError: the server can serve no request now (its weights changed under it: EngineSnapshot::fault);
-  // the client's request was fine (503, not 400 or 500).
+  // kError: the server cannot serve the request now, through no fault of the request (503, not 400
+  // or 500): its weights changed under it (EngineSnapshot::fault, for good), or a step ran out of
+  // memory (GPU or host; a retry may pass once other requests end).
   bool unavailable = false;
+  // kError: a step failed for another reason (a bug, a device error): the server's fault (500),
+  // also before any output, where an engine error is otherwise taken as the request's (400).
+  bool server_fault = false;
 };
 
 struct GenerationRequest {

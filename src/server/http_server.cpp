@@ -67,16 +67,61 @@ void Session::RefuseConnection(HttpServer::Impl::ConnLimit over) {
   SendError(e, true);
 }
 
+// Between requests on a keep-alive connection the idle timeout waits for the next request's first
+// byte; from there (for a new connection's first request: from accept) the header deadline runs,
+// then the body's (ArmReadDeadline). A request already in the buffer (pipelined) starts at once.
 void Session::DoRead() {
   parser_.emplace();
   parser_->body_limit(static_cast<uint64_t>(srv_->cfg.server.max_body_bytes));
   parser_->header_limit(64 * 1024);
+  if (first_request_ || buffer_.size() > 0) {
+    first_request_ = false;
+    return ReadHeader();
+  }
   stream_.expires_after(kIdleTimeout);
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    if (ec) {  // the client closed, or the idle timeout closed the socket: nothing to answer
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      return;
+    }
+    self->buffer_.commit(n);
+    self->ReadHeader();
+  });
+}
+
+void Session::ReadHeader() {
+  stream_.expires_never();
+  ArmReadDeadline(srv_->cfg.server.header_timeout_s);
   http::async_read_header(stream_, buffer_, *parser_,
                           beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
 }
 
+void Session::ArmReadDeadline(double seconds) {
+  reading_ = true;
+  read_timed_out_ = false;
+  const uint64_t gen = ++read_deadline_gen_;
+  read_timer_.cancel();
+  if (seconds <= 0) return;
+  read_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+  read_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+    if (ec || gen != self->read_deadline_gen_ || !self->reading_) return;
+    self->read_timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // the read ends with operation_aborted: OnRead answers 408
+  });
+}
+
+// The read it guarded has ended: its timer lets go of the session now (a pending wait holds it, and
+// the session counts as an open connection while it lives).
+void Session::EndReadDeadline() {
+  reading_ = false;
+  ++read_deadline_gen_;
+  read_timer_.cancel();
+}
+
 void Session::OnHeader(beast::error_code ec, size_t) {
+  EndReadDeadline();
   if (ec) return OnRead(ec, 0);
   // A client that sent "Expect: 100-continue" (curl, for large bodies) holds the body back until
   // it gets the interim 100 or its own timeout (1 s for curl) runs out (RFC 9110 10.1.1).
@@ -89,16 +134,48 @@ void Session::OnHeader(beast::error_code ec, size_t) {
   ArmWriteDeadline();
   net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
     if (ec) return self->OnRead(ec, 0);
-    self->stream_.expires_after(kIdleTimeout);  // the body's read deadline, as for any request
     self->ReadBody();
   });
 }
 
 void Session::ReadBody() {
+  stream_.expires_never();  // the body's deadline is ours (after a 100 Continue, the write's is set)
+  ArmReadDeadline(srv_->cfg.server.body_timeout_s);
   http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnRead, shared_from_this()));
 }
 
+// A header or body not whole by its deadline (slowloris: a byte every few seconds, a Content-Length
+// never finished): 408 and the close, with an access-log line and the request counters' 408. A new
+// connection that sent nothing at all is closed without an answer (nothing was asked).
+void Session::SendReadTimeout() {
+  const bool header_done = parser_->is_header_done();
+  if (!header_done && buffer_.size() == 0 && !parser_->got_some()) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+    return;
+  }
+  BeginEntry();
+  http10_ = false;
+  if (header_done) {
+    entry_.method = std::string(parser_->get().method_string());
+    entry_.path = std::string(parser_->get().target());
+    entry_.path = entry_.path.substr(0, entry_.path.find('?'));
+  }
+  const HttpSection& c = srv_->cfg.server;
+  SendError(ApiError(408, "invalid_request_error",
+                     header_done ? fmt::format("the request's body did not arrive within {} s (server.body_timeout_s)",
+                                               c.body_timeout_s)
+                                 : fmt::format("the request's header did not arrive within {} s "
+                                               "(server.header_timeout_s)",
+                                               c.header_timeout_s),
+                     "", "request_timeout"),
+            true);
+}
+
 void Session::OnRead(beast::error_code ec, size_t) {
+  EndReadDeadline();
+  if (ec && read_timed_out_) return SendReadTimeout();
   if (ec == http::error::body_limit) {
     stream_.expires_never();
     BeginEntry();

@@ -245,7 +245,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // `health_only`: a connection of server.health_port (only /health and /metrics, not counted).
   Session(tcp::socket socket, HttpServer::Impl* srv, bool health_only = false)
-      : stream_(std::move(socket)), srv_(srv), health_only_(health_only) {
+      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), srv_(srv), health_only_(health_only) {
     std::lock_guard<std::mutex> l(srv_->sessions_mu);
     srv_->sessions.insert(this);
   }
@@ -292,9 +292,15 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void RefuseConnection(HttpServer::Impl::ConnLimit over);
   void DoRead();
+  void ReadHeader();
   void OnHeader(beast::error_code ec, size_t);
   void ReadBody();
   void OnRead(beast::error_code ec, size_t);
+  // The whole-phase read deadlines (server.header_timeout_s, body_timeout_s): on expiry the pending
+  // read is cancelled and OnRead answers 408.
+  void ArmReadDeadline(double seconds);
+  void EndReadDeadline();
+  void SendReadTimeout();
   void BeginEntry();
   void Handle(http::request<http::string_body>& req);
   void Route(http::request<http::string_body>& req, const std::string& path);
@@ -344,6 +350,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void Drain();
 
   beast::tcp_stream stream_;
+  // A read deadline of our own rather than the stream's: beast's timeout closes the socket, which
+  // leaves no way to answer 408.
+  net::steady_timer read_timer_;
+  uint64_t read_deadline_gen_ = 0;  // a timer whose handler was already queued when re-armed is stale
+  bool reading_ = false, read_timed_out_ = false, first_request_ = true;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* srv_;

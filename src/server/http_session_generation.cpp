@@ -329,6 +329,7 @@ void Session::OnEvent(const std::shared_ptr<Gen>& g, const GenerationEvent& ev) 
       // has started it is an internal failure unless the engine says the request's input caused it
       // (a grammar too ambiguous to follow). One failed choice fails the request.
       if (ev.unavailable) return FailGeneration(g, ApiError(503, "service_unavailable", ev.error));
+      if (ev.server_fault) return FailGeneration(g, ApiError(500, "internal_error", ev.error));
       if (!g->first_token_seen || ev.invalid_request) return FailGeneration(g, InvalidRequest(ev.error));
       return FailGeneration(g, ApiError(500, "internal_error", ev.error));
   }

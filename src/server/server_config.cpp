@@ -87,6 +87,11 @@ const std::vector<Entry>& Entries() {
                   "seconds before a request is cancelled (0 = none)"),
       TESSERA_KEY(server, write_timeout_s, "--write-timeout", kDouble, false, AtLeast(0),
                   "seconds a client may take to read one piece of a response before it is dropped (0 = none)"),
+      TESSERA_KEY(server, header_timeout_s, "--header-timeout", kDouble, false, AtLeast(0),
+                  "seconds a request's header may take to arrive whole, from its first byte (a new connection: "
+                  "from accept); then 408 and close (0 = none)"),
+      TESSERA_KEY(server, body_timeout_s, "--body-timeout", kDouble, false, AtLeast(0),
+                  "seconds a request's body may take to arrive whole after its header; then 408 and close (0 = none)"),
       TESSERA_KEY(server, max_body_bytes, "--max-body-bytes", kBytes, false, AtLeast(1024), "request body limit"),
       TESSERA_KEY(server, max_connections, "--max-connections", kInt, false, AtLeast(0),
                   "open connections in all; more get 503 and are closed (0 = unlimited)"),

@@ -47,6 +47,13 @@ struct HttpSection {
   // A client that takes longer to take one write (a stream chunk, a response) is dropped and its
   // request cancelled: one that stops reading would otherwise hold its connection for good.
   double write_timeout_s = 120;  // 0 = none
+  // A request's header, from its first byte (a new connection: from accept), and then its body must
+  // each arrive whole within these (0 = none): a client that sends a byte every few seconds, or a
+  // Content-Length it never finishes (slowloris), gets 408 and the close instead of holding its
+  // connection and the memory of its partial request for as long as it keeps trickling. Totals, not
+  // gaps between reads (nginx's client_body_timeout is a gap, which a byte a minute never trips).
+  double header_timeout_s = 30;
+  double body_timeout_s = 60;  // 8 MiB (max_body_bytes) in 60 s needs 140 KB/s
   int64_t max_body_bytes = 8 << 20;
   // Open connections, in all and per client address (0 = unlimited): each one may hold up to
   // max_body_bytes for the idle timeout, so without a cap slow uploads could take the memory and

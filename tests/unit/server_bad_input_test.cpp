@@ -185,6 +185,7 @@ TEST_F(ServerBadInput, NumbersThatOverflowADoubleAre400NamingTheField) {
   const std::string chat = "/v1/chat/completions";
   std::string msg = ExpectApiError(PostText(chat, ChatText(R"("max_tokens": 1e999)")), 400, "max_tokens");
   EXPECT_NE(msg.find("1e999"), std::string::npos) << msg;
+  ExpectApiError(PostText(chat, ChatText(R"("temperature": 1e999)")), 400, "temperature");
   ExpectApiError(PostText(chat, ChatText(R"("temperature": -1e999)")), 400, "temperature");
   ExpectApiError(PostText(chat, ChatText(R"("logit_bias": {"12": 1e400})")), 400, "logit_bias.12");
   ExpectApiError(PostText(chat, R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "x": [1, {"y": 2e308}]}]})"),

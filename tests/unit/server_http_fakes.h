@@ -108,6 +108,8 @@ class FakeEngine : public EngineApi {
   std::string error;  // non-empty: a kError event after error_after pieces
   size_t error_after = 0;
   bool error_invalid_request = false;  // the kError blames the request (GenerationEvent::invalid_request)
+  bool error_unavailable = false;      // GenerationEvent::unavailable (a step out of memory)
+  bool error_server_fault = false;     // GenerationEvent::server_fault (a step failed otherwise)
   int diffusion_steps_per_block = 0;  // emit kDiffusionStep events before each piece
   bool with_logprobs = false;
 
@@ -126,6 +128,8 @@ class FakeEngine : public EngineApi {
         e.kind = GenerationEvent::Kind::kError;
         e.error = error;
         e.invalid_request = error_invalid_request;
+        e.unavailable = error_unavailable;
+        e.server_fault = error_server_fault;
         r.on_event(e);
         return;
       }

@@ -2,7 +2,8 @@
 // IP allow-list (403), body limit (413), rate limits and the concurrency cap (429 + Retry-After),
 // the admission queue, request timeout (504, engine cancelled), client disconnect mid-stream
 // (engine cancelled), connection limits (503 / 429 at connect, their access-log lines), the health
-// port under a connection flood, and graceful shutdown (Stop closes what is still open).
+// port under a connection flood, slow clients (slowloris: 408 at the header / body deadline while
+// others are served), and graceful shutdown (Stop closes what is still open).
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -287,6 +288,101 @@ TEST_F(ServerOps, HealthPortAnswersWhileTheMainPortIsFull) {
   HttpResponse d = Call(hp, "GET", "/health");
   EXPECT_EQ(d.status, 503);
   EXPECT_NE(d.body.find("draining"), std::string::npos);
+}
+
+// Slowloris: a client that trickles its header a byte at a time, one whose body stops short of its
+// Content-Length and one that connects and sends nothing. Each used to hold its connection (and a
+// slot of max_connections) for the one fixed 75 s deadline that header and body shared (another 75 s
+// for the body after a 100 Continue), then lose it without an answer, a log line or a count. Now the
+// header and the body each have a configurable whole-phase deadline: 408 naming the key, an
+// access-log line, the request counters' 408, the close; the silent one is closed without an answer.
+// Meanwhile, on one I/O thread, other clients are served at once, and a keep-alive connection idle
+// past the header deadline is not cut (that wait is the idle timeout's, until the next request's first byte).
+TEST_F(ServerOps, SlowClientsGet408AtTheDeadlineWhileOthersAreServed) {
+  const std::string dir = testing::ScratchDir("server_slowloris");
+  cfg.server.access_log = dir + "/access.log";
+  cfg.server.threads = 1;
+  cfg.server.header_timeout_s = 1;
+  cfg.server.body_timeout_s = 1;
+  Start();
+  using SteadyClock = std::chrono::steady_clock;
+  auto seconds_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  auto short_reads = [](Client& c) {  // a failure shows in 4 s, not the fixture's 10
+    timeval tv{4, 0};
+    ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  };
+  Client idle(port);
+  Hold(idle);
+  const auto t0 = SteadyClock::now();
+  Client trickle(port), body(port), silent(port);
+  for (Client* c : {&trickle, &body, &silent}) {
+    ASSERT_TRUE(c->connected());
+    short_reads(*c);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Pad: ";
+    for (size_t i = 0; !stop; ++i) {
+      if (!trickle.SendRaw(std::string(1, i < head.size() ? head[i] : 'a'))) return;  // the server closed
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  ASSERT_TRUE(body.SendRaw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 5000\r\n\r\n{\"messages\": "));
+  // Served while the three hold their connections, each at once.
+  int served = 0;
+  while (seconds_since(t0) < 0.8) {
+    const auto t = SteadyClock::now();
+    EXPECT_EQ(Call(port, "POST", "/v1/chat/completions", ChatBody()).status, 200);
+    EXPECT_LT(seconds_since(t), 0.5);
+    ++served;
+  }
+  EXPECT_GE(served, 2);
+
+  HttpResponse r = trickle.Read();
+  const double header_s = seconds_since(t0);
+  stop = true;
+  trickler.join();
+  std::string msg = ExpectApiError(r, 408, "");
+  EXPECT_NE(msg.find("server.header_timeout_s"), std::string::npos) << msg;
+  EXPECT_EQ(ojson::parse(r.body)["error"]["code"], "request_timeout");
+  EXPECT_EQ(r.headers["connection"], "close");
+  EXPECT_GE(header_s, 0.9);
+  EXPECT_LT(header_s, 2.5);
+  r = body.Read();
+  msg = ExpectApiError(r, 408, "");
+  EXPECT_NE(msg.find("server.body_timeout_s"), std::string::npos) << msg;
+  EXPECT_LT(seconds_since(t0), 2.5);
+  EXPECT_TRUE(ClosedWithin(trickle, 3000)) << "the 408's connection was left open";
+  EXPECT_TRUE(ClosedWithin(body, 3000)) << "the 408's connection was left open";
+  EXPECT_EQ(silent.ReadToEnd(), "") << "a connection that asked nothing got an answer";
+  char ch;
+  EXPECT_EQ(::recv(silent.fd(), &ch, 1, MSG_DONTWAIT), 0) << "the silent connection was left open";
+
+  // The keep-alive connection idled past the header deadline and is still served.
+  ASSERT_TRUE(idle.Send("GET", "/metrics", "", {}, true));
+  HttpResponse m = idle.Read();
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("tessera_request_errors_total{code=\"408\"} 2\n"), std::string::npos) << m.body;
+  std::vector<ojson> timeouts;
+  for (const ojson& line : LogLines(dir + "/access.log"))
+    if (line["status"] == 408) timeouts.push_back(line);
+  ASSERT_EQ(timeouts.size(), 2u);
+  int with_path = 0;
+  for (const ojson& line : timeouts) {
+    EXPECT_EQ(line["remote"], "127.0.0.1");
+    EXPECT_NE(line["error"].get<std::string>().find("did not arrive within 1 s"), std::string::npos) << line.dump();
+    // The body's line has its request line; the header's has none (it never came whole).
+    if (line["path"] != "") {
+      ++with_path;
+      EXPECT_EQ(line["path"], "/v1/chat/completions");
+      EXPECT_EQ(line["method"], "POST");
+    }
+  }
+  EXPECT_EQ(with_path, 1);
+  EXPECT_EQ(engine.num_submitted(), static_cast<size_t>(served));
 }
 
 TEST_F(ServerOps, MalformedHttpIs400) {

@@ -442,6 +442,26 @@ TEST_F(ServerHttp, EngineErrorBlamingTheRequestAfterOutputIs400) {
   EXPECT_EQ(err["type"], "invalid_request_error") << err;
 }
 
+// A step that throws (Engine::FailRunning) fails its requests through no fault of theirs: out of
+// memory (CUDA's, in a step) is a 503 naming it, another failure a 500, also before any output,
+// where an engine error used to be taken for the request's own (400 invalid_request_error).
+TEST_F(ServerHttp, FailedEngineStepsAre503WhenOutOfMemoryElse500) {
+  engine.error = "engine error: CUDA out of memory allocating 64.0 MiB (tessera holds 70000.0 MiB, device free 12.0 "
+                 "of 81000.0 MiB) (the step was dropped; retry later)";
+  engine.error_unavailable = true;
+  Start();
+  std::string msg = ExpectApiError(Post("/v1/chat/completions", Chat()), 503, "", "service_unavailable");
+  EXPECT_NE(msg.find("CUDA out of memory allocating 64.0 MiB"), std::string::npos) << msg;
+  ExpectApiError(Post("/v1/chat/completions", Chat({{"stream", true}})), 503, "", "service_unavailable");
+  engine.error_unavailable = false;
+  engine.error_server_fault = true;
+  engine.error = "engine error: CUDA error in attention: an illegal memory access was encountered";
+  msg = ExpectApiError(Post("/v1/chat/completions", Chat()), 500, "", "internal_error");
+  EXPECT_NE(msg.find("illegal memory access"), std::string::npos) << msg;
+  engine.error.clear();
+  EXPECT_EQ(Post("/v1/chat/completions", Chat()).status, 200);  // still serving
+}
+
 TEST_F(ServerHttp, MetricsEndpoint) {
   Start();
   Post("/v1/chat/completions", Chat());
