@@ -376,7 +376,9 @@ TEST_F(CudaAttention, SlidingWindowAndCanvasRows) {
   };
   for (const Shape& sh : shapes) {
     RunBoth("window + canvas mix", sh, seqs, 700);
-    for (size_t i = 0; i < seqs.size(); ++i) RunBoth("window / canvas alone", sh, {seqs[i]}, 710 + i);
+    // Alone (fewer rows: key splits), all but the 256-row canvas, whose CPU reference is the slow one.
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].T < 256) RunBoth("window / canvas alone", sh, {seqs[i]}, 710 + i);
   }
 }
 
