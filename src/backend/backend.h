@@ -68,13 +68,13 @@ struct AttentionArgs {
   int64_t page_size = 0;
   int64_t block_size = 0;  // 0: causal; >0: block-causal (blocks aligned at multiples from position 0)
   // Sliding window W > 0 (causal only, block_size 0): the query at position p sees keys (p - W, p].
-  // 0: no window. The CUDA backend does not implement it yet and refuses a call that sets it.
+  // 0: no window.
   int64_t sliding_window = 0;
   // >= 0: rows [canvas_begin, T) are a canvas (DiffusionGemma's decoder, docs/DIFFUSION_GEMMA.md 3.2):
   // each sees every key before the canvas and every canvas key (bidirectional), or with a sliding
   // window W the last W-1 keys before the canvas and the whole canvas, the same set for every canvas
   // row (transformers' cached generation path). Rows before it keep the causal (windowed) rule.
-  // Needs block_size 0. -1: no canvas. The CUDA backend does not implement it yet and refuses it.
+  // Needs block_size 0. -1: no canvas.
   int64_t canvas_begin = -1;
   float scale = 1.0f;
   float* out = nullptr;  // [T, num_heads * head_dim], row stride out_stride
@@ -206,7 +206,7 @@ class Backend {
   // accumulation, w bf16 or f32 and not quantized. DiffusionGemma's self-conditioning input
   // (docs/DIFFUSION_GEMMA.md 5): a step's probabilities [canvas, vocab] times the [vocab, hidden]
   // embedding, which MatMul would need transposed (a second copy of the table). Default refuses
-  // (CUDA: not yet).
+  // (the CPU and CUDA backends implement it).
   virtual void MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) {
     (void)x, (void)m, (void)w, (void)y;
     Fail(ErrorKind::kUnsupported, "backend {} does not implement MatMulNoTrans (the self-conditioning input)",
@@ -268,19 +268,19 @@ class Backend {
   // each head turn by positions[r] * inv_freq[i]; the other dims pass unchanged. inv_freq is host
   // memory ([rotated_pairs], the caller's f32 table). Covers full RoPE (pairs = offset = d/2) and
   // Gemma 4's proportional RoPE (pairs < offset = d/2). cos / sin in f32. The default refuses:
-  // backends that serve Gemma implement it (the CPU does; CUDA not yet).
+  // backends that serve Gemma implement it (the CPU and CUDA backends do).
   virtual void RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                          int64_t pair_offset, int64_t rotated_pairs, const float* inv_freq, const int64_t* positions) {
     (void)x, (void)rows, (void)row_stride, (void)heads, (void)head_dim, (void)pair_offset, (void)rotated_pairs,
         (void)inv_freq, (void)positions;
     Fail(ErrorKind::kUnsupported, "backend {} does not implement RopePairs (Gemma RoPE)", Name());
   }
-  // out = gelu_tanh(gate) * up, n elements (Gemma's MLPs). Default refuses (CUDA: not yet).
+  // out = gelu_tanh(gate) * up, n elements (Gemma's MLPs). Default refuses.
   virtual void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
     (void)gate, (void)up, (void)n, (void)out;
     Fail(ErrorKind::kUnsupported, "backend {} does not implement GeluTanhMul", Name());
   }
-  // x[i] *= s, n elements. Default refuses (CUDA: not yet).
+  // x[i] *= s, n elements. Default refuses.
   virtual void Scale(float* x, int64_t n, float s) {
     (void)x, (void)n, (void)s;
     Fail(ErrorKind::kUnsupported, "backend {} does not implement Scale", Name());
@@ -433,7 +433,7 @@ class Backend {
                           const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                           float* out) = 0;
   // MoeExperts with the experts' activation named: SiLU is MoeExperts itself; other activations
-  // (Gemma's gelu-tanh experts) need a backend that implements them (the CPU; CUDA not yet).
+  // (Gemma's gelu-tanh experts) need a backend that implements them (the CPU and CUDA backends do).
   virtual void MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                              int64_t k, const std::vector<ExpertWeights>& experts, GluAct act, float* out) {
     if (act == GluAct::kSilu) return MoeExperts(x, rows, hidden, idx, weights, k, experts, out);

@@ -41,16 +41,13 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
     : model_(model), tokenizer_(tokenizer), config_(config), weight_faults_base_(MappedFileFaultCount()) {
   const ModelConfig& mc = model_->config();
   // Uniform-state canvas diffusion (DiffusionGemma) generates through its canvas loop
-  // (engine_canvas.cpp), on the CPU backend only: the CUDA backend lacks its ops (RopePairs, the
-  // canvas attention, MatMulNoTrans...) and would fail at the first forward.
+  // (engine_canvas.cpp), on the CPU and CUDA backends (the forward's ops and the canvas attention exist
+  // on both; the sampler's rules run on the host either way).
   canvas_ = mc.canvas_length > 0;
   if (canvas_) {
     if (config_.force_diffusion)
       Fail(ErrorKind::kInvalidArgument, "{} is a canvas-diffusion model: masked block diffusion cannot be forced on it",
            FamilyName(mc.family));
-    if (model_->backend().IsDevice())
-      Fail(ErrorKind::kUnsupported, "{}: generation runs on the CPU backend only (backend {} lacks its ops)",
-           FamilyName(mc.family), model_->backend().Name());
     config_.canvas.Validate("engine canvas settings");
     if (config_.canvas.canvas_length > mc.canvas_length)
       Fail(ErrorKind::kInvalidArgument, "engine canvas settings: canvas_length {} exceeds the model's {}",

@@ -40,8 +40,13 @@ std::string HumanBytes(double bytes) {
 int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs) {
   const int64_t H = mc.hidden_size, k = std::max<int64_t>(1, mc.num_experts_per_tok);
   const int64_t inter = std::max(mc.moe_intermediate_size, mc.intermediate_size);
-  const int64_t q = mc.num_heads * mc.head_dim * (mc.attn_output_gate ? 2 : 1);
-  const int64_t kv = mc.num_kv_heads * mc.head_dim;
+  // The widest attention layer's buffers (families with per-layer shapes: Gemma's 512-dim global heads).
+  int64_t q = mc.num_heads * mc.head_dim * (mc.attn_output_gate ? 2 : 1);
+  int64_t kv = mc.num_kv_heads * mc.head_dim;
+  for (const AttentionLayerSpec& a : mc.attention_layers) {
+    q = std::max(q, mc.num_heads * a.head_dim);
+    kv = std::max(kv, a.num_kv_heads * a.head_dim);
+  }
   const int64_t attention = 2 * q + 2 * kv;
   // Gated DeltaNet: conv in / out and the value-sized buffers, plus the normalised q / k and the CUDA
   // backend's chunked form's records (U, W, a chunk-wide A row and its decay: key + value dim + 65
@@ -51,8 +56,12 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   // Routed slots: slot outputs, activations, and the host-grouped path's gathered copies.
   const int64_t moe = mc.num_experts + k * (3 * H + 3 * inter);
   const int64_t per_row = 4 * H + std::max({attention, gdn, moe});
-  const int64_t logits_rows = std::min(max_num_batched_tokens, max_num_seqs * 32);
-  const int64_t floats = max_num_batched_tokens * per_row + logits_rows * mc.vocab_size;
+  // Logits rows of a step: up to 32 a sequence (decode rows, a diffusion block), or a whole canvas a
+  // sequence for canvas models (DiffusionGemma), whose self-conditioning product then takes the same
+  // rows again: their softmax reuses the logits' block, the split copy (bf16 hi + lo) is a second one.
+  const int64_t logits_rows = std::min(max_num_batched_tokens, max_num_seqs * std::max<int64_t>(32, mc.canvas_length));
+  const int64_t logits_copies = mc.canvas_length > 0 ? 2 : 1;
+  const int64_t floats = max_num_batched_tokens * per_row + logits_copies * logits_rows * mc.vocab_size;
   // Quantized weights (CUDA): a product of more than a few rows dequantizes its weight into f32
   // scratch first (cuda_quant.h), the largest quantized matrix at a time.
   int64_t quant_scratch = 0;

@@ -2,7 +2,8 @@
 // random non-zero inputs, for both target attention shapes (32 / 4 heads of 128, 16 / 2 heads of 256)
 // and the call shapes that pick different kernels and block shapes: a prompt (tiles of rows, key
 // splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
-// splits merged), a ragged mix, and prompts with enough tiles to run unsplit. Each runs with the
+// splits merged), a ragged mix, and prompts with enough tiles to run unsplit; and DiffusionGemma's
+// sliding-window and canvas masks (the per-head kernel, heads of up to 512 dims). Each runs with the
 // tensor-core kernels (TESSERA_CUDA_ATTENTION_FLASH=1: flash, and the decode kernel for decode calls)
 // and without them (the per-head kernel); decode calls also on the flash kernel's few-row shape
 // (TESSERA_CUDA_ATTENTION_DECODE=0). Each also runs on a bf16 KV cache
@@ -75,6 +76,8 @@ struct Shape {
 };
 struct Seq {
   int64_t first_pos, T, block;
+  int64_t window = 0;   // AttentionArgs::sliding_window
+  int64_t canvas = -1;  // AttentionArgs::canvas_begin: rows from it on are a DiffusionGemma canvas
 };
 
 // One AttentionBatch call: host inputs, the CPU reference output, and what the device run needs.
@@ -201,8 +204,8 @@ class Call {
  private:
   static constexpr int64_t kPage = 16;
 
-  // Causal sequences (prompts, decode rows) commit their rows; diffusion blocks do not.
-  static int64_t CommitLen(const Seq& s) { return s.block > 0 ? 0 : s.T; }
+  // Causal sequences (prompts, decode rows) commit their rows; diffusion blocks do not, nor canvas rows.
+  static int64_t CommitLen(const Seq& s) { return s.block > 0 ? 0 : s.canvas >= 0 ? s.canvas : s.T; }
 
   std::vector<AttentionArgs> Args(const float* q, const float* k, const float* v, const void* kc, const void* vc,
                                   float* out) const {
@@ -227,6 +230,8 @@ class Call {
       a.pages = pages_[i].data();
       a.page_size = kPage;
       a.block_size = s.block;
+      a.sliding_window = s.window;
+      a.canvas_begin = s.canvas;
       a.scale = 1.0f / std::sqrt(static_cast<float>(sh_.hd));
       a.out = out + row0 * out_stride_;
       a.out_stride = out_stride_;
@@ -352,6 +357,31 @@ TEST_F(CudaAttention, PromptsUnsplit) {
 
 // KvWrite and KvWriteRows into a bf16 cache: every written element is the host's round-to-nearest-even
 // bf16 of its f32 input, bit for bit (ties included), and rows nobody wrote keep their bytes.
+// (f) DiffusionGemma's masks (AttentionArgs::sliding_window, canvas_begin; docs/DIFFUSION_GEMMA.md 3.2),
+// which the per-head kernel serves whatever the kernel choice: windowed causal prompts and chunks whose
+// window reaches into the paged prefix, canvases after a prefix (window: only its last W - 1 keys; none:
+// every key), a commit fused with the next canvas, a windowed decode row (key splits mostly empty), all
+// batched. Shapes: the published 26B-A4B's sliding (16 / 8 heads of 256) and global layers (16 / 2 heads
+// of 512: the wide per-head kernel) and the tiny fixtures' (4 / 2 of 16, 4 / 1 of 32: plain f32 rows).
+TEST_F(CudaAttention, SlidingWindowAndCanvasRows) {
+  const Shape shapes[] = {{16, 8, 256}, {16, 2, 512}, {4, 2, 16}, {4, 1, 32}};
+  const std::vector<Seq> seqs = {
+      {0, 40, 0, 8},            // windowed prompt, no prefix
+      {30, 20, 0, 8},           // a chunk whose window starts in the cache
+      {24, 16, 0, 8, 0},        // a canvas after a 24-key prefix: its last 7 keys and the canvas
+      {20, 4 + 16, 0, 8, 4},    // 4 committed rows (windowed) and the next canvas in one call
+      {300, 33, 0, 0, 0},       // a canvas over every key of a prefix (global layers)
+      {2000, 1, 0, 1024},       // a windowed decode row: splits before the window are empty
+      {1500, 256, 0, 1024, 0},  // a full-size canvas: the window's 1023 keys before it
+  };
+  for (const Shape& sh : shapes) {
+    RunBoth("window + canvas mix", sh, seqs, 700);
+    // Alone (fewer rows: key splits), all but the 256-row canvas, whose CPU reference is the slow one.
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].T < 256) RunBoth("window / canvas alone", sh, {seqs[i]}, 710 + i);
+  }
+}
+
 TEST_F(CudaAttention, KvWriteBf16Cache) {
   auto gpu = MakeCudaBackend();
   gpu->SetKvCacheDType(DType::kBF16);

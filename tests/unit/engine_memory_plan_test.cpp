@@ -5,6 +5,8 @@
 #include <string>
 
 #include "engine/memory_plan.h"
+#include "io/hf_config.h"
+#include "model/model_config.h"
 
 namespace tessera {
 namespace {
@@ -32,6 +34,24 @@ TEST(MemoryPlan, KvPoolIsWhatTheBudgetLeaves) {
   EXPECT_EQ(q.kv_pool_bytes, -2 * gib);
   EXPECT_EQ(q.kv_tokens, 0);
   EXPECT_NE(DescribeGpuMemoryPlan(q).find("KV pool -2.00 GiB"), std::string::npos) << DescribeGpuMemoryPlan(q);
+}
+
+// A canvas model (the published DiffusionGemma config) returns a whole canvas of logits rows a
+// sequence, not 32, and its self-conditioning product copies them once more: the reserve counts both
+// (64 canvases of 256 rows over a 262,144 vocabulary: 2 copies x 16,384 rows x 1 MiB, doubled for the
+// caching allocator, 64 GiB).
+TEST(MemoryPlan, CanvasModelsReserveTheirCanvasLogits) {
+  const ModelConfig mc =
+      ModelConfig::FromHf(LoadHfModelDir(std::string(TESSERA_SOURCE_DIR) + "/tests/data/configs/diffusiongemma-26b-a4b-it"));
+  ASSERT_EQ(mc.canvas_length, 256);
+  ASSERT_EQ(mc.vocab_size, 262144);
+  const int64_t rows = 64 * 256, logits_bytes = 2 * 2 * rows * mc.vocab_size * 4;
+  const int64_t reserve = ActivationReserveBytes(mc, rows, 64);
+  EXPECT_GE(reserve, logits_bytes);
+  EXPECT_LT(reserve, logits_bytes + (int64_t{32} << 30)) << "the rest: per-row activations and 256 MiB";
+  // One canvas: its 256 rows, not 32 (the Qwen rule), even with a larger token budget.
+  const int64_t one = ActivationReserveBytes(mc, 8192, 1) - ActivationReserveBytes(mc, 8192, 0);
+  EXPECT_EQ(one, 2 * 2 * int64_t{256} * mc.vocab_size * 4);
 }
 
 }  // namespace

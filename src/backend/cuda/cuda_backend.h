@@ -51,6 +51,18 @@ class CudaBackend : public Backend {
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
   void MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) override;
+  // The Gemma family's ops (cuda_backend_gemma.cpp): the self-conditioning product (cuBLASLt, hi + lo as
+  // MatMul's large products), RoPE with a caller's table, gelu-tanh gating, scaling, the logit soft-cap,
+  // the router's per-expert scales and gelu-tanh experts.
+  void MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) override;
+  void RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t pair_offset,
+                 int64_t rotated_pairs, const float* inv_freq, const int64_t* positions) override;
+  void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) override;
+  void Scale(float* x, int64_t n, float s) override;
+  void SoftCap(float* x, int64_t n, float cap) override;
+  void ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table) override;
+  void MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights, int64_t k,
+                     const std::vector<ExpertWeights>& experts, GluAct act, float* out) override;
   void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;
   void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
                bool one_plus, float* y, int64_t y_stride) override;
@@ -139,8 +151,10 @@ class CudaBackend : public Backend {
  private:
   struct GemmPlan;
   // MoeExperts with MoeRouteExperts' optional residual add and norm; the slots' sum that ends it.
+  // gelu: the experts' gate activation is gelu-tanh (Gemma) instead of SiLU.
   void ExpertsInto(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights, int64_t k,
-                   const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
+                   const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual,
+                   bool gelu = false);
   void SumSlotsInto(const float* slot_out, int64_t rows, int64_t k, int64_t hidden, float* out,
                     const ResidualNorm* residual);
   // The device array of a layer's expert weight pointers (MoeExperts' kernels index it).
@@ -186,8 +200,10 @@ class CudaBackend : public Backend {
   // Whether a bf16 product of m rows, depth k and `cols` output columns (all `weights` weights of a
   // MatMulMulti) goes to the MMA kernel (cuda_skinny_gemm.cu) rather than cuBLASLt.
   bool UseSkinnyGemm(int64_t m, int64_t k, int64_t cols, int64_t weights) const;
+  // y[m, n] (+)= x[m, k] w^T with w [n, k] (row-major), or with w_no_trans x w with w [k, n]
+  // (MatMulNoTrans: the embedding table as stored).
   void GemmLt(const void* w, bool w_bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
-              bool accumulate);
+              bool accumulate, bool w_no_trans = false);
   const ExpertTable& ExpertPointers(const std::vector<ExpertWeights>& experts);
   // Quantized weights (cuda_quant.h): the kernels' view of a Tensor, kept per weight (its host
   // address is what recorded steps see); products of few rows in registers, larger ones through f32
@@ -208,7 +224,7 @@ class CudaBackend : public Backend {
   bool QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                          int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
   void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
-                          int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out);
+                          int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out, bool gelu = false);
   std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;
   std::unordered_map<const void*, std::unique_ptr<QuantExpertTable>> quant_expert_tables_;
 
@@ -235,7 +251,7 @@ class CudaBackend : public Backend {
   void* lt_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   size_t workspace_bytes_ = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t>, std::unique_ptr<GemmPlan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t, bool>, std::unique_ptr<GemmPlan>> plans_;
   std::unordered_map<const void*, std::unique_ptr<ExpertTable>> expert_tables_;
   // Caching allocator.
   std::unordered_map<void*, size_t> live_;

@@ -1,6 +1,7 @@
 // tessera cuda backend: the attention layer's ops of CudaBackend: q / k norms + RoPE (with the
 // committed rows' cache writes), the paged KV cache writes and its element type, and the batched
-// attention call with its kernel choice (flash / decode / per-head) and key-split plan.
+// attention call with its kernel choice (flash / decode / per-head) and key-split plan. Calls with a
+// sliding window or DiffusionGemma canvas rows, or heads wider than 256, take the per-head kernel.
 // See cuda_backend.h.
 #include <cuda_runtime.h>
 
@@ -108,12 +109,18 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // Keys per block when a row's keys are split across blocks (decode: few rows, long context).
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
-  for (const AttentionArgs& a : args)
-    if (a.sliding_window > 0)
-      Fail(ErrorKind::kUnsupported, "cuda attention: sliding-window attention is not implemented yet");
-  for (const AttentionArgs& a : args)
-    if (a.canvas_begin >= 0)
-      Fail(ErrorKind::kUnsupported, "cuda attention: canvas (bidirectional decoder) rows are not implemented yet");
+  // Masks whose first visible key is not 0 (a sliding window; canvas rows, which also see keys past
+  // themselves) go to the per-head kernel only: the tensor-core kernels assume keys [0, last]. Same
+  // argument rules as the CPU backend.
+  bool masked = false;
+  for (const AttentionArgs& a : args) {
+    if (a.sliding_window > 0 && a.block_size > 0)
+      Fail(ErrorKind::kUnsupported, "attention: a sliding window with a block-causal mask is not defined");
+    if (a.canvas_begin >= 0 && (a.block_size > 0 || a.canvas_begin >= a.T))
+      Fail(ErrorKind::kInvalidArgument, "attention: canvas rows from {} of {} with block size {}", a.canvas_begin,
+           a.T, a.block_size);
+    masked = masked || a.sliding_window > 0 || a.canvas_begin >= 0;
+  }
   const int64_t heads = args[0].num_heads, D = args[0].head_dim, kv_heads = args[0].num_kv_heads;
   const int64_t kv_dim = kv_heads * D;
   // A bf16 or split cache (cuda_kv_layout.h): the kernels read every K/V row in the cache's layout, keys
@@ -131,7 +138,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   int64_t staged = 0;  // bf16 / split: uncommitted rows, copied by KvStage
   for (size_t i = 0; i < args.size(); ++i) {
     const AttentionArgs& a = args[i];
-    if (a.head_dim > 256) Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > 256", a.head_dim);
+    if (a.head_dim > cuda::kAttentionMaxHeadDim)
+      Fail(ErrorKind::kUnsupported, "cuda attention: head_dim {} > {}", a.head_dim, cuda::kAttentionMaxHeadDim);
     if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
       Fail(ErrorKind::kInvalidArgument, "attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
     if (a.num_heads != heads || a.head_dim != D || a.num_kv_heads != kv_heads)
@@ -164,7 +172,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
                      a.first_pos, a.k_cache, a.v_cache, cached > 0 ? dpages.i32() + page_off[i] : nullptr,
                      a.page_size, a.block_size, a.scale, a.out, a.out_stride, a.commit_len,
                      has_new ? k_new + staged_row0 * kv_dim * elem_bytes : nullptr,
-                     has_new ? v_new + staged_row0 * kv_dim * elem_bytes : nullptr});
+                     has_new ? v_new + staged_row0 * kv_dim * elem_bytes : nullptr, a.sliding_window,
+                     a.canvas_begin});
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(static_cast<int>(i), static_cast<int>(t)));
     if (has_new)
       for (int64_t t = a.commit_len; t < a.T; ++t)
@@ -186,7 +195,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // (cuda_attention_decode.cu, same tiles and partials), or with TESSERA_CUDA_ATTENTION_DECODE=0 the
   // flash kernel's few-row block shape. Tiles are queued longest first (a prompt's last rows see
   // the most keys), so the long blocks do not end up in the last wave.
-  if (flash_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D, layout)) {
+  if (flash_attention_ && !masked && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D, layout)) {
     const int64_t group = heads / kv_heads;
     int64_t max_t = 0;
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
@@ -261,7 +270,7 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   const auto* dr = static_cast<const int2*>(drows.data);
   DeviceBuffer partial;
   if (splits > 1) partial = DeviceBuffer::Floats(*this, R * heads * splits * (D + 2));
-  Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, layout, splits, chunk, partial.f32(), stream_);
+  Enqueue("AttentionBatch", cuda::AttentionBatch, dd, dr, R, heads, D, layout, splits, chunk, partial.f32(), stream_);
 }
 
 }  // namespace tessera

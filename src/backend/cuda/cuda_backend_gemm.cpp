@@ -19,22 +19,26 @@ namespace tessera {
 // --- GEMM ------------------------------------------------------------------------------------
 
 // y[m, n] (+)= x[m, k] w[n, k]^T. Column-major view: y^T (n x m) = w (k x n)^T x^T (k x m).
+// w_no_trans: y = x w with w [k, n] row-major, which column-major is n x k: y^T = w x^T, A untransposed.
 void CudaBackend::GemmLt(const void* w, bool bf16, const void* x, int64_t m, int64_t k, int64_t n, float* y,
-                         bool accumulate) {
+                         bool accumulate, bool w_no_trans) {
   // Plans are chosen for the pointers' alignment (cuBLASLt assumes 256 bytes unless told).
   uint32_t align = 256;
   for (const void* p : {static_cast<const void*>(w), x, static_cast<const void*>(y)})
     while (align > 4 && (reinterpret_cast<uintptr_t>(p) & (align - 1))) align >>= 1;
-  auto key = std::make_tuple(m, n, k, bf16, accumulate, align);
+  auto key = std::make_tuple(m, n, k, bf16, accumulate, align, w_no_trans);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<GemmPlan>();
     const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cuda::CheckLt(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const cublasOperation_t ta = w_no_trans ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cuda::CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
     cuda::CheckLt(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
-    cuda::CheckLt(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k), "layout A");
+    if (w_no_trans)
+      cuda::CheckLt(cublasLtMatrixLayoutCreate(&plan->a, in, n, k, n), "layout A");
+    else
+      cuda::CheckLt(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k), "layout A");
     cuda::CheckLt(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k), "layout B");
     cuda::CheckLt(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, n), "layout C");
     cublasLtMatmulPreference_t pref = nullptr;

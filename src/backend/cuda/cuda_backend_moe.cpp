@@ -94,13 +94,16 @@ void CudaBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const
 
 void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                               int64_t k, const std::vector<ExpertWeights>& experts, float* out,
-                              const ResidualNorm* residual) {
+                              const ResidualNorm* residual, bool gelu) {
   if (rows == 0) return;
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
   const bool quantized = experts[0].gate.quantized();
-  if (quantized && QuantTiledExperts(x, rows, hidden, idx, weights, k, experts, out, residual)) return;
-  if (quantized && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) && inter * 4 <= (200 << 10)) {
+  // The quantized tiled and per-pair kernels know SiLU only: gelu-tanh quantized experts take the
+  // host-grouped path.
+  if (quantized && !gelu && QuantTiledExperts(x, rows, hidden, idx, weights, k, experts, out, residual)) return;
+  if (quantized && !gelu && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) &&
+      inter * 4 <= (200 << 10)) {
     profiler_->Mark("MoeExperts quantized per-pair");
     const QuantExpertTable& qt = QuantExperts(experts);
     const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
@@ -114,7 +117,7 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   }
   if (quantized) {
     DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32());
+    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32(), gelu);
     SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
     return;
   }
@@ -127,7 +130,8 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   if (slots <= kMoeFusedMaxSlots || (!vec && slots <= kMoeSimtMaxSlots)) {
     profiler_->Mark("MoeExperts fused");
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
-    Enqueue("MoeGateUp", cuda::MoeGateUp, x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), stream_);
+    Enqueue("MoeGateUp", cuda::MoeGateUp, x, hidden, idx, slots, k, ptrs, E, inter, table.aligned, act.f32(), gelu,
+            stream_);
     Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
             slot_out.f32(), stream_);
   } else if (vec && slots <= moe_device_max_slots_) {
@@ -144,11 +148,11 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
             static_cast<int4*>(units.data()), num_units.i32(), stream_);
     const auto* u = static_cast<const int4*>(units.data());
     Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
-            ptrs, E, inter, act.f32(), ExactActivations(), stream_);
+            ptrs, E, inter, act.f32(), ExactActivations(), gelu, stream_);
     Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
             weights, ptrs, E, hidden, slot_out.f32(), ExactActivations(), stream_);
   } else {
-    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32());
+    HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32(), gelu);
   }
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
@@ -201,7 +205,7 @@ bool CudaBackend::QuantTiledExperts(const float* x, int64_t rows, int64_t hidden
 // active expert and matrix (MatMul: bf16 or quantized weights), scattered into slot_out weighted.
 void CudaBackend::HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                                      const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
-                                     float* slot_out_ptr) {
+                                     float* slot_out_ptr, bool gelu) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
   // Grouped: (row, slot) pairs sorted by expert, gathered, one GEMM per active expert and matrix.
@@ -230,7 +234,10 @@ void CudaBackend::HostGroupedExperts(const float* x, int64_t rows, int64_t hidde
     MatMul(xs.f32() + off * hidden, cnt, experts[e].gate, g.f32() + off * inter, false);
     MatMul(xs.f32() + off * hidden, cnt, experts[e].up, u.f32() + off * inter, false);
   }
-  SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
+  if (gelu)
+    GeluTanhMul(g.f32(), u.f32(), slots * inter, g.f32());
+  else
+    SiluMul(g.f32(), u.f32(), slots * inter, g.f32());
   for (int64_t e = 0; e < E; ++e) {
     const auto [off, cnt] = spans[e];
     if (cnt == 0) continue;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_attention_mask.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_layout.h"
 
@@ -87,17 +88,28 @@ __device__ inline T BlockInclusiveScan(V value, T* red, T* total = nullptr) {
 }
 
 __device__ __forceinline__ float SiluF(float x) { return x / (1.0f + expf(-x)); }
+// GELU, tanh approximation (Gemma's gelu_pytorch_tanh), written as the CPU backend's.
+__device__ __forceinline__ float GeluTanhF(float x) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(kC * (x + 0.044715f * x * x * x)));
+}
+// A gated MLP's activation: act(g) * u, act SiLU (Qwen) or gelu-tanh (Gemma; a uniform branch per launch).
+__device__ __forceinline__ float GatedActF(float g, float u, bool gelu) { return (gelu ? GeluTanhF(g) : SiluF(g)) * u; }
 
 // The attention kernels' softmax runs in base 2 (log2 e folded into the query scale); their partial
 // maxima are written back in natural-log units.
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// The last key row t of an attention step sees: itself (causal), or the end of its diffusion block
-// (block-causal, blocks of block_size from position 0), never past the step's rows.
+// The keys row t of an attention step sees (cuda_attention_mask.h): from 0, or from its sliding window's
+// start; up to itself (causal), the end of its diffusion block (block-causal, blocks of block_size from
+// position 0, never past the step's rows), or the step's last row (a DiffusionGemma canvas row). The
+// tensor-core kernels take only calls without a window or canvas (they assume the first key is 0).
+__device__ __forceinline__ KeyRange AttentionKeys(const AttentionParams& p, int64_t t) {
+  return AttentionKeyRange(p.first_pos, p.T, p.block_size, p.sliding_window, p.canvas_begin, t);
+}
 __device__ __forceinline__ int64_t AttentionLastKey(const AttentionParams& p, int64_t t) {
-  const int64_t pos = p.first_pos + t, total = p.first_pos + p.T;
-  return p.block_size > 0 ? min(total - 1, (pos / p.block_size + 1) * p.block_size - 1) : pos;
+  return AttentionKeys(p, t).last;
 }
 
 // The attention kernels' K/V element type: float (an f32 cache), Bf16Bits (a bf16 cache, its bits) or

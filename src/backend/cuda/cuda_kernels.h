@@ -1,5 +1,5 @@
 // tessera cuda backend: launchers of the CUDA kernels (cuda_kernels.cu, cuda_sequence_kernels.cu,
-// cuda_moe_fused.cu, cuda_moe_grouped.cu).
+// cuda_moe_fused.cu, cuda_moe_grouped.cu, cuda_gemma_kernels.cu).
 // Plain C++ declarations so that the backend class (cuda_backend.cpp) is compiled by the host
 // compiler; every pointer is device memory; every launch goes to `s` and is checked by the caller.
 // bf16 data is passed as uint16_t bit patterns.
@@ -49,6 +49,17 @@ void GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t 
               const float* a_log, const float* dt_bias, float* g, float* beta, int64_t out_stride, cudaStream_t s);
 void Softmax(float* x, int64_t rows, int64_t n, cudaStream_t s);
 void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out, cudaStream_t s);
+
+// --- The Gemma family's element-wise ops (cuda_gemma_kernels.cu), each the CPU backend's arithmetic.
+// out = gelu_tanh(gate) * up; x *= scale; x = cap * tanh(x / cap); x[i] *= table[idx[i]].
+void GeluTanhMul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+void Scale(float* x, int64_t n, float scale, cudaStream_t s);
+void SoftCap(float* x, int64_t n, float cap, cudaStream_t s);
+void ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table, cudaStream_t s);
+// Backend::RopePairs: dims (i, i + pair_offset) of each head turn by positions[r] * inv_freq[i] for i <
+// rotated_pairs (inv_freq and positions: device).
+void RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t pair_offset,
+               int64_t rotated_pairs, const float* inv_freq, const int64_t* positions, cudaStream_t s);
 
 // Whether a pointer is 16-byte aligned (the vector loads of most kernels need it).
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -102,13 +113,14 @@ bool SkinnyGemmMulti(const float* x, int64_t m, int64_t k, const uint16_t* w0, i
 void CountIds(const int32_t* idx, int64_t n, int64_t num_experts, int32_t* counts, cudaStream_t s);
 void MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k, bool renormalize,
               int32_t* idx, float* weights, cudaStream_t s);
-// Few-token path: per (row, slot) pair, act[slot] = silu(x gate_e^T) * (x up_e^T), then
+// Few-token path: per (row, slot) pair, act[slot] = silu(x gate_e^T) * (x up_e^T) (gelu: gelu-tanh
+// in silu's place, Gemma's experts; the same for every gate/up launcher below), then
 // slot_out[slot] = weight * act down_e^T, then out[row] = sum of its slots in slot order.
 // ptrs: device array [3 * num_experts] of gate, up, down bf16 pointers (ptrs_aligned: all 16-byte
 // aligned, for vector loads).
 void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
                const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
-               cudaStream_t s);
+               bool gelu, cudaStream_t s);
 // MoeRoute and MoeGateUp in one launch for rows * k pairs (the few-token path): every warp routes its
 // pair's row from the logits as MoeRoute's kernel does and the row's first writes idx and weights.
 // Only for shapes MoeGateUpRoutedFits accepts (the tiled gate/up kernel's, num_experts <= 512).
@@ -154,7 +166,7 @@ void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, in
 // else rounded to bf16 (cuda_mma_util.cuh).
 void MoeGroupedGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
-                      int64_t num_experts, int64_t inter, float* act, bool exact, cudaStream_t s);
+                      int64_t num_experts, int64_t inter, float* act, bool exact, bool gelu, cudaStream_t s);
 // slot_out[order[pos]] = weights[order[pos]] * act[pos] down_e^T.
 void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
@@ -162,7 +174,7 @@ void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_
 // The tiled kernels (units of kMoeTiledUnitRows; the same contracts).
 void MoeTiledGateUp(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs, int64_t num_experts,
-                    int64_t inter, float* act, bool exact, cudaStream_t s);
+                    int64_t inter, float* act, bool exact, bool gelu, cudaStream_t s);
 void MoeTiledDown(const float* act, int64_t inter, const int32_t* order, const int4* units, const int32_t* num_units,
                   int64_t max_units, const float* weights, const uint16_t* const* ptrs, int64_t num_experts,
                   int64_t hidden, float* slot_out, bool exact, cudaStream_t s);
@@ -190,6 +202,10 @@ struct AttentionParams {
   int64_t commit_len;  // rows [0, commit_len) are in the cache (bf16 / split calls read them there)
   void* k_new;         // bf16 / split calls: rows [commit_len, T) in the cache's layout, [T - commit_len, kv_dim]
   void* v_new;
+  // AttentionArgs' sliding window (0: none) and canvas rows (-1: none); only AttentionBatch's per-head
+  // kernel reads them (cuda_attention_mask.h), the tensor-core kernels are not given such calls.
+  int64_t sliding_window;
+  int64_t canvas_begin;
 };
 // bf16 / split calls: rows [commit_len, T) of every sequence's k / v in the cache's layout into its k_new /
 // v_new (one block a row; rows[n] = (sequence, row) lists only those rows).
@@ -197,13 +213,14 @@ void KvStage(const AttentionParams* descs, const int2* rows, int64_t n, int64_t 
              cudaStream_t s);
 // Attention of the rows of several sequences in one launch: descs (device) has one entry per
 // sequence, rows[R] (device) = (sequence, row within it); every sequence has `heads` query heads.
-// layout: the cache's (AttentionParams); any head_dim <= 256.
+// layout: the cache's (AttentionParams); any head_dim <= kAttentionMaxHeadDim; every mask of
+// AttentionParams (sliding window and canvas rows included).
 // splits > 1: block z of a row takes keys [z * key_chunk, (z + 1) * key_chunk) and writes its
 // (max, sum, unnormalised output) into partial[R, heads, splits, head_dim + 2], then a merge kernel
 // writes the rows' outputs.
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, KvLayout layout,
-                    int splits,
-                    int64_t key_chunk, float* partial, cudaStream_t s);
+constexpr int64_t kAttentionMaxHeadDim = 512;  // Gemma 4's global layers
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t head_dim,
+                    KvLayout layout, int splits, int64_t key_chunk, float* partial, cudaStream_t s);
 // Combines the partials of split keys into the rows' outputs (AttentionBatch does it itself).
 // head_dim: every descriptor's (128 and 256 take a kernel with one round of loads; others, or 0,
 // the general one).

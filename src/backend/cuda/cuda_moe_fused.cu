@@ -52,7 +52,8 @@ __device__ __forceinline__ float WarpDotBf16(const float* x, const uint16_t* w, 
 }
 
 __global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* idx, int64_t k,
-                                const uint16_t* const* ptrs, int64_t E, int64_t inter, float* act, bool vec) {
+                                const uint16_t* const* ptrs, int64_t E, int64_t inter, float* act, bool vec,
+                                bool gelu) {
   GridDependencyWait();
   const int64_t slot = blockIdx.y;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -61,7 +62,7 @@ __global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* i
   const float* xr = x + (slot / k) * hidden;
   const float g = WarpDotBf16(xr, ptrs[e] + col * hidden, hidden, vec);
   const float u = WarpDotBf16(xr, ptrs[E + e] + col * hidden, hidden, vec);
-  if ((threadIdx.x & 31) == 0) act[slot * inter + col] = SiluF(g) * u;
+  if ((threadIdx.x & 31) == 0) act[slot * inter + col] = GatedActF(g, u, gelu);
 }
 
 __global__ void MoeDownKernel(const float* act, int64_t inter, const int32_t* idx, const float* weights,
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
     MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, int32_t* __restrict__ idx, int k,
                          const uint16_t* const* __restrict__ ptrs, int E, int inter, int pairs,
                          float* __restrict__ act, const float* __restrict__ logits, bool renormalize,
-                         float* __restrict__ weights) {
+                         float* __restrict__ weights, bool gelu) {
   GridDependencyWait();
   constexpr int R = 2 * C, U = kLoads / R;
   const int lane = threadIdx.x & 31;
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32, kGateUpBlocksPerSm)
   for (int i = 0; i < R; ++i) acc[i] = WarpSum(acc[i]);
 #pragma unroll
   for (int c = 0; c < C; ++c)  // lane c writes column c: C stores issued in parallel
-    if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = SiluF(acc[c]) * acc[C + c];
+    if (lane == c && live[c]) act[static_cast<int64_t>(pair) * inter + col0 + c] = GatedActF(acc[c], acc[C + c], gelu);
 }
 
 // Down: a warp owns C adjacent output columns of one pair (C weight rows of its expert sharing the
@@ -249,7 +250,7 @@ bool UseV2(bool aligned, int64_t len, const float* a, int64_t k, int64_t slots, 
 
 void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,
                const uint16_t* const* ptrs, int64_t num_experts, int64_t inter, bool ptrs_aligned, float* act,
-               cudaStream_t s) {
+               bool gelu, cudaStream_t s) {
   if (slots <= 0) return;
   if (UseV2(ptrs_aligned, hidden, x, k, slots, hidden, inter) && num_experts < (int64_t{1} << 30)) {
     constexpr int C = kGateUpCols;
@@ -257,12 +258,12 @@ void MoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots
     LaunchKernel(MoeGateUpTiledKernel<C, 0>, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0,
                  s)(x, static_cast<int>(hidden), const_cast<int32_t*>(idx), static_cast<int>(k), ptrs,
                     static_cast<int>(num_experts), static_cast<int>(inter), static_cast<int>(slots), act, nullptr,
-                    false, nullptr);
+                    false, nullptr, gelu);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + 7) / 8), static_cast<unsigned>(slots));
   LaunchKernel(MoeGateUpKernel, grid, 256, 0, s)(x, hidden, idx, k, ptrs, num_experts, inter, act,
-                                       ptrs_aligned && hidden % 8 == 0 && Aligned16(x));
+                                                 ptrs_aligned && hidden % 8 == 0 && Aligned16(x), gelu);
 }
 
 bool MoeGateUpRoutedFits(const float* x, int64_t hidden, int64_t rows, int64_t k, int64_t num_experts, int64_t inter,
@@ -282,7 +283,7 @@ void MoeGateUpRouted(const float* x, int64_t hidden, const float* logits, int64_
                                            : MoeGateUpTiledKernel<C, 16>;
   LaunchKernel(kernel, static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, 0, s)(
       x, static_cast<int>(hidden), idx, static_cast<int>(k), ptrs, static_cast<int>(num_experts),
-      static_cast<int>(inter), static_cast<int>(slots), act, logits, renormalize, weights);
+      static_cast<int>(inter), static_cast<int>(slots), act, logits, renormalize, weights, /*gelu=*/false);
 }
 
 void MoeDown(const float* act, int64_t inter, const int32_t* idx, const float* weights, int64_t slots,

@@ -100,7 +100,7 @@ __global__ void GroupKernel(const int32_t* idx, int64_t slots, int64_t E, int ro
 // unit bound); blocks past the actual number of units return at once.
 __global__ void GateUpKernel(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                              const int32_t* num_units, const uint16_t* const* ptrs, int64_t E, int64_t inter,
-                             float* act) {
+                             float* act, bool gelu) {
   GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];
@@ -145,7 +145,7 @@ __global__ void GateUpKernel(const float* x, int64_t hidden, int64_t k, const in
 #pragma unroll
       for (int j = 0; j < kColsPerWarp; ++j) {
         const float g = WarpSum(ag[j][r]), u = WarpSum(au[j][r]);
-        if (lane == 0 && col0 + j < inter) act[(unit.y + r) * inter + col0 + j] = SiluF(g) * u;
+        if (lane == 0 && col0 + j < inter) act[(unit.y + r) * inter + col0 + j] = GatedActF(g, u, gelu);
       }
     }
   }
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
                                                              const int32_t* order, const int4* units,
                                                              const int32_t* num_units, const float* weights,
                                                              const uint16_t* const* ptrs, int64_t E, float* out,
-                                                             bool exact) {
+                                                             bool exact, bool gelu) {
   GridDependencyWait();
   using S = MoeV2Shape<kKChunks, kStages>;
   constexpr int kCols = kDown ? S::kItemRows : S::kItemRows / 2;  // output columns per item
@@ -401,7 +401,8 @@ __global__ void __launch_bounds__(kV2Threads) MoeMmaV2Kernel(const float* in, in
             o = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
           } else {
             const float4 u = sum(kHalf + col);
-            o = make_float4(SiluF(v.x) * u.x, SiluF(v.y) * u.y, SiluF(v.z) * u.z, SiluF(v.w) * u.w);
+            o = make_float4(GatedActF(v.x, u.x, gelu), GatedActF(v.y, u.y, gelu), GatedActF(v.z, u.z, gelu),
+                            GatedActF(v.w, u.w, gelu));
           }
           *reinterpret_cast<float4*>(dst + col) = o;
         }
@@ -430,7 +431,7 @@ constexpr int64_t kMoePipelinedMaxUnits = 1024;  // above: prompt chunks, the ti
 template <bool kDown, int kKChunks, int kStages>
 void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
-                    int64_t E, float* out, bool exact, cudaStream_t s) {
+                    int64_t E, float* out, bool exact, bool gelu, cudaStream_t s) {
   using S = MoeV2Shape<kKChunks, kStages>;
   constexpr int64_t kCols = kDown ? S::kItemRows : S::kItemRows / 2;
   const auto kernel = MoeMmaV2Kernel<kDown, kKChunks, kStages>;
@@ -438,7 +439,7 @@ void LaunchMoeMmaV2(const float* in, int64_t K, int64_t n, int64_t top_k, const 
   const int64_t grid = std::min(items, KernelResidency(kernel, S::kSmem, kV2Threads).blocks);
   LaunchKernel(kernel, static_cast<unsigned>(grid), kV2Threads, S::kSmem, s)(
       in, static_cast<int>(K), static_cast<int>(n), static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
-      out, exact);
+      out, exact, gelu);
 }
 
 }  // namespace
@@ -461,20 +462,20 @@ void MoeGroupByExpert(const int32_t* idx, int64_t slots, int64_t num_experts, in
 
 void MoeGroupedGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
                       const int4* units, const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs,
-                      int64_t num_experts, int64_t inter, float* act, bool exact, cudaStream_t s) {
+                      int64_t num_experts, int64_t inter, float* act, bool exact, bool gelu, cudaStream_t s) {
   if (max_units <= 0) return;
   if (unit_rows == kMoeTiledUnitRows) {
-    MoeTiledGateUp(x, hidden, k, order, units, num_units, max_units, ptrs, num_experts, inter, act, exact, s);
+    MoeTiledGateUp(x, hidden, k, order, units, num_units, max_units, ptrs, num_experts, inter, act, exact, gelu, s);
     return;
   }
   if (unit_rows == kMoePipelinedUnitRows) {
     LaunchMoeMmaV2</*kDown=*/false, 4, 3>(x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs,
-                                          num_experts, act, exact, s);
+                                          num_experts, act, exact, gelu, s);
     return;
   }
   const dim3 grid(static_cast<unsigned>((inter + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(max_units));
   LaunchKernel(GateUpKernel, grid, kWarps * 32, 0, s)(x, hidden, k, order, units, num_units, ptrs, num_experts, inter,
-                                                      act);
+                                                      act, gelu);
 }
 
 void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
@@ -488,7 +489,7 @@ void MoeGroupedDown(int unit_rows, const float* act, int64_t inter, const int32_
   }
   if (unit_rows == kMoePipelinedUnitRows) {
     LaunchMoeMmaV2</*kDown=*/true, 2, 4>(act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs,
-                                         num_experts, slot_out, exact, s);
+                                         num_experts, slot_out, exact, /*gelu=*/false, s);
     return;
   }
   const dim3 grid(static_cast<unsigned>((hidden + kColsPerBlock - 1) / kColsPerBlock),

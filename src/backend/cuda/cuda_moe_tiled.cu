@@ -49,7 +49,7 @@ template <bool kDown>
 __global__ void __launch_bounds__(kThreads, 2)
     MoeTiledKernel(const float* in, int K, int n, int top_k, const int32_t* order, const int4* units,
                    const int32_t* num_units, const float* weights, const uint16_t* const* ptrs, int64_t E, float* out,
-                   bool exact) {
+                   bool exact, bool gelu) {
   GridDependencyWait();
   if (static_cast<int32_t>(blockIdx.y) >= *num_units) return;
   const int4 unit = units[blockIdx.y];  // (expert, first sorted position, rows)
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int col = col0 + 32 * wc + 8 * j + 2 * q + (e & 1);
-          if (col < n) out[pos * n + col] = SiluF(acc[mt][j][e]) * acc[mt][j + 4][e];
+          if (col < n) out[pos * n + col] = GatedActF(acc[mt][j][e], acc[mt][j + 4][e], gelu);
         }
       }
     }
@@ -170,24 +170,24 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <bool kDown>
 void LaunchMoeTiled(const float* in, int64_t K, int64_t n, int64_t top_k, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const float* weights, const uint16_t* const* ptrs,
-                    int64_t E, float* out, bool exact, cudaStream_t s) {
+                    int64_t E, float* out, bool exact, bool gelu, cudaStream_t s) {
   const auto kernel = MoeTiledKernel<kDown>;
   KernelResidency(kernel, kSmem, kThreads);  // sets the dynamic shared memory limit (once per device)
   constexpr int64_t kOutCols = kDown ? kCols : kCols / 2;
   const dim3 grid(static_cast<unsigned>((n + kOutCols - 1) / kOutCols), static_cast<unsigned>(max_units));
   LaunchKernel(kernel, grid, kThreads, kSmem, s)(in, static_cast<int>(K), static_cast<int>(n),
                                                  static_cast<int>(top_k), order, units, num_units, weights, ptrs, E,
-                                                 out, exact);
+                                                 out, exact, gelu);
 }
 
 }  // namespace
 
 void MoeTiledGateUp(const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                     const int32_t* num_units, int64_t max_units, const uint16_t* const* ptrs, int64_t num_experts,
-                    int64_t inter, float* act, bool exact, cudaStream_t s) {
+                    int64_t inter, float* act, bool exact, bool gelu, cudaStream_t s) {
   if (max_units <= 0) return;
   LaunchMoeTiled<false>(x, hidden, inter, k, order, units, num_units, max_units, nullptr, ptrs, num_experts, act, exact,
-                        s);
+                        gelu, s);
 }
 
 void MoeTiledDown(const float* act, int64_t inter, const int32_t* order, const int4* units, const int32_t* num_units,
@@ -195,7 +195,7 @@ void MoeTiledDown(const float* act, int64_t inter, const int32_t* order, const i
                   int64_t hidden, float* slot_out, bool exact, cudaStream_t s) {
   if (max_units <= 0) return;
   LaunchMoeTiled<true>(act, inter, hidden, 1, order, units, num_units, max_units, weights, ptrs, num_experts, slot_out,
-                       exact, s);
+                       exact, /*gelu=*/false, s);
 }
 
 }  // namespace tessera::cuda

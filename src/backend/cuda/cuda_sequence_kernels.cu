@@ -1,6 +1,6 @@
-// tessera cuda backend: the per-sequence kernels: paged attention (causal / block-causal, one pass
-// with an online softmax, the rows of several sequences in one launch, keys split across blocks for
-// decode), the KV row scatter, the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
+// tessera cuda backend: the per-sequence kernels: paged attention (every mask: causal / block-causal /
+// sliding window / DiffusionGemma canvas rows, head_dim up to 512; one pass with an online softmax, the
+// rows of several sequences in one launch, keys split across blocks for decode), the KV row scatter, the causal depthwise conv1d of Gated DeltaNet and the gated delta rule
 // in recurrent form (state in registers, one token after the other; a state column per thread for
 // key_dim <= 128). See cuda_kernels.h.
 #include <cuda_runtime.h>
@@ -18,8 +18,9 @@ namespace tessera::cuda {
 namespace {
 
 constexpr int kAttnWarps = 8;
-constexpr int kMaxHeadDim = 256;
-constexpr int kPerLane = kMaxHeadDim / 32;
+// Dims a lane holds: 8 (head_dim <= 256, every Qwen shape) or 16 (Gemma 4's 512-dim global layers; a
+// second instantiation, so the common one keeps its registers and shared memory).
+constexpr int kLanesNarrow = 8, kLanesWide = static_cast<int>(kAttentionMaxHeadDim / 32);
 
 
 // One block per (query row, head[, key split]); each warp walks a strided subset of the block's keys
@@ -27,18 +28,21 @@ constexpr int kPerLane = kMaxHeadDim / 32;
 // the warps' partial results are merged at the end. Rows of several sequences share one launch:
 // rows[blockIdx.x] = (sequence, row within it) picks the sequence's parameters. With splits > 1
 // (decode: few rows, long context) block z takes keys [z * key_chunk, (z + 1) * key_chunk) and
-// writes (max, sum, unnormalised output) for AttentionMergeKernel. T: the cache's element type.
-template <typename T>
+// writes (max, sum, unnormalised output) for AttentionMergeKernel. T: the cache's element type. A row's
+// keys are one range (AttentionKeys: a sliding window or a canvas row may start past key 0); a split
+// outside it has no keys and writes sum 0.
+template <typename T, int kPerLane>
 __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, int splits, int64_t key_chunk,
                                 float* partial) {
+  constexpr int kMaxHeadDim = kPerLane * 32;
   GridDependencyWait();
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, h = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t D = p.head_dim, group = p.num_heads / p.num_kv_heads, kvh = h / group;
-  const int64_t last = AttentionLastKey(p, t);
-  const int64_t j_begin = z * key_chunk, j_end = min(last + 1, j_begin + key_chunk);
+  const KeyRange keys = AttentionKeys(p, t);
+  const int64_t j_begin = max(z * key_chunk, keys.first), j_end = min(keys.last + 1, z * key_chunk + key_chunk);
   const int per = static_cast<int>((D + 31) / 32);
 
   float q[kPerLane], acc[kPerLane];
@@ -116,10 +120,12 @@ __global__ void AttentionKernel(const AttentionParams* descs, const int2* rows, 
 constexpr int kMergeWarps = 8;
 constexpr int kMergeMaxSplits = 256;  // weights kept in shared memory; more are recomputed
 
+template <int kPerLane>
 __global__ void __launch_bounds__(kMergeWarps * 32) AttentionMergeKernel(const AttentionParams* descs,
                                                                          const int2* rows, int splits,
                                                                          const float* partial) {
   GridDependencyWait();
+  constexpr int kMaxHeadDim = kPerLane * 32;
   const int2 rr = rows[blockIdx.x];
   const AttentionParams& p = descs[rr.x];
   const int64_t t = rr.y, h = blockIdx.y, D = p.head_dim;
@@ -604,15 +610,19 @@ __global__ void __launch_bounds__(kQkWarps * 32)
 
 }  // namespace
 
-void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, KvLayout layout,
-                    int splits, int64_t key_chunk, float* partial, cudaStream_t s) {
+void AttentionBatch(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t head_dim,
+                    KvLayout layout, int splits, int64_t key_chunk, float* partial, cudaStream_t s) {
   if (R <= 0 || heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(R), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
   const int64_t chunk = splits == 1 ? INT64_MAX : key_chunk;
+  const bool wide = head_dim > 32 * kLanesNarrow;
   WithKvType(layout, [&](auto tag) {
-    LaunchKernel(AttentionKernel<decltype(tag)>, grid, kAttnWarps * 32, 0, s)(descs, rows, splits, chunk, partial);
+    using T = decltype(tag);
+    LaunchKernel(wide ? AttentionKernel<T, kLanesWide> : AttentionKernel<T, kLanesNarrow>, grid, kAttnWarps * 32, 0,
+                 s)(descs, rows, splits, chunk, partial);
   });
-  if (splits > 1) AttentionMerge(descs, rows, R, heads, 0, splits, partial, s);  // head_dim 0: the general merge
+  // The general merge (head_dim 0) for the narrow kernel's shapes, as before; wide heads name theirs.
+  if (splits > 1) AttentionMerge(descs, rows, R, heads, wide ? head_dim : 0, splits, partial, s);
 }
 
 void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, int64_t heads, int64_t head_dim,
@@ -632,8 +642,10 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
     LaunchKernel(kernel(AttentionMergeDimKernel<256, 8>, AttentionMergeDimKernel<256, 16>,
                         AttentionMergeDimKernel<256, 64>),
                  grid, 256, 0, s)(descs, rows, splits, partial);
+  } else if (head_dim > 32 * kLanesNarrow) {
+    LaunchKernel(AttentionMergeKernel<kLanesWide>, grid, kMergeWarps * 32, 0, s)(descs, rows, splits, partial);
   } else {
-    LaunchKernel(AttentionMergeKernel, grid, kMergeWarps * 32, 0, s)(descs, rows, splits, partial);
+    LaunchKernel(AttentionMergeKernel<kLanesNarrow>, grid, kMergeWarps * 32, 0, s)(descs, rows, splits, partial);
   }
 }
 
