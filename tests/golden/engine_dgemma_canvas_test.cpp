@@ -302,6 +302,7 @@ TEST(EngineDiffusionGemmaCanvas, GenerationsEqualTheCpusOnCuda) {
     cfg.page_size = 4;
     cfg.canvas = p;
     cfg.canvas_trace = [&](const CanvasStepTrace& s) { run.traces[s.request_id].push_back(s); };
+    cfg.allow_device_canvas = true;  // the verification this flag waits for
     Engine engine(m, nullptr, cfg);
     if (stability) {
       GenerationRequest r = Request("k", 21, 32, &run.outs["k"]);
