@@ -226,9 +226,10 @@ TEST_P(QuantTransformers, LogitsMatchTransformersInFloat64) {
       EXPECT_LE(a.max_abs, f.max_abs) << which;
     }
   }
-  if (!f.w8a8)
+  if (!f.w8a8) {
     EXPECT_EQ(Greedy(*model, ref["short_ids"].get<std::vector<int32_t>>(), 16),
               ref["greedy_continuation"].get<std::vector<int32_t>>());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantTransformers, ::testing::ValuesIn(kFixtures),
