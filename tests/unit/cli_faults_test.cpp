@@ -317,7 +317,10 @@ TEST(CliFaults, SigkillEndsStreamsAtOnceAndARestartTakesThePort) {
 TEST(CliFaults, SigtermFinishesStreamsThenExitsZero) {
   const std::string scratch = testing::ScratchDir("cli-faults-term");
   const int health = FreePort();
-  Served s(scratch, FreePort(), ServeArgs(DemoModel(), "--access-log '' --health-port " + std::to_string(health)));
+  // A drain timeout far past the stream's time: under the sanitizers on a loaded machine the 64 tokens
+  // took longer than the 30 s default (the cut past a deadline is the second half's check).
+  Served s(scratch, FreePort(),
+           ServeArgs(DemoModel(), "--access-log '' --drain-timeout 600 --health-port " + std::to_string(health)));
   ASSERT_TRUE(s.WaitReady());
   auto stream = StartStream(s.port(), 64);
   std::string first;
