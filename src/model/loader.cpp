@@ -1,5 +1,5 @@
-// tessera model: checkpoint loading and accounting (see loader.h); the expected-tensor list is in
-// expected_tensors.cpp.
+// tessera model: checkpoint loading and accounting (see loader.h). What a family reads is its
+// ArchBody's (model/arch: tensors, load); the expected-tensor list is in expected_tensors.cpp.
 #include "model/loader.h"
 
 #include <spdlog/spdlog.h>
@@ -37,8 +37,6 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
 }
 
 bool IsFloat(DType t) { return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32; }
-
-std::string Layer(int64_t i) { return "model.layers." + std::to_string(i) + "."; }
 
 }  // namespace
 
@@ -700,83 +698,10 @@ void LoadExperts(const ModelConfig& c, WeightLoader& L, const std::string& p, Mo
   }
 }
 
-namespace {
-
-// The conv channels of a rank's GDN heads: its q, k (key heads) and v (value heads) channels.
-std::vector<IndexRange> GdnConvChannels(const ModelConfig& c, const RankShard& s) {
-  const int64_t kd = c.linear_num_key_heads * c.linear_key_head_dim;
-  return {HeadRows(s.key_heads, c.linear_key_head_dim), HeadRows(s.key_heads, c.linear_key_head_dim, kd),
-          HeadRows(s.value_heads, c.linear_value_head_dim, 2 * kd)};
-}
-
-}  // namespace
-
 void LoadModelWeights(const ModelConfig& c, const std::string& dir, ModelWeights* out,
                       std::function<void(const std::string&)> log, const LoadTarget& target) {
   WeightLoader L(c, dir, out, std::move(log), target);
-  if (const ArchBody* body = ArchFor(c.family).body) {  // an architecture that loads its own layer
-    body->load(c, L, out);
-    L.Finish();
-    return;
-  }
-  const RankShard& s = L.shard();
-  const int64_t H = c.hidden_size;
-  if (s.sharded())
-    out->embed = L.EmbeddingShard("model.embed_tokens.weight", {c.vocab_size, H}, s.vocab);
-  else
-    out->embed = L.Matrix("model.embed_tokens.weight", {c.vocab_size, H});
-  int64_t n_attn = 0, n_gdn = 0;
-  out->layers.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerWeights& lw = out->layers[i];
-    const std::string p = Layer(i);
-    lw.kind = c.layer_kinds[i];
-    lw.input_norm = L.Vector(p + "input_layernorm.weight", {H});
-    lw.post_norm = L.Vector(p + "post_attention_layernorm.weight", {H});
-    if (lw.kind == LayerKind::kFullAttention) {
-      lw.cache_index = n_attn++;
-      const std::string a = p + "self_attn.";
-      const int64_t hd = c.head_dim, q_block = hd * (c.attn_output_gate ? 2 : 1);  // q_proj rows per head
-      const int64_t q_rows = c.num_heads * q_block, kv_rows = c.num_kv_heads * hd;
-      lw.attn.q_proj = L.MatrixSlice(a + "q_proj.weight", {q_rows, H}, {HeadRows(s.q_heads, q_block)}, {0, H});
-      lw.attn.k_proj = L.MatrixSlice(a + "k_proj.weight", {kv_rows, H}, {HeadRows(s.kv_heads, hd)}, {0, H});
-      lw.attn.v_proj = L.MatrixSlice(a + "v_proj.weight", {kv_rows, H}, {HeadRows(s.kv_heads, hd)}, {0, H});
-      lw.attn.o_proj = L.MatrixSlice(a + "o_proj.weight", {H, c.num_heads * hd}, {{0, H}}, HeadRows(s.q_heads, hd));
-      lw.attn.q_norm = L.Vector(a + "q_norm.weight", {hd});
-      lw.attn.k_norm = L.Vector(a + "k_norm.weight", {hd});
-    } else {
-      lw.cache_index = n_gdn++;
-      const std::string g = p + "linear_attn.";
-      ArchFor(c.family).load_gdn_projections(c, g, L, &lw.gdn);
-      const int64_t vh = c.linear_num_value_heads, dv = c.linear_value_head_dim;
-      lw.gdn.conv = L.VectorRows(g + "conv1d.weight", {c.LinearConvDim(), 1, c.linear_conv_kernel},
-                                 GdnConvChannels(c, s));
-      lw.gdn.a_log = L.VectorRows(g + "A_log", {vh}, {s.value_heads});
-      lw.gdn.dt_bias = L.VectorRows(g + "dt_bias", {vh}, {s.value_heads});
-      lw.gdn.norm = L.Vector(g + "norm.weight", {dv});
-      lw.gdn.out_proj = L.MatrixSlice(g + "out_proj.weight", {H, vh * dv}, {{0, H}}, HeadRows(s.value_heads, dv));
-    }
-    lw.is_moe = c.IsMoeLayer(i);
-    if (lw.is_moe) {
-      lw.moe.router = L.Matrix(p + "mlp.gate.weight", {c.num_experts, H});
-      LoadExperts(c, L, p + "mlp.", &lw.moe);
-      if (const int64_t S = c.shared_expert_intermediate_size; S > 0) {
-        lw.moe.has_shared = true;
-        lw.moe.shared = LoadMlp(L, p + "mlp.shared_expert.", S, H, s.shared_inter);
-        lw.moe.shared_gate = L.Matrix(p + "mlp.shared_expert_gate.weight", {1, H});
-      }
-    } else {
-      lw.mlp = LoadMlp(L, p + "mlp.", c.intermediate_size, H, s.dense_inter);
-    }
-  }
-  out->final_norm = L.Vector("model.norm.weight", {H});
-  const bool own_head = !c.tie_word_embeddings || L.Has("lm_head.weight");
-  if (own_head) {
-    out->lm_head = L.MatrixSlice("lm_head.weight", {c.vocab_size, H}, {s.vocab}, {0, H});
-  } else {
-    out->lm_head = out->embed;  // a sharded embedding's extra zero row is not part of the head
-    out->lm_head.shape = {s.vocab.count, H};
-  }
+  ArchFor(c.family).body->load(c, L, out);  // the family's tensors (model/arch), then the accounting
   L.Finish();
 }
 

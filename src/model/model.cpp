@@ -1,9 +1,10 @@
 // tessera model: loading, cache storage and the forward pass over a ragged batch (see model.h).
+// The forward is the batch plumbing around the family's ArchBody (model/arch/arch.h: embedding and
+// layers), the same for every family: positions, logits rows, final norm, lm_head, sampling.
 // Row-wise work (projections, norms, MLP / MoE) runs over all rows of the batch at once; attention
 // and Gated DeltaNet run per segment inside their layers. A split model runs the same forward on
-// every rank with its local config (model/shard.h): the attention / GDN output projections and the
-// FFN down projections yield partial sums that are all-reduced, the vocab-parallel embedding is
-// all-reduced (each token's row is non-zero on one rank only) and the logits all-gathered.
+// every rank with its local config (model/shard.h): the body all-reduces inside its layers (the
+// Qwen body: qwen_body.cpp) and the vocab-parallel logits are all-gathered here.
 #include "model/model.h"
 
 #include <spdlog/spdlog.h>
@@ -20,9 +21,7 @@
 #include "io/safetensors.h"
 #include "model/arch/arch.h"
 #include "model/caches.h"
-#include "model/layers/attention.h"
-#include "model/layers/gated_delta_net.h"
-#include "model/layers/moe.h"
+#include "model/layers/context.h"
 #include "model/loader.h"
 #include "model/rank_workers.h"
 #include "model/shard.h"
@@ -89,7 +88,7 @@ std::unique_ptr<Model> Model::Load(const std::string& dir, const LoadOptions& op
          opts.load_format);
   const bool dummy = opts.load_format == "dummy";
   const int n = opts.tensor_parallel_size;
-  if (ArchFor(m->cfg_.family).body && n > 1)  // its layer has no rank split (all-reduces, shards) yet
+  if (!ArchFor(m->cfg_.family).body->tensor_parallel && n > 1)  // its layer has no rank split yet
     Fail(ErrorKind::kUnsupported, "{}: tensor parallelism is not supported yet", FamilyName(m->cfg_.family));
   const std::vector<RankShard> shards = PlanShards(m->cfg_, n);  // fails for an impossible split
   // A bad cache type fails before any device is set up.
@@ -161,14 +160,12 @@ DType ParseActivationPrecision(const std::string& name) {
 }
 
 int64_t Model::KvBytesPerToken(const ModelConfig& c, DType kv_dtype) {
-  if (const ArchBody* body = ArchFor(c.family).body) {  // attention layers of different shapes: their sum
-    int64_t values = 0;
-    for (int64_t l = 0; l < c.num_layers; ++l)
-      if (c.layer_kinds[l] == LayerKind::kFullAttention) values += body->kv_values_per_token(c, l);
-    return values * static_cast<int64_t>(DTypeSize(kv_dtype));
-  }
-  return c.NumLayersOf(LayerKind::kFullAttention) * 2 * c.num_kv_heads * c.head_dim *
-         static_cast<int64_t>(DTypeSize(kv_dtype));
+  // Attention layers may have different shapes (Gemma's sliding / global ones): their sum.
+  const ArchBody& body = *ArchFor(c.family).body;
+  int64_t values = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.layer_kinds[l] == LayerKind::kFullAttention) values += body.kv_values_per_token(c, l);
+  return values * static_cast<int64_t>(DTypeSize(kv_dtype));
 }
 
 int64_t Model::StateBytesPerSequence(const ModelConfig& c) {
@@ -205,10 +202,10 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
     k.kv_dtype = be.KvCacheDType();  // K / V pages of the backend's element type; the states stay f32
     // K and V pages per attention layer, in layer order (cache_index): one shape for the Qwen
     // families, each layer's own where the architecture says (Gemma's sliding / global layers).
-    const ArchBody* body = ArchFor(c.family).body;
+    const ArchBody& body = *ArchFor(c.family).body;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       if (c.layer_kinds[l] != LayerKind::kFullAttention) continue;
-      const int64_t per_row = body ? body->kv_values_per_token(c, l) / 2 : c.num_kv_heads * c.head_dim;
+      const int64_t per_row = body.kv_values_per_token(c, l) / 2;
       const size_t kv_bytes = static_cast<size_t>(num_pages * page_size * per_row) * DTypeSize(k.kv_dtype);
       k.k.push_back(zeroed(kv_bytes));
       k.v.push_back(zeroed(kv_bytes));
@@ -224,7 +221,7 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
 
 std::vector<float> Model::SelfConditioningInput(const float* z, int64_t rows) {
   const ArchBody* body = ArchFor(cfg_.family).body;
-  if (!body || !body->self_conditioning)
+  if (!body->self_conditioning)
     Fail(ErrorKind::kUnsupported, "{} has no canvas decoder (no self-conditioning input)", FamilyName(cfg_.family));
   if (ranks_.size() != 1)  // refused at load today; the product would need the whole embedding on one rank
     Fail(ErrorKind::kUnsupported, "the self-conditioning input is not implemented with tensor parallelism");
@@ -394,9 +391,6 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   Communicator* comm = rk.comm.get();
   const RankShard& sh = rk.shard;
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  auto all_reduce = [&](DeviceBuffer& b, int64_t n) {
-    if (comm) comm->AllReduceSum(b.f32(), n);
-  };
 
   // One step for the backend (a CUDA graph when the same step ran before). Not with tensor
   // parallelism: the collectives queue on the stream outside the backend's recording.
@@ -411,27 +405,15 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   ctx.rows = R;
   ctx.positions = p.positions.data();
   ctx.router_temperature = p.router_temperature.empty() ? nullptr : p.router_temperature.data();
+  ctx.shard = &sh;
+  ctx.comm = comm;
   if (res) res->rows_processed = R;
 
   // Activations live in the backend's memory; token ids and positions stay on the host.
   DeviceBuffer h = DeviceBuffer::Floats(be, R * H), x = DeviceBuffer::Floats(be, R * H),
                o = DeviceBuffer::Floats(be, R * H);
-  const ArchBody* body = ArchFor(c.family).body;  // an architecture composing its own layer (arch.h)
-  if (body) {
-    body->embed(ctx, w, p.tokens.data(), h.f32());
-  } else if (sh.sharded()) {
-    // Vocab-parallel: ids of other ranks' rows read the shard's trailing zero row.
-    std::vector<int32_t> local(p.tokens.size());
-    for (size_t i = 0; i < local.size(); ++i) {
-      const int64_t id = p.tokens[i];
-      local[i] = static_cast<int32_t>(id >= sh.vocab.begin && id < sh.vocab.end() ? id - sh.vocab.begin
-                                                                                  : sh.vocab.count);
-    }
-    be.Embedding(w.embed, local.data(), R, h.f32());
-    all_reduce(h, R * H);
-  } else {
-    be.Embedding(w.embed, p.tokens.data(), R, h.f32());
-  }
+  const ArchBody& body = *ArchFor(c.family).body;  // the family's embedding and layer (arch.h)
+  body.embed(ctx, w, p.tokens.data(), h.f32());
   if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   // Expert statistics (routing is global and the same on every rank): token counts per layer and
   // expert, counted in backend memory and read once after the step (a read per layer would end the
@@ -445,47 +427,9 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   }
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
-  if (body) {
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      body->layer(ctx, w, l, h.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr);
-      if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
-    }
-  }
-  // The Qwen layer. Each residual add runs fused with the norm that follows it (the next layer's
-  // input norm after the FFN), except after the last layer, whose norm is the final one over the
-  // logits rows only.
-  if (!body && c.num_layers > 0) be.RmsNorm(h.f32(), R, H, H, w.layers[0].input_norm, eps, one_plus, x.f32(), H);
-  for (int64_t l = 0; !body && l < c.num_layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    if (lw.kind == LayerKind::kFullAttention)
-      AttentionForward(ctx, lw.attn, lw.cache_index, x.f32(), o.f32());
-    else
-      GatedDeltaNetForward(ctx, lw.gdn, lw.cache_index, x.f32(), o.f32());
-    all_reduce(o, R * H);  // row-parallel o_proj / out_proj
-    be.AddRmsNorm(o.f32(), h.f32(), R, H, lw.post_norm, eps, one_plus, x.f32());
-    // A MoE block ends in the residual add and the next layer's input norm (one kernel on a GPU),
-    // unless its output must first be summed over the ranks.
-    const bool residual_in_moe = lw.is_moe && l + 1 < c.num_layers && !comm;
-    Backend::ResidualNorm next;
-    if (residual_in_moe) {
-      next.h = h.f32();
-      next.w = w.layers[l + 1].input_norm;
-      next.eps = eps;
-      next.one_plus = one_plus;
-      next.y = x.f32();
-    }
-    if (lw.is_moe)
-      MoeForward(ctx, lw.moe, x.f32(), o.f32(), stats_wanted ? expert_counts.i32() + l * E : nullptr,
-                 residual_in_moe ? &next : nullptr);
-    else
-      DenseMlpForward(be, lw.mlp, R, x.f32(), o.f32());
-    all_reduce(o, R * H);  // this rank's experts / FFN columns
-    if (!residual_in_moe) {
-      if (l + 1 < c.num_layers)
-        be.AddRmsNorm(o.f32(), h.f32(), R, H, w.layers[l + 1].input_norm, eps, one_plus, x.f32());
-      else
-        be.Add(o.f32(), R * H, h.f32());
-    }
+  const LayerStream stream{h.f32(), x.f32(), o.f32()};
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    body.layer(ctx, w, l, stream, stats_wanted ? expert_counts.i32() + l * E : nullptr);
     if (res && opts.capture_hidden) res->hidden.push_back(h.ToHost());
   }
   if (res && opts.capture_hidden) {
@@ -504,7 +448,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   if (!sh.sharded()) {
     DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
     be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
-    if (body && body->logits) body->logits(ctx, logits.f32(), L, V);
+    if (body.logits) body.logits(ctx, logits.f32(), L, V);
     // Sampled rows: tokens and probabilities (S ints, then S floats) are all that leaves the device.
     DeviceBuffer picked;
     if (S > 0) {

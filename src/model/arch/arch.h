@@ -1,13 +1,14 @@
-// tessera model: the architecture registry. Each supported family (one file in model/arch) says
-// what differs between them. The Qwen families share one layer (written in Model::ForwardRank and
-// the loader) and differ only in the tensors of a Gated DeltaNet layer's input projections and how
-// they map onto the combined projection row [q k v | z | b | a] the shared GDN layer computes on;
-// everything else of theirs (norm style, attention gate, partial RoPE, shared expert, dense layers)
-// comes from ModelConfig. A family whose layer differs in its structure (DiffusionGemma: seven
-// norms, a dense MLP beside the experts, a scaled router, a layer scalar, per-layer attention
-// shapes) gives an ArchBody instead: its own tensor list and loading, and its embedding and layer
-// composed from the shared layers (model/layers), with no backend code (docs/DIFFUSION_GEMMA.md
-// section 10, its steps 2-3 in their smallest form; the Qwen families are not moved onto it yet).
+// tessera model: the architecture registry. Each supported family (one file in model/arch) gives an
+// ArchBody: its tensor list and loading, and its embedding and layer composed from the shared layers
+// (model/layers), with no backend code; Model::ForwardRank keeps only the batch plumbing and calls
+// the body, with no family-specific branch. The three Qwen families share one body (qwen_body.cpp:
+// the decoder layer with the residual add fused into the next layer's input norm, tensor-parallel
+// all-reduces, the vocab-parallel embedding) and differ only in the tensors of a Gated DeltaNet
+// layer's input projections and how they map onto the combined projection row [q k v | z | b | a]
+// the shared GDN layer computes on; everything else of theirs (norm style, attention gate, partial
+// RoPE, shared expert, dense layers) comes from ModelConfig. A family whose layer differs in its
+// structure (DiffusionGemma: seven norms, a dense MLP beside the experts, a scaled router, a layer
+// scalar, per-layer attention shapes) gives a body of its own (docs/DIFFUSION_GEMMA.md section 10).
 #pragma once
 
 #include <string>
@@ -21,18 +22,33 @@ namespace tessera {
 class WeightLoader;
 struct LayerContext;
 
-// The forward and the weights of an architecture that composes its own layer. Model::ForwardRank
-// keeps the batch plumbing (segments, positions, logits rows, final norm, lm_head, sampling) and
-// calls these; ModelWeights::arch holds what `load` made beyond embed / lm_head / final_norm.
+// The activations one forward keeps across its layers: backend memory, [rows, hidden] each, made
+// once per forward by Model::ForwardRank (which also reads x for the final norm of captured hidden
+// states). Layers run in order 0..num_layers-1, so a layer may leave its successor's input in the
+// scratch: the Qwen layer ends in the residual add fused with the next layer's input norm and leaves
+// x = input_norm_{l+1}(h) (one kernel instead of two).
+struct LayerStream {
+  float* h = nullptr;  // the residual stream
+  float* x = nullptr;  // scratch kept across layers (the Qwen layer's normed input)
+  float* o = nullptr;  // scratch (a sub-layer's output)
+};
+
+// The forward and the weights of an architecture. Model::ForwardRank keeps the batch plumbing
+// (segments, positions, logits rows, final norm, lm_head, sampling) and calls these;
+// ModelWeights::arch holds what `load` made beyond embed / lm_head / final_norm / layers[].
+// With tensor parallelism every function runs on every rank with that rank's LayerContext
+// (ctx.comm, ctx.shard, ctx.cfg the rank's local config) and meets the others in ctx.comm's collectives.
 struct ArchBody {
   // Every tensor the architecture reads, under its checkpoint name (loading, inspect, census).
   void (*tensors)(const ModelConfig& cfg, std::vector<ExpectedTensor>* out);
   // Fills out->embed, lm_head, final_norm, layers[] (kind, is_moe, cache_index) and out->arch.
   void (*load)(const ModelConfig& cfg, WeightLoader& loader, ModelWeights* out);
-  // h [rows, hidden] = the residual stream entering layer 0 for ctx.rows tokens.
+  // h [rows, hidden] = the residual stream entering layer 0 for ctx.rows tokens (whole on every rank).
   void (*embed)(const LayerContext& ctx, const ModelWeights& w, const int32_t* tokens, float* h);
-  // Layer l in place on h; expert_counts (backend memory, [num_experts], may be null) += routing.
-  void (*layer)(const LayerContext& ctx, const ModelWeights& w, int64_t l, float* h, int32_t* expert_counts);
+  // Layer l in place on s.h (whole on every rank when it returns); expert_counts (backend memory,
+  // [num_experts], may be null) += routing.
+  void (*layer)(const LayerContext& ctx, const ModelWeights& w, int64_t l, const LayerStream& s,
+                int32_t* expert_counts);
   // In place on the lm_head's output [rows, vocab] before sampling (a soft-cap); may be null.
   void (*logits)(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab);
   // K/V values per token of attention layer l's cache (both K and V: 2 * kv_heads * head_dim).
@@ -42,18 +58,25 @@ struct ArchBody {
   // Null: the family has no canvas decoder.
   void (*self_conditioning)(Backend& be, const ModelConfig& cfg, const ModelWeights& w, const float* z, int64_t rows,
                             float* out) = nullptr;
+  // Whether its layer splits over the ranks of a tensor-parallel group (shards, all-reduces);
+  // Model::Load refuses tensor_parallel_size > 1 otherwise.
+  bool tensor_parallel = false;
 };
+
+// The Qwen families' shared body (qwen_body.cpp); a family's GDN projections come from its ArchSpec.
+const ArchBody& QwenBody();
 
 struct ArchSpec {
   ModelFamily family;
   const char* name;
-  // Appends the input-projection tensors of GDN layer prefix "model.layers.N.linear_attn.".
+  // Appends the input-projection tensors of GDN layer prefix "model.layers.N.linear_attn." (read by
+  // QwenBody: the one point where the Qwen families' layers differ).
   void (*gdn_projection_tensors)(const ModelConfig& cfg, const std::string& prefix,
                                  std::vector<ExpectedTensor>* out);
   // Loads them as GdnProjections.
   void (*load_gdn_projections)(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loader,
                                GdnWeights* out);
-  // Null for the Qwen families (their layer is the shared one), set by families that compose their own.
+  // Never null: QwenBody() for the Qwen families, a family's own for one that composes its own layer.
   const ArchBody* body = nullptr;
 };
 

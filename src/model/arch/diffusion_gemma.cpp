@@ -251,7 +251,10 @@ void ScaleByStack(const LayerContext& ctx, const GemmaLayer& gl, float* h) {
 }
 
 // docs 3.1; the stacks share every weight but layer_scalar (ScaleByStack).
-void Layer(const LayerContext& ctx, const ModelWeights& w, int64_t l, float* h, int32_t* expert_counts) {
+// Its own scratch per layer: nothing is carried between layers but h (stream.x / o stay unused).
+void Layer(const LayerContext& ctx, const ModelWeights& w, int64_t l, const LayerStream& stream,
+           int32_t* expert_counts) {
+  float* const h = stream.h;
   Backend& be = *ctx.be;
   const ModelConfig& c = *ctx.cfg;
   const LayerWeights& lw = w.layers[l];
@@ -317,7 +320,8 @@ void NoGdnLoad(const ModelConfig&, const std::string& prefix, WeightLoader&, Gdn
   Fail(ErrorKind::kCorrupt, "{}: diffusion_gemma has no linear-attention layers", prefix);
 }
 
-const ArchBody kBody{Tensors, Load, Embed, Layer, Logits, KvValuesPerToken, SelfConditioning};
+// Not split over ranks: its layer has no shards or all-reduces yet (Model::Load refuses it).
+const ArchBody kBody{Tensors, Load, Embed, Layer, Logits, KvValuesPerToken, SelfConditioning, /*tensor_parallel=*/false};
 
 }  // namespace
 

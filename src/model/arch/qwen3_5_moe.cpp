@@ -1,7 +1,8 @@
 // tessera model: Qwen3.5 / 3.6 MoE (Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration's text
 // model; Clover diffusion checkpoints share it): as Qwen3-Next but with split GDN input
 // projections in_proj_qkv ([q k v] flat), in_proj_z, in_proj_b, in_proj_a. Nested checkpoints
-// (weights under model.language_model.*) are mapped by the loader.
+// (weights under model.language_model.*) are mapped by the loader. Everything but those projections
+// is the Qwen families' shared body (qwen_body.cpp).
 #include "model/arch/arch.h"
 #include "model/loader.h"
 
@@ -40,7 +41,7 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
 }  // namespace
 
 const ArchSpec& Qwen35MoeArch() {
-  static const ArchSpec spec{ModelFamily::kQwen35Moe, "qwen3_5_moe", Tensors, Load};
+  static const ArchSpec spec{ModelFamily::kQwen35Moe, "qwen3_5_moe", Tensors, Load, &QwenBody()};
   return spec;
 }
 

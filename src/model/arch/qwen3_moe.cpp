@@ -1,6 +1,7 @@
 // tessera model: Qwen3-MoE (Qwen3MoeForCausalLM; SDAR-MoE diffusion checkpoints share it): every
 // layer full attention with per-head q/k RMSNorm (w * x) before RoPE, softmax top-k router, dense
-// layers from mlp_only_layers / decoder_sparse_step. No Gated DeltaNet layers.
+// layers from mlp_only_layers / decoder_sparse_step. No Gated DeltaNet layers. Its layer, tensors
+// and loading are the Qwen families' shared body (qwen_body.cpp).
 #include "core/error.h"
 #include "model/arch/arch.h"
 
@@ -19,7 +20,7 @@ void NoGdnLoad(const ModelConfig&, const std::string& prefix, WeightLoader&, Gdn
 }  // namespace
 
 const ArchSpec& Qwen3MoeArch() {
-  static const ArchSpec spec{ModelFamily::kQwen3Moe, "qwen3_moe", NoGdnTensors, NoGdnLoad};
+  static const ArchSpec spec{ModelFamily::kQwen3Moe, "qwen3_moe", NoGdnTensors, NoGdnLoad, &QwenBody()};
   return spec;
 }
 

@@ -3,7 +3,8 @@
 // key head: in_proj_qkvz rows are, per key head g, [q_g (dk), k_g (dk), v_g (r*dv), z_g (r*dv)]
 // with r = value_heads / key_heads, and in_proj_ba rows are [b_g (r), a_g (r)] (transformers'
 // fix_query_key_value_ordering). The loader permutes the rows once into the flat [q k v z] and
-// [b a] orders, so the shared layer sees the same layout as Qwen3.5's split projections.
+// [b a] orders, so the shared layer (qwen_body.cpp, the Qwen families' body) sees the same layout
+// as Qwen3.5's split projections.
 #include "model/arch/arch.h"
 #include "model/loader.h"
 
@@ -56,7 +57,7 @@ void Load(const ModelConfig& cfg, const std::string& prefix, WeightLoader& loade
 }  // namespace
 
 const ArchSpec& Qwen3NextArch() {
-  static const ArchSpec spec{ModelFamily::kQwen3Next, "qwen3_next", Tensors, Load};
+  static const ArchSpec spec{ModelFamily::kQwen3Next, "qwen3_next", Tensors, Load, &QwenBody()};
   return spec;
 }
 

@@ -1,6 +1,6 @@
 // tessera model: what every layer of one forward pass sees: the backend, the config, the rows of
 // the ragged batch (all segments concatenated) and, per segment, where its rows are and which
-// caches it reads and writes.
+// caches it reads and writes; with tensor parallelism, the rank's shard and communicator.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,9 @@
 #include "model/model_config.h"
 
 namespace tessera {
+
+class Communicator;  // backend/communicator.h
+struct RankShard;    // model/shard.h
 
 struct SegmentRows {
   int64_t row0 = 0;       // first row of the segment in the batch
@@ -36,6 +39,10 @@ struct LayerContext {
   // at temperature 1 (then the MoE layers skip the division).
   const float* router_temperature = nullptr;
   GdnMode gdn_mode = GdnMode::kAuto;
+  // Tensor parallelism: the rank's part of the model (cfg is then its local config) and the group's
+  // collectives; comm is null when the model is not split (shard then covers the whole model).
+  const RankShard* shard = nullptr;
+  Communicator* comm = nullptr;
 };
 
 }  // namespace tessera
