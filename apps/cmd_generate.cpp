@@ -64,8 +64,8 @@ CanvasSamplerParams CanvasParams(const GenerateFlags& f, const HfModelDir& dir, 
     throw UsageError(fmt::format("{} is a canvas-diffusion model: use --canvas-length and --max-denoising-steps "
                                  "instead of --block-size and --steps",
                                  FamilyName(mc.family)));
-  if (!f.trace.empty() || f.show_steps)
-    throw UsageError("--trace and --show-steps are not available for canvas-diffusion models yet");
+  // --show-steps draws each step's canvas (its argmax); the trace's format is masked diffusion's.
+  if (!f.trace.empty()) throw UsageError("--trace is not available for canvas-diffusion models yet");
   CanvasSamplerParams p =
       CanvasSamplerParams::FromGenerationConfig(dir.generation_config, dir.dir + "/generation_config.json");
   if (f.canvas_length) {

@@ -155,6 +155,9 @@ class Engine : public EngineApi {
   // after the argmax of the rows before it, rows past the output's end pinned to the filler token.
   // False when the grammar threw (the sequence has ended).
   bool ConstrainCanvasRows(Sequence& seq, float* z, int64_t C, int64_t vocab);
+  // The kDiffusionStep event of a canvas step (requests with emit_steps).
+  void EmitCanvasStep(Sequence& seq, const float* z, int64_t vocab, const std::vector<int32_t>& argmax,
+                      const std::vector<uint8_t>& accepted);
   // The self-conditioning inputs of the canvases that go on, from their processed logits, in one product.
   void UpdateSelfConditioning(const std::vector<Sequence*>& seqs);
 

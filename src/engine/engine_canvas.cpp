@@ -190,6 +190,7 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   // The stop rule sees every step (its history must hold this canvas's argmax); the last step ends the
   // canvas whatever it says.
   const bool stop = cs.stop_rule.Step(argmax, mean_entropy) || cs.steps_remaining <= 1;
+  if (s.req.emit_steps && s.req.on_event) EmitCanvasStep(s, logits, vocab, argmax, accepted);
   ++cs.decoder_forwards;
   ++cs.step;
   if (tracing) {
@@ -259,6 +260,31 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   }
   NewCanvas(cs, model_->config().vocab_size);
   return false;
+}
+
+// A live view of the step (stream_steps, --show-steps): the canvas as it would be committed now (its
+// argmax) at its absolute position, the rows this step accepted and the probability each one's argmax
+// has (z is the step's processed logits). Computed only for requests that ask.
+void Engine::EmitCanvasStep(Sequence& s, const float* z, int64_t vocab, const std::vector<int32_t>& argmax,
+                            const std::vector<uint8_t>& accepted) {
+  const CanvasState& cs = *s.canvas;
+  GenerationEvent ev;
+  ev.index = s.index;
+  ev.kind = GenerationEvent::Kind::kDiffusionStep;
+  DiffusionStepView& v = ev.step;
+  v.block_start = static_cast<int64_t>(s.tokens.size());  // the canvas follows the committed tokens
+  v.step = cs.step;
+  v.block_tokens = argmax;
+  for (size_t r = 0; r < accepted.size(); ++r) {
+    if (!accepted[r]) continue;
+    const float* row = z + static_cast<int64_t>(r) * vocab;
+    const double m = row[argmax[r]];
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+    v.unmasked.push_back(v.block_start + static_cast<int64_t>(r));
+    v.conf.push_back(static_cast<float>(1.0 / sum));
+  }
+  s.req.on_event(ev);
 }
 
 bool Engine::ConstrainCanvasRows(Sequence& s, float* z, int64_t C, int64_t vocab) {

@@ -255,8 +255,9 @@ bool IsCanvasField(const std::string& k) {
 }
 
 // The `diffusion` object of a canvas-diffusion model: the request's sampler knobs over the model's
-// defaults, each in range (and t_min < t_max, as transformers requires). The masked-diffusion fields
-// do not apply to this family and are refused, each by name.
+// defaults, each in range (and t_min < t_max, as transformers requires), and `stream_steps` (each
+// denoising step as a `diffusion_step` event: the canvas's argmax). The masked-diffusion fields do not
+// apply to this family and are refused, each by name.
 void ParseCanvasDiffusion(const ojson& d, ParsedRequest& r, const EngineModelInfo& model) {
   for (const auto& [k, v] : d.items()) {
     if (v.is_null()) continue;  // not sent
@@ -264,11 +265,11 @@ void ParseCanvasDiffusion(const ojson& d, ParsedRequest& r, const EngineModelInf
       Bad("diffusion." + k, fmt::format("'diffusion.{}' applies to masked block-diffusion models; this model's "
                                         "canvas sampler takes 'diffusion.{}'",
                                         k, k == "steps" ? "max_denoising_steps" : "canvas_length"));
-    if (k == "policy" || k == "threshold" || k == "stream_steps")
+    if (k == "policy" || k == "threshold")
       Bad("diffusion." + k, fmt::format("'diffusion.{}' applies to masked block-diffusion models, not to this "
                                         "model's canvas sampler",
                                         k));
-    if (!IsCanvasField(k)) Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
+    if (!IsCanvasField(k) && k != "stream_steps") Bad("diffusion." + k, fmt::format("unknown field 'diffusion.{}'", k));
   }
   CanvasSamplerParams& c = r.canvas.emplace(model.canvas_defaults);
   auto positive = [&](const char* name, double lo_excl, double hi) -> std::optional<double> {
@@ -284,6 +285,7 @@ void ParseCanvasDiffusion(const ojson& d, ParsedRequest& r, const EngineModelInf
     if (auto v = positive("t_max", 0.0, 100.0)) c.t_max = *v;
     if (auto v = GetInt(d, "stability_threshold", 0, 4096)) c.stability_threshold = *v;
     if (auto v = positive("confidence_threshold", 0.0, 100.0)) c.confidence_threshold = *v;
+    if (auto v = GetBool(d, "stream_steps")) r.stream_steps = *v;
     if (!(c.t_min < c.t_max))
       Bad(Field(d, "t_min") ? "t_min" : "t_max",
           fmt::format("'t_min' ({}) must be below 't_max' ({}): the steps anneal from t_max down to t_min", c.t_min,

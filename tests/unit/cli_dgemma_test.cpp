@@ -49,7 +49,7 @@ TEST(CliDgemma, FlagsThatDoNotApplyAreUsageErrors) {
       {"--policy threshold", "--policy"},
       {"--diffusion", "--diffusion"},
       {"--mask-token-id 3", "--mask-token-id"},
-      {"--show-steps", "--show-steps"},
+      {"--trace steps.jsonl", "--trace"},
       {"--canvas-length 17", "--canvas-length"},
       {"--canvas-length 0", "--canvas-length"},
       {"--t-min 0.9", "t_min"},

@@ -1,7 +1,7 @@
 // tessera tests: the `diffusion` object of a canvas-diffusion model (DiffusionGemma): each sampler knob
 // of generation_config.json (and the canvas length) overrides the model's default, a value out of range
-// is a 400 naming the field, a field of the other diffusion family (block_size, steps, policy,
-// threshold, stream_steps) is a 400 naming it, and the canvas knobs are refused by masked
+// is a 400 naming the field, `stream_steps` is taken (a bool), a field of the other diffusion family
+// (block_size, steps, policy, threshold) is a 400 naming it, and the canvas knobs are refused by masked
 // block-diffusion and autoregressive models. Through the HTTP server (fake engine): the knobs reach the
 // engine's request and /v1/models lists the defaults. server_dgemma_http_test.cpp shows them taking
 // effect in a real engine.
@@ -124,7 +124,13 @@ TEST(CanvasRequest, MaskedDiffusionFieldsAreRefusedByName) {
   EXPECT_NE(Refusal({{"block_size", 32}}, "diffusion.block_size").find("canvas_length"), std::string::npos);
   Refusal({{"policy", "threshold"}}, "diffusion.policy");
   Refusal({{"threshold", 0.9}}, "diffusion.threshold");
-  Refusal({{"stream_steps", false}}, "diffusion.stream_steps");
+}
+
+TEST(CanvasRequest, StreamStepsIsABool) {
+  EXPECT_TRUE(Parse({{"stream_steps", true}}).stream_steps);
+  EXPECT_FALSE(Parse({{"stream_steps", false}}).stream_steps);
+  EXPECT_FALSE(Parse({{"t_max", 1.0}}).stream_steps);
+  Refusal({{"stream_steps", "yes"}}, "diffusion.stream_steps");
 }
 
 TEST(CanvasRequest, OtherFamiliesRefuseTheCanvasKnobs) {

@@ -112,6 +112,60 @@ TEST_F(ServerDgemmaHttp, TheSeedDecidesTheOutput) {
   EXPECT_EQ(Text(Complete(nullptr, 1)), a);
 }
 
+// stream_steps: every denoising step of every canvas is a `diffusion_step` event with the canvas's
+// argmax at its absolute position (every cell has text: no masks), the rows it accepted and their
+// probabilities; the last step of each canvas is what the canvas commits, so the steps' last canvases
+// decode to the streamed text, which equals the same request's without the events.
+TEST_F(ServerDgemmaHttp, StreamStepsShowsEveryCanvasStep) {
+  ojson b = {{"model", "dg"},  {"prompt", "Why is the sky blue?"}, {"max_tokens", 32}, {"seed", 7},
+             {"ignore_eos", true}, {"stream", true}, {"diffusion", {{"stream_steps", true}}}};
+  HttpResponse r = Call(port, "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<SseEvent> events;
+  ASSERT_TRUE(ParseSse(r.body, events)) << r.body;
+  std::string text;
+  std::vector<ojson> steps;
+  for (const SseEvent& e : events) {
+    if (e.data == "[DONE]") continue;
+    ojson j = ojson::parse(e.data);
+    if (e.event == "diffusion_step") {
+      steps.push_back(j);
+    } else if (j.contains("choices") && !j["choices"].empty() && j["choices"][0]["text"].is_string()) {
+      text += j["choices"][0]["text"].get<std::string>();
+    }
+  }
+  ASSERT_EQ(steps.size(), 8u) << "2 canvases of 16 x 4 steps (no early stop in the fixture's settings)";
+  std::vector<int32_t> committed;
+  int64_t first_start = -1;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ojson& st = steps[i];
+    SCOPED_TRACE(st.dump());
+    EXPECT_EQ(st["index"], 0);
+    EXPECT_EQ(st["step"], static_cast<int64_t>(i % 4));
+    const auto tokens = st["block_tokens"].get<std::vector<int32_t>>();
+    ASSERT_EQ(tokens.size(), 16u);
+    ASSERT_EQ(st["block_text"].size(), 16u);
+    for (const ojson& cell : st["block_text"]) EXPECT_TRUE(cell.is_string()) << "a canvas has no masked cells";
+    const int64_t start = st["block_start"];
+    if (first_start < 0) first_start = start;
+    EXPECT_EQ(start, first_start + static_cast<int64_t>(i / 4) * 16) << "the second canvas follows the first";
+    const auto unmasked = st["unmasked"].get<std::vector<int64_t>>();
+    const auto conf = st["conf"].get<std::vector<float>>();
+    ASSERT_EQ(unmasked.size(), conf.size());
+    EXPECT_FALSE(unmasked.empty()) << "a step accepts at least its lowest-entropy row";
+    for (size_t k = 0; k < unmasked.size(); ++k) {
+      EXPECT_GE(unmasked[k], start);
+      EXPECT_LT(unmasked[k], start + 16);
+      EXPECT_GT(conf[k], 0.f);
+      EXPECT_LE(conf[k], 1.f);
+    }
+    if (i % 4 == 3) committed.insert(committed.end(), tokens.begin(), tokens.end());
+  }
+  EXPECT_GT(first_start, 0) << "after the prompt";
+  EXPECT_EQ(text, tokenizer->Decode(committed)) << "the last step of each canvas is what it commits";
+  EXPECT_EQ(text, Text(Complete(nullptr, 7, 32))) << "the events change nothing";
+}
+
 TEST_F(ServerDgemmaHttp, RefusedFieldsAre400s) {
   auto refused = [&](const ojson& d, const std::string& param) {
     HttpResponse r = Complete(d);
