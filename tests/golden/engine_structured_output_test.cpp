@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine_outcome.h"
+#include "schema_suite_check.h"
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -154,28 +155,9 @@ void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
     }
   }
   std::vector<Outcome> outs = RunJobs(engine, jobs);
-  std::map<size_t, ordered_json> docs;
-  size_t complete = 0;
-  for (size_t k = 0; k < outs.size(); ++k) {
-    const std::string text = Text(outs[k]);
-    if (outs[k].reason == FinishReason::kLength) {
-      EXPECT_EQ(static_cast<int64_t>(outs[k].tokens.size()), jobs[k].max_tokens);
-      std::printf("[cut by max_tokens] %s, %zu bytes, ending: %s\n", suite[schema_of[k]]["name"].dump().c_str(),
-                  text.size(), text.substr(text.size() > 80 ? text.size() - 80 : 0).c_str());
-      continue;
-    }
-    EXPECT_EQ(outs[k].reason, FinishReason::kStop) << suite[schema_of[k]]["name"];
-    docs[schema_of[k]].push_back(text);
-    ++complete;
-  }
-  ordered_json cases = ordered_json::array();
-  for (auto& [i, d] : docs) cases.push_back({{"name", suite[i]["name"]}, {"schema", suite[i]["schema"]}, {"documents", d}});
-  const std::string file = testing::ScratchDir(scratch) + "/cases.json";
-  testing::WriteFile(file, cases.dump(1));
-  testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
-                                                 "/tests/tools/validate_json_schema.py " + file);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find(std::to_string(complete) + " documents checked, 0 invalid"), std::string::npos) << r.out;
+  std::vector<int64_t> limits;
+  for (const Job& j : jobs) limits.push_back(j.max_tokens);
+  const size_t complete = testing::ExpectSuiteOutputsValidate(suite, schema_of, outs, limits, scratch);
   EXPECT_GE(complete * 100, outs.size() * kMinCompletePercent) << complete << " of " << outs.size() << " complete";
 }
 
