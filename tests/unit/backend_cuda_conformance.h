@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,19 @@ namespace tessera::cuda_conformance {
 // part errs ~1e-3 (v3 without its lo wgmmas: 1.0-1.7e-3), well inside the 1e-2 that bf16 activations
 // would be allowed (issue 5's bound): 1e-4 is what catches it.
 inline constexpr double kTol = 1e-4;
+
+// A CUDA backend made under the MoE kernel switches (TESSERA_CUDA_MOE_KERNEL,
+// TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS; each null: not set), which a backend reads when it is made; null
+// when neither is given (the fixture's backend is the default path).
+inline std::unique_ptr<Backend> CudaBackendForMoePath(const char* kernel, const char* max_slots) {
+  if (!kernel && !max_slots) return nullptr;
+  if (kernel) setenv("TESSERA_CUDA_MOE_KERNEL", kernel, 1);
+  if (max_slots) setenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS", max_slots, 1);
+  std::unique_ptr<Backend> b = MakeCudaBackend();
+  unsetenv("TESSERA_CUDA_MOE_KERNEL");
+  unsetenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS");
+  return b;
+}
 
 // Random inputs, never zero (tests/test_util.h).
 inline constexpr auto& Rand = testing::NonZeroUniform;

@@ -501,14 +501,7 @@ TEST_F(CudaConformance, MoeRouteAndExperts) {
                         {" simt", "simt", nullptr, 64}, {" host-grouped", nullptr, "4096", 520}};
   for (const Path& path : paths) {
     const int64_t R = path.rows;
-    std::unique_ptr<Backend> other;
-    if (path.kernel || path.max_slots) {
-      if (path.kernel) setenv("TESSERA_CUDA_MOE_KERNEL", path.kernel, 1);
-      if (path.max_slots) setenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS", path.max_slots, 1);
-      other = MakeCudaBackend();
-      unsetenv("TESSERA_CUDA_MOE_KERNEL");
-      unsetenv("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS");
-    }
+    std::unique_ptr<Backend> other = CudaBackendForMoePath(path.kernel, path.max_slots);
     Backend& gpu = other ? *other : *gpu_;
     const auto x = Rand(R * H, -1, 1, 60 + R);
     auto logits = Rand(R * E, -4, 4, 61 + R);

@@ -19,7 +19,7 @@ namespace tessera::cuda {
 __device__ __forceinline__ float Bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
 // A 16-byte load of weights read once: through the non-coherent path, not kept in L1.
-__device__ __forceinline__ uint4 LoadStream16(const uint16_t* p) {
+__device__ __forceinline__ uint4 LoadStream16(const void* p) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)

@@ -153,22 +153,6 @@ __global__ void GatedRmsNormKernel(const float* x, const float* z, int64_t dim, 
     y[base + j] = w[j] * (x[base + j] * inv) * SiluF(z[base + j]);
 }
 
-__global__ void RopeKernel(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
-                           int64_t rotary_dim, const int64_t* positions, const float* inv_freqs) {
-  GridDependencyWait();
-  const int64_t half = rotary_dim / 2;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * heads * half) return;
-  const int64_t f = i % half, h = (i / half) % heads, r = i / (half * heads);
-  const float angle = static_cast<float>(positions[r]) * inv_freqs[f];
-  float sn, cs;
-  sincosf(angle, &sn, &cs);
-  float* v = x + r * row_stride + h * head_dim;
-  const float a = v[f], b = v[f + half];
-  v[f] = a * cs - b * sn;
-  v[f + half] = b * cs + a * sn;
-}
-
 __global__ void SigmoidGateKernel(float* x, int64_t rows, int64_t dim, int64_t xs, const float* g, int64_t gs) {
   GridDependencyWait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -499,12 +483,10 @@ void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, con
   if (rows > 0) LaunchKernel(GatedRmsNormKernel, static_cast<unsigned>(rows), 128, 0, s)(x, z, dim, w, eps, y);
 }
 
+// NeoX RoPE is RopePairs (cuda_gemma_kernels.cu) with the rotary dims' two halves as the pairs.
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim, int64_t rotary_dim,
           const int64_t* positions, const float* inv_freq, cudaStream_t s) {
-  const int64_t n = rows * heads * (rotary_dim / 2);
-  if (n > 0)
-    LaunchKernel(RopeKernel, Blocks(n), kThreads, 0, s)(x, rows, row_stride, heads, head_dim, rotary_dim, positions,
-                                                        inv_freq);
+  RopePairs(x, rows, row_stride, heads, head_dim, rotary_dim / 2, rotary_dim / 2, inv_freq, positions, s);
 }
 
 void SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate, int64_t gate_stride,

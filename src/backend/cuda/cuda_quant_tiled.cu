@@ -29,14 +29,6 @@ enum : int8_t { kFp8 = 1, kInt8 = 2, kInt4 = 3 };
 template <int8_t KIND>
 constexpr int kPer = KIND == kInt4 ? 32 : 16;  // codes in 16 bytes
 
-__device__ __forceinline__ uint4 LoadCodes16(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // The codes of 16 bytes as exact floats, in column order (int4: low nibble first).
 template <int8_t KIND>
 __device__ __forceinline__ void Decode16(const uint4 raw, float (&v)[kPer<KIND>]) {
@@ -103,7 +95,7 @@ __device__ __forceinline__ void TiledDot(const WarpRows<NMAT, C, M>& w, float (&
       for (int i = 0; i < R; ++i) {
         const int mat = i / C, j = i % C;
         const bool on = ok && j < w.live;
-        wv[u][i] = on ? LoadCodes16(w.codes[mat] + j * w.row_bytes + static_cast<int64_t>(ch) * 16)
+        wv[u][i] = on ? LoadStream16(w.codes[mat] + j * w.row_bytes + static_cast<int64_t>(ch) * 16)
                       : make_uint4(0, 0, 0, 0);
         sv[u][i] = on ? __ldg(w.scales[mat] + j * w.groups + g) : 0.f;
         if constexpr (kZero) zv[u][i] = on ? __ldg(w.zeros[mat] + j * w.groups + g) : 0.f;
