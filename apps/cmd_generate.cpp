@@ -375,7 +375,7 @@ Subcommand AddGenerateCommand(CLI::App& root) {
                   "Canvas diffusion: mean entropy below which a stable canvas stops")
       ->check(CLI::PositiveNumber);
   app->add_option("--trace", f->trace, "Write every denoising step to this JSON file");
-  app->add_flag("--show-steps", f->show_steps, "Redraw the block being denoised after every step (terminal)");
+  app->add_flag("--show-steps", f->show_steps, "Redraw the block (a canvas model: the canvas) being denoised after every step (terminal)");
   return {app, [f] { return RunGenerate(*f); }};
 }
 
