@@ -14,7 +14,7 @@ namespace tessera::testing {
 inline const std::string& DgemmaSelfcheckDir() {
   static const std::string dir = [] {
     const std::string out = ScratchDir("dgemma_tiny");
-    const auto r = RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+    const auto r = RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                               "/tools/dgemma_fixtures/make_dgemma_selfcheck.py " + out);
     if (r.exit_code != 0) ADD_FAILURE() << "make_dgemma_selfcheck.py failed: " << r.out << r.err;
     return out + "/dgemma_tiny_a";

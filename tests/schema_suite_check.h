@@ -42,7 +42,7 @@ inline size_t ExpectSuiteOutputsValidate(const nlohmann::ordered_json& suite, co
   const std::string file = ScratchDir(scratch) + "/cases.json";
   WriteFile(file, cases.dump(1));
   CommandResult r =
-      RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/tools/validate_json_schema.py " + file);
+      RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) + "/tests/tools/validate_json_schema.py " + file);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(std::to_string(complete) + " documents checked, 0 invalid"), std::string::npos) << r.out;
   return complete;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -73,6 +74,11 @@ void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot write " + path);
   f << content;
+}
+
+std::string Python3() {
+  const char* env = std::getenv("TESSERA_TEST_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
 }
 
 CommandResult RunCommand(const std::string& command_line) {

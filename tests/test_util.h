@@ -33,6 +33,10 @@ struct CommandResult {
 };
 // Runs a shell command line, capturing stdout and stderr.
 CommandResult RunCommand(const std::string& command_line);
+// The python3 that makes fixtures and references (numpy, jinja2, jsonschema): $TESSERA_TEST_PYTHON when
+// set (the GPU machine, whose /usr/bin/python3 lacks numpy: tools/gpu/device_python.sh), else Debian's
+// /usr/bin/python3, which scripts/install_deps.sh provides with those packages.
+std::string Python3();
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);

@@ -112,7 +112,7 @@ nlohmann::json Replay(const std::string& dir, const std::map<std::string, std::v
     t["requests"].push_back(q);
   }
   testing::WriteFile(dir + "/trace.json", t.dump());
-  const auto res = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  const auto res = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                        "/tools/dgemma_fixtures/replay_canvas_trace.py " + testing::DgemmaSelfcheckDir() +
                                        " " + dir + "/trace.json " + dir + "/replay.json");
   EXPECT_EQ(res.exit_code, 0) << res.out << res.err;

@@ -109,7 +109,7 @@ void ExpectValid(const std::vector<std::string>& docs, const std::string& scratc
   cases.push_back({{"name", "get_weather call"}, {"schema", CallSchema()}, {"documents", docs}});
   const std::string file = testing::ScratchDir(scratch) + "/cases.json";
   testing::WriteFile(file, cases.dump(1));
-  testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  testing::CommandResult r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                                  "/tests/tools/validate_json_schema.py " + file);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(std::to_string(docs.size()) + " documents checked, 0 invalid"), std::string::npos) << r.out;

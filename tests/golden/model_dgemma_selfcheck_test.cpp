@@ -36,7 +36,7 @@ using testing::Seg;
 const std::string& Dir() {
   static const std::string dir = [] {
     const std::string out = testing::ScratchDir("dgemma_selfcheck");
-    const auto r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+    const auto r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                        "/tools/dgemma_fixtures/make_dgemma_selfcheck.py " + out);
     if (r.exit_code != 0) ADD_FAILURE() << "make_dgemma_selfcheck.py failed: " << r.out << r.err;
     return out + "/dgemma_tiny_a";

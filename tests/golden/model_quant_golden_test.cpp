@@ -67,7 +67,7 @@ const QuantFixture kFixtures[] = {
 const std::string& Generated() {
   static const std::string dir = [] {
     const std::string out = testing::ScratchDir("quant_checkpoints");
-    const auto r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+    const auto r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                        "/tools/quant_fixtures/make_quant_checkpoints.py " + TESSERA_SOURCE_DIR + " " +
                                        out);
     if (r.exit_code != 0) ADD_FAILURE() << "make_quant_checkpoints.py failed: " << r.out << r.err;

@@ -43,7 +43,7 @@ Reference RunReference(const std::vector<int32_t>& ids, double temperature, int6
   std::string csv;
   for (int32_t id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
   const std::string out = testing::ScratchDir("router_reference_" + std::to_string(temperature));
-  auto r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  auto r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                "/tests/tools/qwen3_moe_reference.py " + Fixture() + " " + csv + " " +
                                std::to_string(temperature) + " " + out);
   if (r.exit_code != 0) throw std::runtime_error("the numpy reference failed: " + r.err);

@@ -86,7 +86,7 @@ int Validate(const std::vector<std::string>& docs, const std::string& scratch) {
   cases.push_back({{"name", "get_weather arguments"}, {"schema", kArgs}, {"documents", docs}});
   const std::string file = testing::ScratchDir(scratch) + "/cases.json";
   testing::WriteFile(file, cases.dump(1));
-  testing::CommandResult r = RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  testing::CommandResult r = RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                         "/tests/tools/validate_json_schema.py " + file);
   EXPECT_NE(r.exit_code, 2) << r.out << r.err;  // jsonschema missing: a failure, not a pass
   return r.exit_code;

@@ -274,7 +274,7 @@ TEST(CliInspect, ReadPerTokenIsTheDecodeFloorsCount) {
 // called all of them "full attention"). The checkpoint is the DiffusionGemma self-check's (numpy).
 TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
   const std::string out = ScratchDir("cli-dgemma");
-  auto made = RunCommand("/usr/bin/python3 " + Quote(std::string(TESSERA_SOURCE_DIR) +
+  auto made = RunCommand(testing::Python3() + " " + Quote(std::string(TESSERA_SOURCE_DIR) +
                                                     "/tools/dgemma_fixtures/make_dgemma_selfcheck.py") +
                          " " + Quote(out));
   ASSERT_EQ(made.exit_code, 0) << made.out << made.err;

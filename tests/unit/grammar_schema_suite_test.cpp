@@ -52,7 +52,7 @@ void CheckSuite(const std::shared_ptr<const grammar::TokenVocabulary>& vocab, in
 
   std::string file = testing::ScratchDir(scratch) + "/cases.json";
   testing::WriteFile(file, cases.dump(1));
-  testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  testing::CommandResult r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                                  "/tests/tools/validate_json_schema.py " + file);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find(std::to_string(documents) + " documents checked, 0 invalid"), std::string::npos) << r.out;
@@ -89,7 +89,7 @@ TEST(GrammarSchemaSuite, ValidatorRejectsInvalidDocuments) {
        {"documents", {R"j({"a":4})j", R"j({"a":1,"d":"2024-02-30"})j", R"j({"a":1,"a":2})j", "{\"a\":1", "{}"}}});
   std::string dir = testing::ScratchDir("schema_suite_bad");
   testing::WriteFile(dir + "/cases.json", cases.dump());
-  testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+  testing::CommandResult r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                                  "/tests/tools/validate_json_schema.py " + dir + "/cases.json");
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("5 documents checked, 5 invalid"), std::string::npos) << r.out;

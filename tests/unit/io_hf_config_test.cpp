@@ -19,7 +19,7 @@ using testing::ExpectError;
 
 TEST(IoHfConfig, FixtureAgreesWithPython) {
   const std::string dir = DataPath("fixtures/models/qwen3_moe");
-  auto r = RunCommand("/usr/bin/python3 -c \"import json,sys; c=json.load(open(sys.argv[1]+'/config.json')); "
+  auto r = RunCommand(testing::Python3() + " -c \"import json,sys; c=json.load(open(sys.argv[1]+'/config.json')); "
                       "g=json.load(open(sys.argv[1]+'/generation_config.json')); "
                       "print(json.dumps({'arch': c['architectures'][0], 'type': c['model_type'], "
                       "'keys': len(c), 'gen_keys': len(g), 'hidden': c['hidden_size']}))\" " + dir);
@@ -71,7 +71,7 @@ TEST(IoHfConfig, MalformedConfigNamesFileAndByte) {
   std::string dir = ScratchDir("io-cfg-bad");
   WriteFile(dir + "/config.json", "{\"a\": 1,\n \"b\": }");
   // The offset must be the one Python's json reports for the same file.
-  auto r = RunCommand("/usr/bin/python3 -c \"import json,sys\ntry: json.load(open(sys.argv[1]))\n"
+  auto r = RunCommand(testing::Python3() + " -c \"import json,sys\ntry: json.load(open(sys.argv[1]))\n"
                       "except json.JSONDecodeError as e: print(e.pos)\" " + dir + "/config.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string pos = r.out.substr(0, r.out.find('\n'));

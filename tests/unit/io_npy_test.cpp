@@ -22,7 +22,7 @@ using testing::ExpectError;
 nlohmann::json Py(const std::string& code, const std::string& args) {
   std::string script = ScratchDir("io-npy-py") + "/s.py";
   WriteFile(script, "import sys, json\nimport numpy as np\n" + code);
-  auto r = RunCommand("/usr/bin/python3 " + script + " " + args);
+  auto r = RunCommand(testing::Python3() + " " + script + " " + args);
   if (r.exit_code != 0) throw std::runtime_error("python failed: " + r.err);
   return nlohmann::json::parse(r.out);
 }

@@ -62,7 +62,7 @@ print(json.dumps(out))
 nlohmann::json PyParse(const std::string& path) {
   std::string script = ScratchDir("io-py") + "/parse.py";
   WriteFile(script, kPyParse);
-  auto r = RunCommand("/usr/bin/python3 " + script + " " + path);
+  auto r = RunCommand(testing::Python3() + " " + script + " " + path);
   if (r.exit_code != 0) throw std::runtime_error("python failed: " + r.err);
   return nlohmann::json::parse(r.out);
 }
@@ -270,7 +270,7 @@ for shard in sorted(set(wm.values())):
 print(json.dumps({'consistent': seen == wm, 'total_ok': total == idx['metadata']['total_size'],
                   'shards': len(set(wm.values())), 'names': sorted(wm)}))
 )PY");
-  auto pr = RunCommand("/usr/bin/python3 " + script + " " + dir);
+  auto pr = RunCommand(testing::Python3() + " " + script + " " + dir);
   ASSERT_EQ(pr.exit_code, 0) << pr.err;
   auto py = nlohmann::json::parse(pr.out);
   EXPECT_TRUE(py.at("consistent").get<bool>());

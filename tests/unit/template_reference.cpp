@@ -16,9 +16,9 @@ nlohmann::ordered_json RenderWithReference(const nlohmann::ordered_json& cases, 
   std::string in = dir + "/cases.json";
   WriteFile(in, cases.dump());
   std::string script = std::string(TESSERA_SOURCE_DIR) + "/tests/tools/jinja_reference.py";
-  CommandResult r = RunCommand("/usr/bin/python3 '" + script + "' '" + in + "'");
+  CommandResult r = RunCommand(testing::Python3() + " '" + script + "' '" + in + "'");
   if (r.exit_code != 0) {
-    ADD_FAILURE() << "reference renderer failed (is /usr/bin/python3 with jinja2 installed?): exit "
+    ADD_FAILURE() << "reference renderer failed (is python3 with jinja2 installed?): exit "
                   << r.exit_code << "\n" << r.err;
     return nlohmann::ordered_json::array();
   }
