@@ -121,6 +121,24 @@ struct RowSampling {
   double uniform = 0.0;  // the draw in [0, 1) from the sequence's generator (unused when greedy)
 };
 
+// One row of a canvas-diffusion step (DiffusionGemma's sampler, engine_canvas.cpp; Backend::
+// CanvasSampleRows): the step's temperature and the draw of the row's multinomial sample.
+struct CanvasRowRule {
+  float temperature = 1.f;  // t > 0: z = logits / t, divided in f32 as transformers divides
+  double uniform = 0.0;     // in [0, 1), from the sequence's generator
+};
+
+// What the step's host-side rules (acceptance, re-noising, the stop rule, the commit) need of a canvas
+// row's processed logits z. CanvasRowReference (backend/sampling.h) defines each field.
+struct CanvasRowPick {
+  double entropy = 0;        // nats of softmax(z), summed in double
+  int32_t argmax = 0;        // the first index of the largest z
+  int32_t sampled = 0;       // softmax(z)'s inverse CDF at the rule's uniform, in token order
+  float argmax_prob = 0.f;   // softmax(z) at argmax
+  int32_t reserved = 0;
+};
+static_assert(sizeof(CanvasRowPick) == 24, "CanvasRowPick is copied from device memory as is");
+
 // Pointer conventions of the ops below. Activations (float*), weight data, caches and the MoE
 // routing outputs (idx / weights) live in the backend's memory: host memory on the CPU backend,
 // device memory on a GPU backend; allocate them through Allocate / DeviceBuffer. Integer metadata
@@ -473,6 +491,12 @@ class Backend {
   // logits with SampleRowReference. The default runs the reference on host memory (the CPU backend).
   virtual void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params,
                           int32_t* tokens, float* probs);
+  // Canvas rows (rules: host, one per row; logits and picks: backend memory): each row of logits
+  // becomes its z = logits / t in place, then picks[r] = CanvasRowReference(z). With round_z_to_bf16,
+  // z is then rounded to bf16 in place: the S of the next step's self-conditioning input in a bf16
+  // model (docs/DIFFUSION_GEMMA.md 5). The default runs the reference on host memory.
+  virtual void CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules,
+                                bool round_z_to_bf16, CanvasRowPick* picks);
 };
 
 // An owned allocation in a backend's memory (RAII; move-only).

@@ -1,5 +1,8 @@
-// tessera backend: SampleRowReference (sampling.h) and the host-memory default of Backend::SampleRows.
+// tessera backend: SampleRowReference and CanvasRowReference (sampling.h), and the host-memory defaults
+// of Backend::SampleRows and Backend::CanvasSampleRows.
 #include "backend/sampling.h"
+
+#include "core/dtype.h"
 
 #include <algorithm>
 #include <cmath>
@@ -95,6 +98,51 @@ void Backend::SampleRows(const float* logits, int64_t rows, int64_t vocab, const
   SamplingCandidates scratch;
   for (int64_t r = 0; r < rows; ++r)
     tokens[r] = SampleRowReference(logits + r * vocab, vocab, params[r], &probs[r], &scratch);
+}
+
+CanvasRowPick CanvasRowReference(const float* z, int64_t vocab, double uniform) {
+  CanvasRowPick pick;
+  const float* top = std::max_element(z, z + vocab);
+  pick.argmax = static_cast<int32_t>(top - z);
+  const double m = *top;
+  // Entropy as log(sum e) - sum p (z - m): a 262K-entry row summed in f32 loses digits.
+  double total = 0, weighted = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double d = static_cast<double>(z[i]) - m;
+    const double e = std::exp(d);
+    total += e;
+    if (e > 0) weighted += e * d;  // a masked (-inf) token adds nothing (0 * -inf would be NaN)
+  }
+  pick.entropy = std::log(total) - weighted / total;
+  pick.argmax_prob = static_cast<float>(1.0 / total);
+  const double target = uniform * total;
+  double running = 0;
+  pick.sampled = -1;
+  int64_t last_positive = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double e = std::exp(static_cast<double>(z[i]) - m);
+    if (e > 0) last_positive = i;
+    running += e;
+    if (running > target) {
+      pick.sampled = static_cast<int32_t>(i);
+      break;
+    }
+  }
+  if (pick.sampled < 0) pick.sampled = static_cast<int32_t>(last_positive);
+  return pick;
+}
+
+void CanvasSampleRowInPlace(float* row, int64_t vocab, const CanvasRowRule& rule, bool round_z_to_bf16,
+                            CanvasRowPick* pick) {
+  for (int64_t i = 0; i < vocab; ++i) row[i] /= rule.temperature;
+  *pick = CanvasRowReference(row, vocab, rule.uniform);
+  if (round_z_to_bf16)
+    for (int64_t i = 0; i < vocab; ++i) row[i] = Bf16ToF32(F32ToBf16(row[i]));
+}
+
+void Backend::CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules,
+                               bool round_z_to_bf16, CanvasRowPick* picks) {
+  for (int64_t r = 0; r < rows; ++r) CanvasSampleRowInPlace(logits + r * vocab, vocab, rules[r], round_z_to_bf16, &picks[r]);
 }
 
 }  // namespace tessera

@@ -21,4 +21,17 @@ using SamplingCandidates = std::vector<std::pair<float, int32_t>>;
 int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p, float* prob,
                            SamplingCandidates* scratch = nullptr);
 
+// A canvas row's pick (CanvasRowPick) from its processed logits z (vocab floats, not modified; -inf
+// entries, a grammar's masked tokens, have probability 0), in double: m = max z (argmax: its first
+// index), e_i = exp(z_i - m), entropy = log(sum e) - sum e_i (z_i - m) / sum e, argmax_prob = 1 / sum e,
+// sampled = the first i whose running sum e_0 + .. + e_i exceeds uniform * sum e (none: the last i
+// with e_i > 0). The CPU backend's CanvasSampleRows and the engine's constrained rows call it; the
+// CUDA kernel computes the same sums in another order.
+CanvasRowPick CanvasRowReference(const float* z, int64_t vocab, double uniform);
+
+// One row of Backend::CanvasSampleRows on host memory: z = row / t in place, *pick from z, then z
+// rounded to bf16 in place when asked.
+void CanvasSampleRowInPlace(float* row, int64_t vocab, const CanvasRowRule& rule, bool round_z_to_bf16,
+                            CanvasRowPick* pick);
+
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cpu/gemm.h"
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -423,6 +424,16 @@ void CpuBackend::Softmax(float* x, int64_t rows, int64_t n) {
     for (int64_t i = 0; i < n; ++i) sum += (v[i] = std::exp(v[i] - mx));
     for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] / sum);
   }
+}
+
+void CpuBackend::CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules,
+                                  bool round_z_to_bf16, CanvasRowPick* picks) {
+  auto run = [&](size_t b, size_t e, int) {
+    for (size_t r = b; r < e; ++r)
+      CanvasSampleRowInPlace(logits + r * vocab, vocab, rules[r], round_z_to_bf16, &picks[r]);
+  };
+  if (pool_) pool_->ParallelFor(static_cast<size_t>(rows), run);
+  else run(0, static_cast<size_t>(rows), 0);
 }
 
 void CpuBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {

@@ -59,6 +59,9 @@ class CpuBackend : public Backend {
                      int64_t k, const std::vector<ExpertWeights>& experts, GluAct act, float* out) override;
 
   void Softmax(float* x, int64_t rows, int64_t n) override;
+  // Rows in parallel: a canvas step has C = 256 rows of a 262K vocabulary.
+  void CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules, bool round_z_to_bf16,
+                        CanvasRowPick* picks) override;
   void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
 
   // Below this many tokens GdnMode::kAuto runs the recurrent form.
