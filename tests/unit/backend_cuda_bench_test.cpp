@@ -1,7 +1,9 @@
 // tessera tests: a micro-benchmark of a full-size config on the CUDA backend with dummy bf16 weights
 // (--load-format dummy), each step measured against its floor (DESIGN.md section 5): batch-1 decode
 // at several contexts, aggregate decode of B concurrent sequences, prefill of one prompt, a
-// block-diffusion denoising step of one 32-token block (and of 8 blocks of 8 sequences batched).
+// block-diffusion denoising step of one 32-token block (and of 8 blocks of 8 sequences batched); for a
+// canvas-diffusion config (DiffusionGemma) canvas steps of 1 and B sequences instead of decode and
+// denoise rows (CanvasRow).
 // Not a timed test: it runs only when TESSERA_CUDA_BENCH_CONFIG names a directory holding a
 // config.json and a CUDA device exists (scripts/gpu_check.sh sets it), prints its numbers and
 // checks only that the logits are finite and the drawn tokens valid.
@@ -9,7 +11,7 @@
 // Environment (defaults in brackets):
 //   TESSERA_CUDA_BENCH_CONFIG         config dir (required)
 //   TESSERA_CUDA_BENCH_CONTEXTS       contexts of the batch-1 decode and 1-block denoise rows [1024,8192]
-//   TESSERA_CUDA_BENCH_BATCHES        concurrent sequences of the aggregate decode rows [8,32,64]
+//   TESSERA_CUDA_BENCH_BATCHES        concurrent sequences of the aggregate decode rows (canvas rows) [8,32,64]
 //   TESSERA_CUDA_BENCH_BATCH_CONTEXT  context of the aggregate decode and 8-block denoise rows [1024]
 //   TESSERA_CUDA_BENCH_DECODE         timed steps per decode row [64] (denoise rows: a quarter, >= 4)
 //   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096] (0: no prefill row)
@@ -324,6 +326,61 @@ class CudaBenchRun {
     std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
   }
 
+  // One denoising step of canvas diffusion (DiffusionGemma) for every sequence, as the engine runs it
+  // (engine_canvas.cpp): the canvas of C = canvas_length rows at [ctx, ctx + C) attends the committed
+  // prefix and the whole canvas, with the self-conditioning input of a previous step; all C rows'
+  // logits come to the host (the sampler's rules run there), and the next step's self-conditioning
+  // input is computed from them (Model::SelfConditioningInput: up, softmax, the [C, V] x [V, H]
+  // product, down). Two rows: the forward alone (its logits on the host) and the whole device part of
+  // a step (forward + self-conditioning); the host's sampling is not included.
+  void CanvasRow(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
+    const int64_t C = cfg_.canvas_length, H = cfg_.hidden_size, n = static_cast<int64_t>(seqs.size());
+    Batch b;
+    for (int64_t i = 0; i < n; ++i) {
+      Segment s;
+      s.cache = seqs[i];
+      s.first_pos = ctx;
+      s.tokens = Tokens(C, 29 + i);
+      for (int32_t t = 0; t < C; ++t) s.logits_rows.push_back(t);
+      b.segments.push_back(std::move(s));
+    }
+    ForwardResult r = model_.Forward(b);  // warm-up, and the logits the first soft input comes from
+    std::vector<float> soft = model_.SelfConditioningInput(r.logits.data(), n * C);
+    for (int64_t i = 0; i < n; ++i)
+      b.segments[i].self_conditioning.assign(soft.begin() + i * C * H, soft.begin() + (i + 1) * C * H);
+    model_.Forward(b);
+    model_.backend().Synchronize();
+    model_.backend().ProfileReset();
+    const int64_t repeats = std::max<int64_t>(3, steps_ / 8);
+    double forward_s = 0, soft_s = 0;
+    for (int64_t k = 0; k < repeats; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      r = model_.Forward(b);
+      forward_s += Seconds(t0);
+      const auto t1 = std::chrono::steady_clock::now();
+      soft = model_.SelfConditioningInput(r.logits.data(), n * C);
+      soft_s += Seconds(t1);
+    }
+    const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
+    EXPECT_TRUE(ResultValid(r, cfg_.vocab_size));
+    EXPECT_TRUE(AllFinite(soft));
+    StepShape s;
+    s.sequences = n;
+    s.rows_per_sequence = C;
+    s.logits_rows = n * C;
+    s.cached_keys = static_cast<double>(ctx);
+    s.attended_keys = static_cast<double>(ctx + C);  // every layer counted as global: an upper bound
+    const auto experts = ExpertsTouched(b);
+    const StepCost cost = CountStep(cfg_, census_, model_.KvCacheDType(), s, experts);
+    const std::string row = "canvas " + std::to_string(n) + "x" + std::to_string(C) + " ctx " + std::to_string(ctx);
+    Print(row + " forward", forward_s / repeats, static_cast<double>(n * C), cost);
+    StepCost with_soft = cost;  // + the soft product: 2 C V H FLOPs, the embedding table read once
+    with_soft.flops += 2.0 * n * C * cfg_.vocab_size * H;
+    with_soft.bytes += 2.0 * cfg_.vocab_size * H;
+    Print(row + " forward+selfcond", (forward_s + soft_s) / repeats, static_cast<double>(n * C), with_soft);
+    std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
+  }
+
   // Prefill of one prompt in one forward (committed, logits of the last row).
   void PrefillRow(int64_t prompt) {
     SequenceCache* seq = pool_.New(prompt);
@@ -407,7 +464,8 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
               DTypeName(model->KvCacheDType()));
 
   // One cache allocation that fits the largest phase (each phase reuses the pages from 0).
-  const int64_t tail = std::max(steps + 2, kDenoiseBlock);  // decode steps / a denoise block past ctx
+  // decode steps / a denoise block / a canvas past ctx
+  const int64_t tail = std::max({steps + 2, kDenoiseBlock, model->config().canvas_length});
   int64_t pages = PagesFor(prompt + tail);
   int64_t slots = std::max<int64_t>(1, denoise_batch);
   for (int64_t ctx : contexts) pages = std::max(pages, PagesFor(ctx + tail));
@@ -419,6 +477,23 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   model->AllocateCaches(pages, kPageSize, slots);
 
   CudaBenchRun bench(*model, name, steps, bandwidth);
+  if (model->config().canvas_length > 0) {  // a canvas model only runs canvases (and commits prompts)
+    for (int64_t ctx : contexts) {
+      bench.pool().Clear();
+      const auto seq = bench.pool().NewMany(1, ctx + tail);
+      bench.PrefillContexts(seq, ctx);
+      bench.CanvasRow(seq, ctx);
+    }
+    for (int64_t b : batches) {
+      bench.pool().Clear();
+      const auto seqs = bench.pool().NewMany(b, batch_ctx + tail);
+      bench.PrefillContexts(seqs, batch_ctx);
+      bench.CanvasRow(seqs, batch_ctx);
+    }
+    bench.pool().Clear();
+    if (prompt > 0) bench.PrefillRow(prompt);
+    return;
+  }
   for (int64_t ctx : contexts) {  // batch 1: a denoise block over the prefix, then decode from it
     bench.pool().Clear();
     const auto seq = bench.pool().NewMany(1, ctx + tail);
