@@ -63,19 +63,6 @@ double CanvasTemperature(const CanvasSamplerParams& p, int64_t steps_remaining) 
                        static_cast<double>(p.max_denoising_steps);
 }
 
-double RowEntropy(const float* z, int64_t vocab) {
-  // H = log(sum e^(z - m)) - sum p (z - m), in double: a 262K-entry row summed in f32 loses digits.
-  const double m = *std::max_element(z, z + vocab);
-  double s = 0, sz = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double d = static_cast<double>(z[i]) - m;
-    const double e = std::exp(d);
-    s += e;
-    if (e > 0) sz += e * d;  // a masked (-inf) token adds nothing (0 * -inf would be NaN)
-  }
-  return std::log(s) - sz / s;
-}
-
 int64_t RowArgmax(const float* z, int64_t vocab) { return std::max_element(z, z + vocab) - z; }
 
 std::vector<uint8_t> AcceptByEntropyBound(const std::vector<double>& entropy, double bound) {

@@ -38,9 +38,8 @@ struct CanvasSamplerParams {
 // t_min + (t_max - t_min) * steps_remaining / N; the first step runs at t_max, the last above t_min.
 double CanvasTemperature(const CanvasSamplerParams& p, int64_t steps_remaining);
 
-// Entropy (nats) of softmax(z) over one row of processed logits (already divided by the temperature),
-// and its argmax (the lowest index among equal maxima).
-double RowEntropy(const float* z, int64_t vocab);
+// The argmax of one row of processed logits (the lowest index among equal maxima). A row's entropy
+// and sample: CanvasRowReference (backend/sampling.h).
 int64_t RowArgmax(const float* z, int64_t vocab);
 
 // Entropy-bound acceptance: rows in ascending entropy (ties by index), each accepted iff the entropies

@@ -619,7 +619,7 @@ bool Engine::Step() {
     // back); the rules take the sequences' draws now, in the order the host sampler would.
     for (auto& p : plan) {
       Sequence& s = *p.seq;
-      if (p.prompt_chunk || p.segment.logits_rows.empty() || s.canvas) continue;  // canvas rows: on the host
+      if (p.prompt_chunk || p.segment.logits_rows.empty() || s.canvas) continue;  // canvas rows: PlanCanvas
       if (s.diffusion) {
         // A logit bias changes the block's rows before the draw: those come back to the host.
         // So do a constrained block's: each position is drawn under its prefix's grammar mask.
@@ -651,15 +651,22 @@ bool Engine::Step() {
     }
 
     const int64_t vocab = model_->config().vocab_size;
-    size_t row = 0, pick = 0;  // next row of result.logits / result.picks
-    std::vector<Sequence*> canvases_going_on;  // their self-conditioning inputs, in one product below
+    const int64_t hidden = model_->config().hidden_size;
+    size_t row = 0, pick = 0, canvas_row = 0;  // next row of result.logits / result.picks / result.canvas_*
+    std::vector<Sequence*> canvases_going_on;  // host-path canvases: their self-conditioning inputs below
     for (auto& p : plan) {
       Sequence& s = *p.seq;
       const Segment& seg = p.segment;
-      const bool sampled = !seg.sample.empty();
-      float* logits = sampled ? nullptr : result.logits.data() + row * vocab;
+      const bool sampled = !seg.sample.empty(), canvas_drawn = !seg.canvas_sample.empty();
+      CanvasForwardRows canvas_rows;
+      if (canvas_drawn) {
+        canvas_rows.picks = result.canvas_picks.data() + canvas_row;
+        canvas_rows.soft = result.canvas_soft.data() + canvas_row * hidden;
+        if (!result.canvas_logits.empty()) canvas_rows.logits = result.canvas_logits.data() + canvas_row * vocab;
+      }
+      float* logits = sampled || canvas_drawn ? nullptr : result.logits.data() + row * vocab;
       const ForwardResult::Pick* picks = sampled ? result.picks.data() + pick : nullptr;
-      (sampled ? pick : row) += seg.logits_rows.size();
+      (canvas_drawn ? canvas_row : sampled ? pick : row) += seg.logits_rows.size();
       s.num_cached += seg.commit_len;
       if (prefix_cache_ && seg.commit_len > 0) OnCommitted(s);
       // The first choice's prompt is committed (its full pages are now in the prefix cache): the
@@ -670,7 +677,9 @@ bool Engine::Step() {
       s.stats.expert_layer_steps += moe_layers;
       if (p.prompt_chunk) continue;
       if (s.canvas) {
-        if (ApplyCanvasStep(s, logits, vocab)) canvases_going_on.push_back(&s);
+        if (!canvas_drawn) canvas_rows.logits = logits;
+        ApplyCanvasStep(s, canvas_rows, vocab);
+        if (!s.canvas->z.empty()) canvases_going_on.push_back(&s);
       } else if (!s.diffusion) {
         // Log-probabilities are those of the model's distribution, before penalties and the grammar.
         std::vector<float> raw;

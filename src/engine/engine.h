@@ -146,17 +146,18 @@ class Engine : public EngineApi {
   // seq's segment this step: [committed tokens the cache lacks; the canvas], or a prompt chunk alone
   // when both do not fit `budget`. False: nothing for seq this step.
   bool PlanCanvas(Sequence& seq, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk);
-  // One denoising step from the canvas rows' logits [C, vocab] (host, divided in place by the step's
-  // temperature): sampling, acceptance, re-noising, the stop rule; a finished canvas's argmax is
-  // output and queued for its commit, or the sequence finishes. True: the canvas goes on and needs its
-  // self-conditioning input (UpdateSelfConditioning).
-  bool ApplyCanvasStep(Sequence& seq, float* logits, int64_t vocab);
+  // One denoising step from what the forward gave back for seq's canvas (CanvasForwardRows):
+  // sampling, acceptance, re-noising, the stop rule; a finished canvas's argmax is output and queued
+  // for its commit, or the sequence finishes. A canvas that goes on keeps its next self-conditioning
+  // input (the backend's), or on the host path its processed logits in CanvasState::z for
+  // UpdateSelfConditioning.
+  void ApplyCanvasStep(Sequence& seq, const CanvasForwardRows& rows, int64_t vocab);
   // Structured output on a canvas: masks each processed row z [C, vocab] (in place) by seq's grammar
   // after the argmax of the rows before it, rows past the output's end pinned to the filler token.
   // False when the grammar threw (the sequence has ended).
   bool ConstrainCanvasRows(Sequence& seq, float* z, int64_t C, int64_t vocab);
   // The kDiffusionStep event of a canvas step (requests with emit_steps).
-  void EmitCanvasStep(Sequence& seq, const float* z, int64_t vocab, const std::vector<int32_t>& argmax,
+  void EmitCanvasStep(Sequence& seq, const CanvasRowPick* picks, const std::vector<int32_t>& argmax,
                       const std::vector<uint8_t>& accepted);
   // The self-conditioning inputs of the canvases that go on, from their processed logits, in one product.
   void UpdateSelfConditioning(const std::vector<Sequence*>& seqs);

@@ -1,14 +1,17 @@
 // tessera engine: DiffusionGemma's canvas loop (docs/DIFFUSION_GEMMA.md section 6) inside the engine's
 // step. A sequence's segment is [the committed tokens the cache lacks; its canvas]: the prompt (or its
 // rest after a prefix-cache hit or a chunk) with the first canvas, then each finished canvas's argmax
-// with the next canvas's first step, so a commit costs no forward of its own. The canvas rows come
-// back as logits to the host, where canvas_sampler.h's rules run (temperature, entropy-bound
-// acceptance, re-noising, the stable-and-confident stop) with the sequence's own generator; the
-// self-conditioning input of the next step is then computed for every canvas that goes on in one
-// product (Model::SelfConditioningInput). Several sequences' canvases share a forward as segments of
-// one batch (a canvas model only generates canvases: no autoregressive rows to mix in). Structured
-// output: every step masks the canvas rows left to right by the grammar after the argmax of the rows
-// before them (ConstrainCanvasRows), so the argmax a canvas commits is always a prefix of the language.
+// with the next canvas's first step, so a commit costs no forward of its own. The backend turns the
+// canvas rows' logits into each row's entropy, argmax and sample (Backend::CanvasSampleRows, with the
+// uniforms drawn when the step is planned) and computes the next step's self-conditioning input
+// (Segment::canvas_sample): only [C] picks and [C, hidden] come back, never the [C, vocab] logits.
+// canvas_sampler.h's rules then run here (entropy-bound acceptance, re-noising, the stable-and-
+// confident stop) with the sequence's own generator. Several sequences' canvases share a forward as
+// segments of one batch (a canvas model only generates canvases: no autoregressive rows to mix in).
+// Structured output: a grammar masks the canvas rows left to right after the argmax of the rows before
+// them (ConstrainCanvasRows), so the argmax a canvas commits is always a prefix of the language; those
+// rows' logits come to the host, and their self-conditioning inputs are computed in one product
+// (Model::SelfConditioningInput).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/grammar_constraint.h"
@@ -23,22 +27,6 @@
 #include "model/model.h"
 
 namespace tessera {
-
-int32_t SampleProcessedRow(const float* z, int64_t vocab, double uniform) {
-  const double m = *std::max_element(z, z + vocab);
-  double total = 0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(z[i]) - m);
-  const double target = uniform * total;
-  double cum = 0;
-  int64_t last_positive = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double e = std::exp(static_cast<double>(z[i]) - m);
-    if (e > 0) last_positive = i;
-    cum += e;
-    if (cum > target) return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(last_positive);
-}
 
 namespace {
 
@@ -48,6 +36,7 @@ void NewCanvas(CanvasState& cs, int64_t vocab) {
   for (int32_t& t : cs.x) t = cs.Token(vocab);
   cs.soft.clear();
   cs.z.clear();
+  cs.uniforms.clear();
   cs.steps_remaining = cs.params.max_denoising_steps;
   cs.step = 0;
   cs.stop_rule.Reset();
@@ -65,8 +54,8 @@ bool Engine::ValidateCanvas(const Sequence& seq, std::string* error) const {
     return false;
   };
   if (r.diffusion) return refuse("masked-diffusion settings (block size, steps, policy)");
-  // The request's own sampler knobs: transformers' rules, and a canvas no longer than the model's (a
-  // step's [C, vocab] logits come to the host).
+  // The request's own sampler knobs: transformers' rules, and a canvas no longer than the model's (the
+  // memory plan reserves the model's canvas).
   if (r.canvas) {
     try {
       r.canvas->Validate("canvas sampler settings");
@@ -123,7 +112,7 @@ void Engine::InitCanvas(Sequence& seq) {
 }
 
 bool Engine::PlanCanvas(Sequence& s, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk) {
-  const CanvasState& cs = *s.canvas;
+  CanvasState& cs = *s.canvas;
   const int64_t C = cs.length;
   const int64_t end = static_cast<int64_t>(s.tokens.size());
   const int64_t to_commit = end - s.num_cached;
@@ -134,6 +123,16 @@ bool Engine::PlanCanvas(Sequence& s, int64_t budget, bool alone, Segment* seg, b
     seg->tokens.insert(seg->tokens.end(), cs.x.begin(), cs.x.end());
     for (int64_t i = 0; i < C; ++i) seg->logits_rows.push_back(static_cast<int32_t>(to_commit + i));
     seg->self_conditioning = cs.soft;
+    // The step's draws (transformers' order: the rows' multinomial draws, then the re-noise tokens
+    // after the step). The backend samples the rows with them, unless a grammar must mask the rows
+    // one after another on the host (ConstrainCanvasRows).
+    if (cs.uniforms.empty())
+      for (int64_t i = 0; i < C; ++i) cs.uniforms.push_back(cs.Uniform());
+    if (!s.constraint) {
+      const auto t = static_cast<float>(CanvasTemperature(cs.params, cs.steps_remaining));
+      for (int64_t i = 0; i < C; ++i) seg->canvas_sample.push_back({t, cs.uniforms[static_cast<size_t>(i)]});
+      seg->canvas_logits = static_cast<bool>(config_.canvas_trace);
+    }
     *prompt_chunk = false;
     return true;
   }
@@ -151,7 +150,7 @@ bool Engine::PlanCanvas(Sequence& s, int64_t budget, bool alone, Segment* seg, b
   return true;
 }
 
-bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
+void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t vocab) {
   CanvasState& cs = *s.canvas;
   const CanvasSamplerParams& p = cs.params;
   const int64_t C = cs.length;
@@ -166,21 +165,29 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
     trace.steps_remaining = cs.steps_remaining;
     trace.temperature = T;
     trace.input = cs.x;
-    trace.logits.assign(logits, logits + C * vocab);
+    if (in.logits) trace.logits.assign(in.logits, in.logits + C * vocab);
   }
-  // z = logits / T in f32, as transformers divides the f32 logits by the temperature.
-  const float Tf = static_cast<float>(T);
-  for (int64_t i = 0; i < C * vocab; ++i) logits[i] /= Tf;
-  if (s.constraint && !ConstrainCanvasRows(s, logits, C, vocab)) return false;
-  std::vector<double> entropy(static_cast<size_t>(C)), uniforms(static_cast<size_t>(C));
+  std::vector<CanvasRowPick> host_picks;
+  const CanvasRowPick* rows = in.picks;
+  if (!rows) {
+    // The host path: z = logits / T in f32 (as transformers divides), masked by the grammar, each
+    // row's pick by the backend's own reference.
+    const float Tf = static_cast<float>(T);
+    for (int64_t i = 0; i < C * vocab; ++i) in.logits[i] /= Tf;
+    if (s.constraint && !ConstrainCanvasRows(s, in.logits, C, vocab)) return;
+    host_picks.resize(static_cast<size_t>(C));
+    for (int64_t r = 0; r < C; ++r) host_picks[r] = CanvasRowReference(in.logits + r * vocab, vocab, cs.uniforms[r]);
+    rows = host_picks.data();
+  }
+  const std::vector<double> uniforms = std::move(cs.uniforms);
+  cs.uniforms.clear();
+  std::vector<double> entropy(static_cast<size_t>(C));
   std::vector<int32_t> argmax(static_cast<size_t>(C)), sampled(static_cast<size_t>(C)), noise(static_cast<size_t>(C));
   double mean_entropy = 0;
   for (int64_t r = 0; r < C; ++r) {
-    const float* z = logits + r * vocab;
-    entropy[r] = RowEntropy(z, vocab);
-    argmax[r] = static_cast<int32_t>(RowArgmax(z, vocab));
-    uniforms[r] = cs.Uniform();  // the multinomial draws first, then the re-noise canvas (transformers' order)
-    sampled[r] = SampleProcessedRow(z, vocab, uniforms[r]);
+    entropy[r] = rows[r].entropy;
+    argmax[r] = rows[r].argmax;
+    sampled[r] = rows[r].sampled;
     mean_entropy += entropy[r];
   }
   mean_entropy /= static_cast<double>(C);
@@ -190,7 +197,7 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   // The stop rule sees every step (its history must hold this canvas's argmax); the last step ends the
   // canvas whatever it says.
   const bool stop = cs.stop_rule.Step(argmax, mean_entropy) || cs.steps_remaining <= 1;
-  if (s.req.emit_steps && s.req.on_event) EmitCanvasStep(s, logits, vocab, argmax, accepted);
+  if (s.req.emit_steps && s.req.on_event) EmitCanvasStep(s, rows, argmax, accepted);
   ++cs.decoder_forwards;
   ++cs.step;
   if (tracing) {
@@ -207,8 +214,9 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
   if (!stop) {
     cs.x = std::move(next);
     --cs.steps_remaining;
-    cs.z.assign(logits, logits + C * vocab);  // S, for the next step's self-conditioning input
-    return true;
+    if (in.picks) cs.soft.assign(in.soft, in.soft + C * model_->config().hidden_size);
+    else cs.z.assign(in.logits, in.logits + C * vocab);  // for UpdateSelfConditioning
+    return;
   }
 
   // The canvas is done: its ARGMAX (not the last sample) is the text. It is committed by the next
@@ -230,7 +238,7 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
     // structure's completion itself (inside a structure a stop id may be ordinary text). The rows were
     // masked after this very argmax, so the grammar takes every token up to there.
     const size_t end = AdvanceGrammarBlock(s, argmax, &eos);
-    if (s.finished) return false;
+    if (s.finished) return;
     emit.assign(argmax.begin(), argmax.begin() + static_cast<std::ptrdiff_t>(end));
   } else {
     for (int32_t t : argmax) {
@@ -256,16 +264,15 @@ bool Engine::ApplyCanvasStep(Sequence& s, float* logits, int64_t vocab) {
     s.stats.tokens_per_forward =
         cs.decoder_forwards > 0 ? static_cast<double>(cs.hf_tokens) / static_cast<double>(cs.decoder_forwards) : 0.0;
     Finish(s, (eos && !cut) || s.stop->stopped() ? FinishReason::kStop : FinishReason::kLength);
-    return false;
+    return;
   }
   NewCanvas(cs, model_->config().vocab_size);
-  return false;
 }
 
 // A live view of the step (stream_steps, --show-steps): the canvas as it would be committed now (its
 // argmax) at its absolute position, the rows this step accepted and the probability each one's argmax
-// has (z is the step's processed logits). Computed only for requests that ask.
-void Engine::EmitCanvasStep(Sequence& s, const float* z, int64_t vocab, const std::vector<int32_t>& argmax,
+// has. Computed only for requests that ask.
+void Engine::EmitCanvasStep(Sequence& s, const CanvasRowPick* picks, const std::vector<int32_t>& argmax,
                             const std::vector<uint8_t>& accepted) {
   const CanvasState& cs = *s.canvas;
   GenerationEvent ev;
@@ -277,12 +284,8 @@ void Engine::EmitCanvasStep(Sequence& s, const float* z, int64_t vocab, const st
   v.block_tokens = argmax;
   for (size_t r = 0; r < accepted.size(); ++r) {
     if (!accepted[r]) continue;
-    const float* row = z + static_cast<int64_t>(r) * vocab;
-    const double m = row[argmax[r]];
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
     v.unmasked.push_back(v.block_start + static_cast<int64_t>(r));
-    v.conf.push_back(static_cast<float>(1.0 / sum));
+    v.conf.push_back(picks[r].argmax_prob);
   }
   s.req.on_event(ev);
 }

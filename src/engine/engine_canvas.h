@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+
 #include "engine/canvas_sampler.h"
 
 namespace tessera {
@@ -47,11 +49,14 @@ struct CanvasState {
   // empty at the first step), the steps left (n), the steps taken and the stop rule's history.
   std::vector<int32_t> x;
   std::vector<float> soft;
+  // The step's multinomial draws, one per row, taken when the step is planned (the backend samples
+  // with them) and used up by its ApplyCanvasStep: a planned step that does not run keeps them.
+  std::vector<double> uniforms;
   int64_t steps_remaining = 0;
   int64_t step = 0;
   CanvasStopRule stop_rule;
-  // This step's processed logits z, [C, vocab], kept between the step's sampling and the batched
-  // self-conditioning product (empty otherwise).
+  // The host path's processed logits z of this step, [C, vocab], kept between the step's sampling and
+  // the batched self-conditioning product (empty otherwise).
   std::vector<float> z;
   int64_t decoder_forwards = 0;  // denoising steps run, over all canvases (HF's tokens_per_forward)
   int64_t hf_tokens = 0;         // new tokens up to and including the first end token (the same metric)
@@ -61,9 +66,14 @@ struct CanvasState {
   int32_t Token(int64_t vocab) { return static_cast<int32_t>(Uniform() * static_cast<double>(vocab)); }
 };
 
-// The first token of softmax(z) (one row of processed logits, in index order) whose cumulative
-// probability exceeds `uniform`, sums in double; the last token of positive probability when rounding
-// leaves none. The inverse-CDF rule the doc model replays.
-int32_t SampleProcessedRow(const float* z, int64_t vocab, double uniform);
+// What a forward gave back for one sequence's canvas rows. The backend's path (Segment::canvas_sample):
+// each row's pick and the next step's self-conditioning input, and the rows' logits only when traced.
+// The host path (a grammar masks the rows one after another: ConstrainCanvasRows): the logits alone,
+// divided and masked in place.
+struct CanvasForwardRows {
+  float* logits = nullptr;                 // [C, vocab] before the temperature, or null
+  const CanvasRowPick* picks = nullptr;    // [C], the backend's path
+  const float* soft = nullptr;             // [C, hidden], the backend's path
+};
 
 }  // namespace tessera

@@ -36,6 +36,14 @@ struct Segment {
   // the soft embedding softmax(S) @ embed_tokens * embed_scale of the previous step's processed
   // logits S. Empty: a canvas's first step (zeros). Must be empty for other models and rows.
   std::vector<float> self_conditioning;
+  // Canvas rows drawn by the backend (canvas-decoder models; one rule per logits row, every one a
+  // canvas row; not with `sample`): instead of their logits, each row's CanvasRowPick and the next
+  // step's self-conditioning input of the rows come back (ForwardResult::canvas_picks, canvas_soft):
+  // [C, hidden] leaves the device instead of [C, vocab] (Backend::CanvasSampleRows).
+  std::vector<CanvasRowRule> canvas_sample;
+  // With canvas_sample: the rows' logits (before the temperature) come back as well
+  // (ForwardResult::canvas_logits; the engine's traces and the tests).
+  bool canvas_logits = false;
   // MoE models: the router logits of this segment's rows are divided by it before the softmax and
   // top-k (a request's router temperature; 1 = unchanged). Must be finite and > 0.
   float router_temperature = 1.f;
@@ -60,6 +68,12 @@ struct ForwardResult {
     float prob = 0.f;  // RowSampling's probability of the token
   };
   std::vector<Pick> picks;
+  // The rows of the segments with canvas_sample, segments in order: each row's pick, the next step's
+  // self-conditioning input [rows, hidden] (Model::SelfConditioningInput of the rows' z), and, when
+  // any of those segments set canvas_logits, every such row's logits [rows, vocab].
+  std::vector<CanvasRowPick> canvas_picks;
+  std::vector<float> canvas_soft;
+  std::vector<float> canvas_logits;
   int64_t rows_processed = 0;  // token rows run through the layers
   // When capture_hidden: [num_layers + 1] of [rows, hidden]: embeddings, each layer's output, the
   // last one after the final norm (rows of all segments, in order).

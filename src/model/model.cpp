@@ -15,6 +15,7 @@
 
 #include "backend/communicator.h"
 #include "backend/sampling.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
@@ -48,6 +49,10 @@ struct Model::Prepared {
   std::vector<int64_t> logit_rows;
   int64_t full_rows = 0;
   std::vector<RowSampling> rules;
+  // Then the canvas rows the backend draws (Segment::canvas_sample), one rule each, and whether their
+  // logits come back too.
+  std::vector<CanvasRowRule> canvas_rules;
+  bool canvas_logits = false;
   std::vector<SegmentRows> segments;
   std::vector<float> router_temperature;  // [rows] when a segment's is not 1, else empty
 };
@@ -219,6 +224,16 @@ void Model::AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_sta
   });
 }
 
+static std::vector<float> DownloadFloats(Backend& be, const float* p, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (n > 0) be.Download(out.data(), p, out.size() * sizeof(float));
+  return out;
+}
+
+// The self-conditioning input's S is the processed logits z stored in the embedding's dtype
+// (docs/DIFFUSION_GEMMA.md 5): rounded to bf16 in a bf16 checkpoint.
+static bool StoresSInBf16(const ModelWeights& w) { return w.embed.dtype == DType::kBF16; }
+
 std::vector<float> Model::SelfConditioningInput(const float* z, int64_t rows) {
   const ArchBody* body = ArchFor(cfg_.family).body;
   if (!body->self_conditioning)
@@ -226,8 +241,17 @@ std::vector<float> Model::SelfConditioningInput(const float* z, int64_t rows) {
   if (ranks_.size() != 1)  // refused at load today; the product would need the whole embedding on one rank
     Fail(ErrorKind::kUnsupported, "the self-conditioning input is not implemented with tensor parallelism");
   Rank& rk = *ranks_[0];
-  std::vector<float> out(static_cast<size_t>(rows * cfg_.hidden_size));
-  if (rows > 0) body->self_conditioning(*rk.backend, cfg_, *rk.weights, z, rows, out.data());
+  Backend& be = *rk.backend;
+  const int64_t V = cfg_.vocab_size, H = cfg_.hidden_size;
+  std::vector<float> out(static_cast<size_t>(rows * H));
+  if (rows == 0) return out;
+  std::vector<float> s(z, z + rows * V);  // S: z as the embedding's dtype stores it
+  if (StoresSInBf16(*rk.weights))
+    for (float& v : s) v = Bf16ToF32(F32ToBf16(v));
+  DeviceBuffer ds = DeviceBuffer::Floats(be, rows * V), y = DeviceBuffer::Floats(be, rows * H);
+  be.Upload(ds.data(), s.data(), s.size() * sizeof(float));
+  body->self_conditioning(be, cfg_, *rk.weights, ds.f32(), rows, y.f32());
+  be.Download(out.data(), y.f32(), out.size() * sizeof(float));
   return out;
 }
 
@@ -322,6 +346,18 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
         Fail(ErrorKind::kInvalidArgument, "segment {}: bad sampling rule", si);
     for (int32_t lr : s.logits_rows)
       if (lr < 0 || lr >= T) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} out of range", si, lr);
+    if (!s.canvas_sample.empty()) {
+      if (c.canvas_length <= 0 || !s.sample.empty() || s.canvas_sample.size() != s.logits_rows.size())
+        Fail(ErrorKind::kInvalidArgument,
+             "segment {}: {} canvas rules for {} logits rows ({} sampling rules; canvas model: {})", si,
+             s.canvas_sample.size(), s.logits_rows.size(), s.sample.size(), c.canvas_length > 0);
+      for (int32_t lr : s.logits_rows)
+        if (lr < s.commit_len) Fail(ErrorKind::kInvalidArgument, "segment {}: logits row {} is not a canvas row", si, lr);
+      for (const CanvasRowRule& rule : s.canvas_sample)
+        if (!(rule.temperature > 0.f && std::isfinite(rule.temperature) && rule.uniform >= 0.0 && rule.uniform < 1.0))
+          Fail(ErrorKind::kInvalidArgument, "segment {}: bad canvas rule (temperature {}, uniform {})", si,
+               rule.temperature, rule.uniform);
+    }
     // A canvas-decoder model (DiffusionGemma): committed rows are causal (the encoder), the
     // uncommitted block is a canvas (the decoder) with an optional self-conditioning input.
     const bool canvas_model = c.canvas_length > 0;
@@ -349,15 +385,21 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
         p.router_temperature.insert(p.router_temperature.end(), t.tokens.size(), t.router_temperature);
       break;
     }
-  // Logits rows: the returned ones first, then the sampled ones (each class in segment order).
-  for (int pass = 0; pass < 2; ++pass)
+  // Logits rows: the returned ones first, then the sampled ones, then the canvas rows the backend
+  // draws (each class in segment order).
+  auto row_class = [](const Segment& s) { return !s.sample.empty() ? 1 : !s.canvas_sample.empty() ? 2 : 0; };
+  for (int pass = 0; pass < 3; ++pass)
     for (size_t si = 0; si < batch.segments.size(); ++si) {
       const Segment& s = batch.segments[si];
-      if (s.sample.empty() != (pass == 0)) continue;
+      if (row_class(s) != pass) continue;
       for (int32_t lr : s.logits_rows) p.logit_rows.push_back(p.segments[si].row0 + lr);
       p.rules.insert(p.rules.end(), s.sample.begin(), s.sample.end());
+      p.canvas_rules.insert(p.canvas_rules.end(), s.canvas_sample.begin(), s.canvas_sample.end());
+      p.canvas_logits = p.canvas_logits || (pass == 2 && s.canvas_logits);
       if (pass == 0) p.full_rows += static_cast<int64_t>(s.logits_rows.size());
     }
+  if (!p.canvas_rules.empty() && ranks_.size() != 1)  // refused at load for this family today
+    Fail(ErrorKind::kUnsupported, "canvas rows drawn on the device are not implemented with tensor parallelism");
   ForwardResult res;
   OnRanks([&](Rank& rk) { ForwardRank(rk, p, opts, rk.shard.rank == 0 ? &res : nullptr); });
   return res;
@@ -437,7 +479,8 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     be.RmsNorm(h.f32(), R, H, H, w.final_norm, eps, one_plus, x.f32(), H);
     be.Download(res->hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
   }
-  const int64_t L = static_cast<int64_t>(p.logit_rows.size()), F = p.full_rows, S = L - F;
+  const int64_t L = static_cast<int64_t>(p.logit_rows.size()), F = p.full_rows,
+                K = static_cast<int64_t>(p.canvas_rules.size()), S = L - F - K;
   DeviceBuffer sel = DeviceBuffer::Floats(be, L * H);
   // One copy per run of consecutive rows (a diffusion block's rows are one run).
   for (int64_t i = 0, run = 1; i < L; i += run) {
@@ -455,7 +498,24 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       picked = DeviceBuffer(be, static_cast<size_t>(S) * 8);
       be.SampleRows(logits.f32() + F * V, S, V, p.rules.data(), picked.i32(), picked.f32() + S);
     }
+    // Canvas rows: their picks and the next step's self-conditioning input are all that leaves the
+    // device (unless their logits are asked for: read before the division, which ends the step here).
+    DeviceBuffer canvas_picks, soft;
+    if (K > 0) {
+      float* z = logits.f32() + (F + S) * V;
+      if (p.canvas_logits) res->canvas_logits = DownloadFloats(be, z, K * V);
+      canvas_picks = DeviceBuffer(be, static_cast<size_t>(K) * sizeof(CanvasRowPick));
+      be.CanvasSampleRows(z, K, V, p.canvas_rules.data(), StoresSInBf16(w),
+                          static_cast<CanvasRowPick*>(canvas_picks.data()));
+      soft = DeviceBuffer::Floats(be, K * H);
+      body.self_conditioning(be, c, w, z, K, soft.f32());
+    }
     be.EndStep();
+    if (K > 0) {
+      res->canvas_picks.resize(static_cast<size_t>(K));
+      be.Download(res->canvas_picks.data(), canvas_picks.data(), canvas_picks.bytes());
+      res->canvas_soft = DownloadFloats(be, soft.f32(), K * H);
+    }
     res->logits.resize(F * V);
     if (F > 0) be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
     if (S > 0) {

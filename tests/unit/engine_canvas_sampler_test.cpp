@@ -1,5 +1,6 @@
 // tessera engine tests: DiffusionGemma's canvas sampler rules (docs/DIFFUSION_GEMMA.md section 6) on
-// hand-worked cases: the temperature schedule's ends, entropy of known distributions, the
+// hand-worked cases: the temperature schedule's ends, the row picks (entropy, argmax, inverse-CDF
+// sample) of known distributions and the CPU backend's CanvasSampleRows, the
 // entropy-bound acceptance (prefix, boundary, ties, the lowest row always in), re-noising, the
 // stable-and-confident stop, and generation_config.json parsing with transformers' validation.
 // (Replaying transformers' recorded traces needs the GPU fixtures: tools/dgemma_fixtures.)
@@ -7,8 +8,12 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
+#include "backend/sampling.h"
+#include "core/dtype.h"
 #include "engine/canvas_sampler.h"
 #include "expect_error.h"
 
@@ -28,23 +33,60 @@ TEST(CanvasSampler, TemperatureRunsFromTmaxToJustAboveTmin) {
   EXPECT_DOUBLE_EQ(CanvasTemperature(p, 3), 0.875);
 }
 
-TEST(CanvasSampler, RowEntropyAndArgmax) {
+// CanvasRowReference (backend/sampling.h): what every canvas row's step reads of its processed logits.
+TEST(CanvasSampler, RowPicksOfKnownDistributions) {
+  auto entropy = [](const float* z, int64_t n) { return CanvasRowReference(z, n, 0.5).entropy; };
   const float uniform[8] = {3, 3, 3, 3, 3, 3, 3, 3};
-  EXPECT_NEAR(RowEntropy(uniform, 8), std::log(8.0), 1e-12);
-  EXPECT_EQ(RowArgmax(uniform, 8), 0);  // the lowest index among equal maxima
+  EXPECT_NEAR(entropy(uniform, 8), std::log(8.0), 1e-12);
+  EXPECT_EQ(CanvasRowReference(uniform, 8, 0.5).argmax, 0);  // the lowest index among equal maxima
+  EXPECT_EQ(RowArgmax(uniform, 8), 0);
+  EXPECT_FLOAT_EQ(CanvasRowReference(uniform, 8, 0.5).argmax_prob, 0.125f);
+  // The inverse CDF in token order: the first token whose running sum exceeds u (0.5 is exactly 4/8:
+  // token 4; just below: token 3; 0: token 0).
+  EXPECT_EQ(CanvasRowReference(uniform, 8, 0.5).sampled, 4);
+  EXPECT_EQ(CanvasRowReference(uniform, 8, 0.4999).sampled, 3);
+  EXPECT_EQ(CanvasRowReference(uniform, 8, 0.0).sampled, 0);
   // p = (1/2, 1/4, 1/4) as logits: H = 1.5 ln 2, whatever the common shift.
   const float third[3] = {static_cast<float>(std::log(0.5) + 7), static_cast<float>(std::log(0.25) + 7),
                           static_cast<float>(std::log(0.25) + 7)};
-  EXPECT_NEAR(RowEntropy(third, 3), 1.5 * std::log(2.0), 1e-6);
+  EXPECT_NEAR(entropy(third, 3), 1.5 * std::log(2.0), 1e-6);
+  EXPECT_EQ(CanvasRowReference(third, 3, 0.6).sampled, 1);
+  EXPECT_EQ(CanvasRowReference(third, 3, 0.8).sampled, 2);
   const float peaked[4] = {-1000, 50, -1000, -1000};
-  EXPECT_NEAR(RowEntropy(peaked, 4), 0.0, 1e-12);
-  EXPECT_EQ(RowArgmax(peaked, 4), 1);
-  // A grammar-masked row (-inf where not allowed): the entropy of what is left, not NaN.
+  EXPECT_NEAR(entropy(peaked, 4), 0.0, 1e-12);
+  EXPECT_EQ(CanvasRowReference(peaked, 4, 0.9).argmax, 1);
+  EXPECT_EQ(CanvasRowReference(peaked, 4, 0.9).sampled, 1);
+  // A grammar-masked row (-inf where not allowed): the entropy of what is left, not NaN, and never a
+  // masked token, even for a draw at the very top.
   const float inf = std::numeric_limits<float>::infinity();
   const float masked[4] = {-inf, 2, -inf, 2};
-  EXPECT_NEAR(RowEntropy(masked, 4), std::log(2.0), 1e-12);
+  EXPECT_NEAR(entropy(masked, 4), std::log(2.0), 1e-12);
+  EXPECT_EQ(CanvasRowReference(masked, 4, 0.999999).sampled, 3);
+  EXPECT_EQ(CanvasRowReference(masked, 4, 0.0).sampled, 1);
   const float pinned[3] = {-inf, 0, -inf};
-  EXPECT_EQ(RowEntropy(pinned, 3), 0.0);
+  EXPECT_EQ(entropy(pinned, 3), 0.0);
+}
+
+// The CPU backend's CanvasSampleRows: z = logits / t in place, the picks of z, then z rounded to bf16.
+TEST(CanvasSampler, BackendRowsDivideRoundAndPick) {
+  auto be = MakeCpuBackend();
+  const float row0[4] = {1.0f, 3.3f, 2.0f, 3.3f}, row1[4] = {0.7f, -2.0f, 5.1f, 5.0f};
+  std::vector<float> x(row0, row0 + 4);
+  x.insert(x.end(), row1, row1 + 4);
+  const CanvasRowRule rules[2] = {{0.4f, 0.3}, {0.7f, 0.95}};
+  CanvasRowPick picks[2];
+  be->CanvasSampleRows(x.data(), 2, 4, rules, true, picks);
+  for (int r = 0; r < 2; ++r) {
+    const float* in = r == 0 ? row0 : row1;
+    float z[4];
+    for (int i = 0; i < 4; ++i) z[i] = in[i] / rules[r].temperature;
+    const CanvasRowPick want = CanvasRowReference(z, 4, rules[r].uniform);
+    EXPECT_EQ(picks[r].argmax, want.argmax);
+    EXPECT_EQ(picks[r].sampled, want.sampled);
+    EXPECT_DOUBLE_EQ(picks[r].entropy, want.entropy);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(x[r * 4 + i], Bf16ToF32(F32ToBf16(z[i]))) << r << " " << i;
+  }
+  EXPECT_EQ(picks[0].argmax, 1);  // 3.3 twice: the first
 }
 
 TEST(CanvasSampler, AcceptsTheLowestEntropiesWithinTheBound) {

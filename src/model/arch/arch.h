@@ -53,10 +53,11 @@ struct ArchBody {
   void (*logits)(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab);
   // K/V values per token of attention layer l's cache (both K and V: 2 * kv_heads * head_dim).
   int64_t (*kv_values_per_token)(const ModelConfig& cfg, int64_t layer);
-  // Canvas-decoder families (Model::SelfConditioningInput): out [rows, hidden] (host) = the next
-  // denoising step's self-conditioning input from this step's processed logits z [rows, vocab] (host).
-  // Null: the family has no canvas decoder.
-  void (*self_conditioning)(Backend& be, const ModelConfig& cfg, const ModelWeights& w, const float* z, int64_t rows,
+  // Canvas-decoder families (Model::SelfConditioningInput, Segment::canvas_sample): out [rows, hidden]
+  // = the next denoising step's self-conditioning input from this step's processed logits as stored,
+  // s [rows, vocab] (z rounded to the embedding's dtype; overwritten). Both in backend memory. Null:
+  // the family has no canvas decoder.
+  void (*self_conditioning)(Backend& be, const ModelConfig& cfg, const ModelWeights& w, float* s, int64_t rows,
                             float* out) = nullptr;
   // Whether its layer splits over the ranks of a tensor-parallel group (shards, all-reduces);
   // Model::Load refuses tensor_parallel_size > 1 otherwise.

@@ -290,21 +290,13 @@ void Logits(const LayerContext& ctx, float* logits, int64_t rows, int64_t vocab)
 
 // docs 5: soft = softmax_f32(S) @ embed_tokens * embed_scale, S = z stored in the embedding's dtype
 // (transformers casts the processed logits before keeping them: in a bf16 model z, up to 30 / t_min,
-// is rounded to bf16, spacing 0.5 above 64, which visibly moves the softmax). The probabilities stay
-// f32 here (transformers rounds them to bf16 as well, an activation-sized error like every other
-// activation tessera keeps in f32). The product is E without the transpose the lm_head uses.
-void SelfConditioning(Backend& be, const ModelConfig& c, const ModelWeights& w, const float* z, int64_t rows,
-                      float* out) {
-  const int64_t V = c.vocab_size, H = c.hidden_size;
-  std::vector<float> s(z, z + rows * V);
-  if (w.embed.dtype == DType::kBF16)
-    for (float& v : s) v = Bf16ToF32(F32ToBf16(v));
-  DeviceBuffer p = DeviceBuffer::Floats(be, rows * V), y = DeviceBuffer::Floats(be, rows * H);
-  be.Upload(p.data(), s.data(), s.size() * sizeof(float));
-  be.Softmax(p.f32(), rows, V);
-  be.MatMulNoTrans(p.f32(), rows, w.embed, y.f32());
-  be.Scale(y.f32(), rows * H, Arch(w).embed_scale);
-  be.Download(out, y.f32(), static_cast<size_t>(rows * H) * sizeof(float));
+// is rounded to bf16, spacing 0.5 above 64, which visibly moves the softmax; the caller rounds). The
+// probabilities stay f32 here (transformers rounds them to bf16 as well, an activation-sized error like
+// every other activation tessera keeps in f32). The product is E without the transpose the lm_head uses.
+void SelfConditioning(Backend& be, const ModelConfig& c, const ModelWeights& w, float* s, int64_t rows, float* out) {
+  be.Softmax(s, rows, c.vocab_size);
+  be.MatMulNoTrans(s, rows, w.embed, out);
+  be.Scale(out, rows * c.hidden_size, Arch(w).embed_scale);
 }
 
 int64_t KvValuesPerToken(const ModelConfig& c, int64_t l) {
