@@ -132,6 +132,10 @@ class CudaBackend : public Backend {
   // On the device (cuda_backend_sampling.cpp, cuda_sampling.cu): every row is finished there.
   void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens,
                   float* probs) override;
+  // On the device (cuda_backend_sampling.cpp, cuda_canvas_sampling.cu): a canvas step's rows stay there,
+  // only their picks are written.
+  void CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules, bool round_z_to_bf16,
+                        CanvasRowPick* picks) override;
 
   cudaStream_t stream() const { return stream_; }
   // Bytes held by the caching allocator (in use + cached).
