@@ -227,7 +227,7 @@ for f in sorted(glob.glob(out + "/bench-*.json")):
     b = json.load(open(f)); s = kinds.setdefault(k, {"rounds": 0, "done": 0, "failed": 0, "tok": 0, "dur": 0.0,
                                                      "by_status": {}, "errors": {}, "ttft": []})
     s["rounds"] += 1; s["done"] += b["completed"]; s["failed"] += b["failed"]; s["tok"] += b["total_output_tokens"]
-    s["dur"] = max(s["dur"], b["duration_s"]); s["ttft"] += b.get("ttfts_ms") or []
+    s["dur"] = max(s["dur"], b["duration_s"]); s["ttft"] += [t for t in b.get("ttfts_ms") or [] if t is not None]  # null: no output
     for key in ("failures_by_status", "errors"):
         for x, n in (b.get(key) or {}).items():
             d = s["by_status" if key == "failures_by_status" else "errors"]; d[x] = d.get(x, 0) + n
