@@ -133,13 +133,14 @@ void Session::OnHeader(beast::error_code ec, size_t) {
   static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
   ArmWriteDeadline();
   net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->EndWriteDeadline();
     if (ec) return self->OnRead(ec, 0);
     self->ReadBody();
   });
 }
 
 void Session::ReadBody() {
-  stream_.expires_never();  // the body's deadline is ours (after a 100 Continue, the write's is set)
+  stream_.expires_never();  // the body's deadline is ours (ArmReadDeadline), as a write's is
   ArmReadDeadline(srv_->cfg.server.body_timeout_s);
   http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::OnRead, shared_from_this()));
 }
@@ -336,6 +337,7 @@ void Session::SendResponse(int status, std::string body, const char* content_typ
   Record();
   ArmWriteDeadline();
   http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+    self->EndWriteDeadline();
     self->FinishRequest();
     if (ec) return;
     if (!self->keep_alive_) return self->GracefulClose();
@@ -354,14 +356,32 @@ void Session::SendError(const ApiError& e, bool close) {
   SendResponse(e.status, ErrorJson(e), "application/json", close, std::move(headers));
 }
 
-// The deadline of the write about to start (server.write_timeout_s): on expiry the stream closes
-// the socket and the write fails with a timeout, which ends the request as a client that left.
+// The deadline of the write about to start (server.write_timeout_s): on expiry the connection is
+// reset and the write fails, which ends the request as a client that left. Reset, not closed: after
+// a close the kernel would go on sending what it holds for this client (up to its send buffer,
+// megabytes on loopback) at the reader's pace, with the connection open in FIN-WAIT-1 for as long as
+// the reader keeps taking a little; the slow reader would not even see the cut (the soak's slow
+// readers read on for minutes). SO_LINGER 0 makes the close an RST, which drops those bytes at once.
 void Session::ArmWriteDeadline() {
-  double s = srv_->cfg.server.write_timeout_s;
-  if (s > 0)
-    stream_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
-  else
-    stream_.expires_never();
+  stream_.expires_never();
+  const uint64_t gen = ++write_deadline_gen_;
+  write_timer_.cancel();
+  const double s = srv_->cfg.server.write_timeout_s;
+  if (s <= 0) return;
+  write_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+  write_timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+    if (ec || gen != self->write_deadline_gen_) return;
+    self->srv_->m.write_timeouts.Inc();
+    beast::error_code ignored;
+    self->stream_.socket().set_option(net::socket_base::linger(true, 0), ignored);
+    self->stream_.socket().close(ignored);  // the pending write ends with operation_aborted
+  });
+}
+
+// The write it guarded has ended: its timer lets go of the session (as EndReadDeadline).
+void Session::EndWriteDeadline() {
+  ++write_deadline_gen_;
+  write_timer_.cancel();
 }
 
 void Session::WriteRaw(std::string data) {
@@ -399,6 +419,7 @@ void Session::DoWrite() {
   ArmWriteDeadline();
   net::async_write(stream_, net::buffer(outq_.front()),
                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                     self->EndWriteDeadline();
                      self->writing_ = false;
                      if (ec || self->closed_) {
                        // The buffers are released only here, once no write refers to them any more.

@@ -245,7 +245,7 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // `health_only`: a connection of server.health_port (only /health and /metrics, not counted).
   Session(tcp::socket socket, HttpServer::Impl* srv, bool health_only = false)
-      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), srv_(srv), health_only_(health_only) {
+      : stream_(std::move(socket)), read_timer_(stream_.get_executor()), write_timer_(stream_.get_executor()), srv_(srv), health_only_(health_only) {
     std::lock_guard<std::mutex> l(srv_->sessions_mu);
     srv_->sessions.insert(this);
   }
@@ -337,6 +337,7 @@ class Session : public std::enable_shared_from_this<Session> {
                     std::vector<std::pair<std::string, std::string>> headers = {});
   void SendError(const ApiError& e, bool close = false);
   void ArmWriteDeadline();
+  void EndWriteDeadline();
   void WriteRaw(std::string data);
   // HTTP/1.0 has no chunked coding: there the stream is sent as is and the close ends it.
   void WriteChunk(const std::string& data) {
@@ -355,6 +356,11 @@ class Session : public std::enable_shared_from_this<Session> {
   net::steady_timer read_timer_;
   uint64_t read_deadline_gen_ = 0;  // a timer whose handler was already queued when re-armed is stale
   bool reading_ = false, read_timed_out_ = false, first_request_ = true;
+  // The write deadline is ours too: beast's would close the socket, and a close leaves the bytes the
+  // kernel still holds for the client (its send buffer: megabytes on loopback) going out at the
+  // reader's pace; the timer resets the connection instead (ArmWriteDeadline).
+  net::steady_timer write_timer_;
+  uint64_t write_deadline_gen_ = 0;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpServer::Impl* srv_;

@@ -203,6 +203,9 @@ ServerMetrics::ServerMetrics(MetricsRegistry& r)
                                     "Connections refused by a connection limit (total or per_client) before any "
                                     "request was read; not in the request counters.",
                                     {"limit"})),
+      write_timeouts(r.Counter("tessera_http_write_timeouts_total",
+                               "Connections reset because the client took longer than server.write_timeout_s "
+                               "to take one write (a reader too slow or gone).")),
       ttft(r.Histogram("tessera_time_to_first_token_seconds",
                        "Time from request arrival to its first output token.", kLatencyBuckets)),
       inter_token(r.Histogram("tessera_inter_token_latency_seconds",

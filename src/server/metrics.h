@@ -80,6 +80,7 @@ struct ServerMetrics {
   MetricFamily& errors;                        // counter {code}
   MetricFamily& connections_open;              // gauge (connections admitted by the connection limits)
   MetricFamily& connections_refused;           // counter {limit}: refused at accept, no request read
+  MetricFamily& write_timeouts;                // counter: connections reset at server.write_timeout_s
   MetricFamily& ttft;                          // histogram seconds
   MetricFamily& inter_token;                   // histogram seconds
   MetricFamily& e2e;                           // histogram seconds

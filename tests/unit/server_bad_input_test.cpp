@@ -4,11 +4,12 @@
 // thread's stack, wrong types inside nested fields, integers at and beyond the int64 range,
 // invalid UTF-8 / lone surrogates, oversized headers, wrong methods, HEAD, absolute-form targets,
 // Expect: 100-continue, HTTP/1.0 streams, streams the engine refuses, made-up paths in /metrics,
-// clients that stop reading, and clients that take every file descriptor.
+// clients that stop reading (reset at the write deadline), and clients that take every file descriptor.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/resource.h>
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -305,6 +306,57 @@ TEST_F(ServerBadInput, ClientThatStopsReadingIsDropped) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(server->in_flight(), 0);
   ::close(fd);
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+}
+
+// A client that stops reading after the whole answer was produced (the engine done, the stream's
+// last bytes queued): at the write deadline the connection is reset, so the kernel drops what it still
+// held for the client and the client learns at once that it was cut off. Before, beast's timeout
+// closed the socket: the megabytes already in the send buffer went on at the reader's pace, then a
+// FIN, so a slow reader read on for minutes and never saw the cut (tools/soak.sh's slow readers), and
+// nothing counted it.
+TEST_F(ServerBadInput, WriteTimeoutResetsTheConnectionAndCountsIt) {
+  cfg.server.write_timeout_s = 0.5;
+  engine.script.assign(64, std::string(128 * 1024, 'x'));  // 8 MiB of SSE, more than the buffers
+  Start();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  timeval five{5, 0};  // a read that hangs fails the test instead of blocking it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string body = ChatText(R"("stream": true)");
+  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  // Nothing read until the deadline has passed and the server has counted it.
+  const std::string counted = "tessera_http_write_timeouts_total 1\n";
+  bool seen = false;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !seen && std::chrono::steady_clock::now() < end; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    seen = Call(port, "GET", "/metrics").body.find(counted) != std::string::npos;
+  EXPECT_TRUE(seen) << Call(port, "GET", "/metrics").body;
+  // Now read: at most what the client's own buffer held, then the reset (not megabytes, then the end).
+  size_t got = 0;
+  int err = 0;
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    err = n == 0 ? 0 : errno;
+    break;
+  }
+  ::close(fd);
+  EXPECT_EQ(err, ECONNRESET) << got << " bytes read, then " << (err == 0 ? "the end of the stream" : std::strerror(err));
+  EXPECT_LT(got, 1u << 20);
+  EXPECT_EQ(server->in_flight(), 0);
   EXPECT_EQ(Call(port, "GET", "/health").status, 200);
 }
 

@@ -90,7 +90,7 @@ TEST(ServerMetrics, ServerMetricSetIsValid) {
         "tessera_prefix_cache_hits_total", "tessera_kv_cache_pages_used", "tessera_kv_cache_pages_total",
         "tessera_diffusion_tokens_per_forward", "tessera_diffusion_steps_per_block",
         "tessera_moe_routed_tokens_total", "tessera_request_errors_total", "tessera_http_connections_open",
-        "tessera_http_connections_refused_total"})
+        "tessera_http_connections_refused_total", "tessera_http_write_timeouts_total"})
     EXPECT_TRUE(e.types.count(name)) << name;
   EXPECT_EQ(e.Value("tessera_moe_routed_tokens_total", {{"layer", "0"}, {"expert", "17"}}), 5);
   EXPECT_EQ(e.Value("tessera_time_to_first_token_seconds_count", {}), 1);
