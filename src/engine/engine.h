@@ -62,9 +62,8 @@ struct EngineConfig {
   CanvasSamplerParams canvas;
   std::function<void(const CanvasStepTrace&)> canvas_trace;
   // Tests only: let a canvas model generate on a device backend. Its CUDA ops and forward match the
-  // CPU (CudaDgemma.*, H100 2026-12-06), but in the one GPU run of the whole loop
-  // (EngineDiffusionGemmaCanvas.GenerationsEqualTheCpusOnCuda) one request's logits parted from the
-  // CPU's by 2.97 at some step: until that test passes the engine refuses the combination.
+  // CPU (CudaDgemma.*, H100 2026-12-06); the engine refuses the combination until the loop's own GPU
+  // test (EngineDiffusionGemmaCanvas.EveryCudaStepEqualsTheCpusForwardOfItsStateOnCuda) has passed.
   bool allow_device_canvas = false;
 };
 

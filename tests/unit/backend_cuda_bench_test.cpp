@@ -328,11 +328,13 @@ class CudaBenchRun {
 
   // One denoising step of canvas diffusion (DiffusionGemma) for every sequence, as the engine runs it
   // (engine_canvas.cpp): the canvas of C = canvas_length rows at [ctx, ctx + C) attends the committed
-  // prefix and the whole canvas, with the self-conditioning input of a previous step; all C rows'
-  // logits come to the host (the sampler's rules run there), and the next step's self-conditioning
-  // input is computed from them (Model::SelfConditioningInput: up, softmax, the [C, V] x [V, H]
-  // product, down). Two rows: the forward alone (its logits on the host) and the whole device part of
-  // a step (forward + self-conditioning); the host's sampling is not included.
+  // prefix and the whole canvas, with the self-conditioning input of a previous step. Two rows:
+  //  - "drawn": the engine's path (Segment::canvas_sample): the backend draws the rows and computes the
+  //    next step's self-conditioning input in the same forward; [C] picks and [C, hidden] come back;
+  //  - "host": the constrained canvases' path: the [C, vocab] logits come to the host, and their
+  //    self-conditioning input is a second call (Model::SelfConditioningInput); the host's own
+  //    per-row work (a grammar, entropies, samples) is not included.
+  // The floor counts the step's weights and the soft product (2 C V H FLOPs, the table read once).
   void CanvasRow(const std::vector<SequenceCache*>& seqs, int64_t ctx) {
     const int64_t C = cfg_.canvas_length, H = cfg_.hidden_size, n = static_cast<int64_t>(seqs.size());
     Batch b;
@@ -342,43 +344,48 @@ class CudaBenchRun {
       s.first_pos = ctx;
       s.tokens = Tokens(C, 29 + i);
       for (int32_t t = 0; t < C; ++t) s.logits_rows.push_back(t);
+      s.self_conditioning.assign(static_cast<size_t>(C * H), 0.01f);
       b.segments.push_back(std::move(s));
     }
-    ForwardResult r = model_.Forward(b);  // warm-up, and the logits the first soft input comes from
-    std::vector<float> soft = model_.SelfConditioningInput(r.logits.data(), n * C);
+    Batch drawn = b;
     for (int64_t i = 0; i < n; ++i)
-      b.segments[i].self_conditioning.assign(soft.begin() + i * C * H, soft.begin() + (i + 1) * C * H);
-    model_.Forward(b);
-    model_.backend().Synchronize();
-    model_.backend().ProfileReset();
+      for (int64_t t = 0; t < C; ++t)
+        drawn.segments[i].canvas_sample.push_back({0.6f, static_cast<double>((t * 37 + i * 11) % 100) / 100.0});
     const int64_t repeats = std::max<int64_t>(3, steps_ / 8);
-    double forward_s = 0, soft_s = 0;
-    for (int64_t k = 0; k < repeats; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      r = model_.Forward(b);
-      forward_s += Seconds(t0);
-      const auto t1 = std::chrono::steady_clock::now();
-      soft = model_.SelfConditioningInput(r.logits.data(), n * C);
-      soft_s += Seconds(t1);
-    }
-    const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
-    EXPECT_TRUE(ResultValid(r, cfg_.vocab_size));
-    EXPECT_TRUE(AllFinite(soft));
     StepShape s;
     s.sequences = n;
     s.rows_per_sequence = C;
     s.logits_rows = n * C;
     s.cached_keys = static_cast<double>(ctx);
     s.attended_keys = static_cast<double>(ctx + C);  // every layer counted as global: an upper bound
-    const auto experts = ExpertsTouched(b);
-    const StepCost cost = CountStep(cfg_, census_, model_.KvCacheDType(), s, experts);
+    StepCost cost = CountStep(cfg_, census_, model_.KvCacheDType(), s, ExpertsTouched(b));
+    cost.flops += 2.0 * n * C * cfg_.vocab_size * H;
+    cost.bytes += 2.0 * cfg_.vocab_size * H;
     const std::string row = "canvas " + std::to_string(n) + "x" + std::to_string(C) + " ctx " + std::to_string(ctx);
-    Print(row + " forward", forward_s / repeats, static_cast<double>(n * C), cost);
-    StepCost with_soft = cost;  // + the soft product: 2 C V H FLOPs, the embedding table read once
-    with_soft.flops += 2.0 * n * C * cfg_.vocab_size * H;
-    with_soft.bytes += 2.0 * cfg_.vocab_size * H;
-    Print(row + " forward+selfcond", (forward_s + soft_s) / repeats, static_cast<double>(n * C), with_soft);
-    std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
+    for (const bool device : {true, false}) {
+      auto step = [&] {
+        if (device) {
+          const ForwardResult r = model_.Forward(drawn);
+          EXPECT_EQ(r.canvas_picks.size(), static_cast<size_t>(n * C));
+          EXPECT_TRUE(AllFinite(r.canvas_soft));
+          for (const CanvasRowPick& p : r.canvas_picks)
+            EXPECT_TRUE(p.sampled >= 0 && p.sampled < cfg_.vocab_size && std::isfinite(p.entropy));
+          return;
+        }
+        const ForwardResult r = model_.Forward(b);
+        EXPECT_TRUE(AllFinite(model_.SelfConditioningInput(r.logits.data(), n * C)));
+      };
+      step();  // warm-up (and the graph's first sightings)
+      step();
+      model_.backend().Synchronize();
+      model_.backend().ProfileReset();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t k = 0; k < repeats; ++k) step();
+      const double seconds = Seconds(t0) / repeats;
+      const std::string profile = model_.backend().ProfileReport();  // TESSERA_CUDA_PROFILE=1
+      Print(row + (device ? " drawn" : " host"), seconds, static_cast<double>(n * C), cost);
+      std::printf("%s  %s (so far)\n", profile.c_str(), model_.backend().StepSummary().c_str());
+    }
   }
 
   // Prefill of one prompt in one forward (committed, logits of the last row).
