@@ -269,14 +269,8 @@ void GemmF32xBf16Batch(const GemmBf16Job* jobs, int count, ThreadPool* pool) {
 
 void GemmF32xF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
                  ThreadPool* pool, bool accumulate) {
-  ColumnsFn fn = GenericColumns<float>;
-  switch (Current()) {
-    case Kernel::kAvx512Bf16:
-    case Kernel::kAvx512: fn = gemm_internal::F32ColumnsAvx512; break;
-    case Kernel::kAvx2: fn = gemm_internal::F32ColumnsAvx2; break;
-    case Kernel::kGeneric: break;
-  }
-  Run(fn, XLayout::kPlain, sizeof(float), x, m, k, w, n, y, pool, accumulate);
+  // The same choice the quantized products make for their dequantized tiles: one switch for both.
+  Run(gemm_internal::CurrentF32Columns(), XLayout::kPlain, sizeof(float), x, m, k, w, n, y, pool, accumulate);
 }
 
 namespace gemm_internal {

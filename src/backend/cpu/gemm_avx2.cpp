@@ -4,27 +4,47 @@
 // Same scheme as gemm_avx512.cpp on 256-bit vectors: a load of 16 bf16 is widened to the even
 // and the odd weights by a shift and a mask, against activations pre-permuted to match
 // (XLayout::kEvenOdd16). AVX2 has no 16-bit masked load, so the last partial chunk of a weight
-// row is copied to a zero-padded buffer (never reading past the row).
+// row is copied to a zero-padded buffer (never reading past the row). The tile loop itself is
+// gemm_tile.h's, shared with the AVX-512 file; this file gives it 256-bit loads and sums.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_tile.h"
 
 namespace tessera::gemm_internal {
 
 namespace {
-
-// How far ahead of the current chunk each weight row is prefetched.
-constexpr int kPrefetchBytes = 512;
 
 // Lane mask of the first `count` 32-bit lanes (count clamped to [0, 8]) for maskload.
 inline __m256i LaneMask(int count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-struct Bf16Policy {
+// The 256-bit accumulator of gemm_tile.h's loop and its horizontal sums.
+struct Ymm {
+  using Acc = __m256;
+  // How far ahead of the current chunk each weight row is prefetched.
+  static constexpr int kPrefetchBytes = 512;
+  static __m256 Zero() { return _mm256_setzero_ps(); }
+  // 8 lanes -> 4 partial sums.
+  static __m128 Fold(__m256 v) {
+    return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  }
+  static __m128 Reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    return _mm_hadd_ps(_mm_hadd_ps(Fold(a0), Fold(a1)), _mm_hadd_ps(Fold(a2), Fold(a3)));
+  }
+  // Same addition order as Reduce4 (results must not depend on tile boundaries).
+  static float Reduce1(__m256 a) {
+    __m128 f = Fold(a);
+    f = _mm_hadd_ps(f, f);
+    return _mm_cvtss_f32(_mm_hadd_ps(f, f));
+  }
+};
+
+struct Bf16Policy : Ymm {
   using XT = float;
   using WT = uint16_t;
   static constexpr int kChunk = 16;
@@ -52,7 +72,7 @@ struct Bf16Policy {
   }
 };
 
-struct F32Policy {
+struct F32Policy : Ymm {
   using XT = float;
   using WT = float;
   static constexpr int kChunk = 16;
@@ -72,72 +92,6 @@ struct F32Policy {
     return _mm256_fmadd_ps(w.b, x.b, acc);
   }
 };
-
-// 8 lanes -> 4 partial sums.
-inline __m128 Fold(__m256 v) {
-  return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-}
-inline __m128 Reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  return _mm_hadd_ps(_mm_hadd_ps(Fold(a0), Fold(a1)), _mm_hadd_ps(Fold(a2), Fold(a3)));
-}
-// Same addition order as Reduce4 (results must not depend on tile boundaries).
-inline float Reduce1(__m256 a) {
-  __m128 f = Fold(a);
-  f = _mm_hadd_ps(f, f);
-  return _mm_cvtss_f32(_mm_hadd_ps(f, f));
-}
-
-template <int NR>
-inline void StoreRow(const __m256 (&acc)[NR], float* y, bool accumulate) {
-  int j = 0;
-  for (; j + 4 <= NR; j += 4) {
-    __m128 s = Reduce4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-    if (accumulate) s = _mm_add_ps(s, _mm_loadu_ps(y + j));
-    _mm_storeu_ps(y + j, s);
-  }
-  for (; j < NR; ++j) {
-    float s = Reduce1(acc[j]);
-    y[j] = accumulate ? y[j] + s : s;
-  }
-}
-
-template <class P, int MR, int NR>
-inline void Tile(const GemmArgs& a, int64_t i0, int64_t j0) {
-  using XT = typename P::XT;
-  using WT = typename P::WT;
-  const XT* x = static_cast<const XT*>(a.x) + i0 * a.ldx;
-  const WT* w = static_cast<const WT*>(a.w) + j0 * a.k;
-  __m256 acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
-  const int64_t k_full = a.k - a.k % P::kChunk;
-  for (int64_t p = 0; p < k_full; p += P::kChunk) {
-    typename P::XV xv[MR];
-    for (int i = 0; i < MR; ++i) xv[i] = P::LoadX(x + i * a.ldx + p);
-    for (int j = 0; j < NR; ++j) {
-      // Prefetch ahead of the hardware prefetcher (see gemm_avx512.cpp); never faults.
-      _mm_prefetch(reinterpret_cast<const char*>(w + j * a.k + p) + kPrefetchBytes, _MM_HINT_T0);
-      const typename P::WV wv = P::LoadW(w + j * a.k + p);
-      for (int i = 0; i < MR; ++i) acc[i][j] = P::Fma(acc[i][j], wv, xv[i]);
-    }
-  }
-  if (const int rem = static_cast<int>(a.k - k_full); rem > 0) {
-    typename P::XV xv[MR];
-    for (int i = 0; i < MR; ++i) xv[i] = P::LoadXTail(x + i * a.ldx + k_full, rem);
-    for (int j = 0; j < NR; ++j) {
-      const typename P::WV wv = P::LoadWTail(w + j * a.k + k_full, rem);
-      for (int i = 0; i < MR; ++i) acc[i][j] = P::Fma(acc[i][j], wv, xv[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) StoreRow<NR>(acc[i], a.y + (i0 + i) * a.n + j0, a.accumulate);
-}
-
-template <class P, int MR, int NR>
-void RowTile(const GemmArgs& a, int64_t i0, int64_t j0, int64_t j1) {
-  int64_t j = j0;
-  for (; j + NR <= j1; j += NR) Tile<P, MR, NR>(a, i0, j);
-  for (; j < j1; ++j) Tile<P, MR, 1>(a, i0, j);
-}
 
 // 16 ymm registers: 2x4 tile = 8 accumulators + 4 x vectors + 2 widened weights.
 template <class P>

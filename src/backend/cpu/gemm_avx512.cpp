@@ -7,7 +7,8 @@
 // shuffles. The activations are pre-permuted to match (XLayout::kEvenOdd32, done once per call).
 //
 // Register tiles: MR rows of x times NR rows of w, one 16-lane f32 accumulator each, reduced
-// horizontally at the end of k. The weight block is reused from L2 across the m tiles.
+// horizontally at the end of k (the loop is gemm_tile.h's, shared with the AVX2 file; this file gives
+// it 512-bit loads and sums, and the tile shapes).
 // GCC 12's AVX-512 intrinsics build their "don't care" operands from _mm512_undefined_*(), which
 // -Wuninitialized reports at every use (a known false positive of the compiler's own headers).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -19,13 +20,11 @@
 #include <cstdint>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_tile.h"
 
 namespace tessera::gemm_internal {
 
 namespace {
-
-// How far ahead of the current chunk each weight row is prefetched.
-constexpr int kPrefetchBytes = 512;  // best of 0, 512, 1024, 2048 measured (see bench/gemm_bench.cpp)
 
 // Mask of the first `rem` (< 32) 16-bit lanes.
 inline __mmask32 Mask32(int rem) { return static_cast<__mmask32>((uint64_t{1} << rem) - 1); }
@@ -36,8 +35,32 @@ inline __mmask16 Mask16(int count) {
   return static_cast<__mmask16>((1u << count) - 1);
 }
 
+// The 512-bit accumulator of gemm_tile.h's loop and its horizontal sums.
+struct Zmm {
+  using Acc = __m512;
+  // How far ahead of the current chunk each weight row is prefetched: the best of 0, 512, 1024 and
+  // 2048 measured (see bench/gemm_bench.cpp).
+  static constexpr int kPrefetchBytes = 512;
+  static __m512 Zero() { return _mm512_setzero_ps(); }
+  // 16 lanes -> 4 partial sums (lane l holds the sum of lanes l, l+4, l+8, l+12).
+  static __m128 Fold(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+  // Horizontal sums of 4 accumulators -> [s0, s1, s2, s3], cheaper than four full reductions.
+  static __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    return _mm_hadd_ps(_mm_hadd_ps(Fold(a0), Fold(a1)), _mm_hadd_ps(Fold(a2), Fold(a3)));
+  }
+  // One sum, added in exactly the order Reduce4 uses (see StoreRow in gemm_tile.h).
+  static float Reduce1(__m512 a) {
+    __m128 f = Fold(a);
+    f = _mm_hadd_ps(f, f);
+    return _mm_cvtss_f32(_mm_hadd_ps(f, f));
+  }
+};
+
 // bf16 weights, f32 activations in kEvenOdd32 order.
-struct Bf16Policy {
+struct Bf16Policy : Zmm {
   using XT = float;
   using WT = uint16_t;
   static constexpr int kChunk = 32;
@@ -63,7 +86,7 @@ struct Bf16Policy {
 };
 
 // f32 weights, plain f32 activations (tails masked on both sides).
-struct F32Policy {
+struct F32Policy : Zmm {
   using XT = float;
   using WT = float;
   static constexpr int kChunk = 32;
@@ -84,7 +107,7 @@ struct F32Policy {
 };
 
 // bf16 weights, activations rounded to bf16 (kBf16Pad32): one vdpbf16ps per 32 products.
-struct Bf16DotPolicy {
+struct Bf16DotPolicy : Zmm {
   using XT = uint16_t;
   using WT = uint16_t;
   static constexpr int kChunk = 32;
@@ -98,78 +121,6 @@ struct Bf16DotPolicy {
   }
   static __m512 Fma(__m512 acc, const WV& w, const XV& x) { return _mm512_dpbf16_ps(acc, w, x); }
 };
-
-// 16 lanes -> 4 partial sums (lane l holds the sum of lanes l, l+4, l+8, l+12).
-inline __m128 Fold(__m512 v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-// Horizontal sums of 4 accumulators -> [s0, s1, s2, s3], cheaper than four full reductions.
-inline __m128 Reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  return _mm_hadd_ps(_mm_hadd_ps(Fold(a0), Fold(a1)), _mm_hadd_ps(Fold(a2), Fold(a3)));
-}
-// One sum, added in exactly the order Reduce4 uses, so a column's result does not depend on
-// whether it fell in a full tile or a tail (tails move with the thread count's block split).
-inline float Reduce1(__m512 a) {
-  __m128 f = Fold(a);
-  f = _mm_hadd_ps(f, f);
-  return _mm_cvtss_f32(_mm_hadd_ps(f, f));
-}
-
-template <int NR>
-inline void StoreRow(const __m512 (&acc)[NR], float* y, bool accumulate) {
-  int j = 0;
-  for (; j + 4 <= NR; j += 4) {
-    __m128 s = Reduce4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-    if (accumulate) s = _mm_add_ps(s, _mm_loadu_ps(y + j));
-    _mm_storeu_ps(y + j, s);
-  }
-  for (; j < NR; ++j) {
-    float s = Reduce1(acc[j]);
-    y[j] = accumulate ? y[j] + s : s;
-  }
-}
-
-// y[i0 : i0+MR, j0 : j0+NR] over the whole k.
-template <class P, int MR, int NR>
-inline void Tile(const GemmArgs& a, int64_t i0, int64_t j0) {
-  using XT = typename P::XT;
-  using WT = typename P::WT;
-  const XT* x = static_cast<const XT*>(a.x) + i0 * a.ldx;
-  const WT* w = static_cast<const WT*>(a.w) + j0 * a.k;
-  __m512 acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  const int64_t k_full = a.k - a.k % P::kChunk;
-  for (int64_t p = 0; p < k_full; p += P::kChunk) {
-    typename P::XV xv[MR];
-    for (int i = 0; i < MR; ++i) xv[i] = P::LoadX(x + i * a.ldx + p);
-    for (int j = 0; j < NR; ++j) {
-      // Weight rows are streamed from DRAM once: ask for them ahead of the hardware prefetcher,
-      // which ramps up too slowly on the short (k of a few KB) rows. Past the row's end this
-      // lands on the next row, which is next in memory; a prefetch never faults.
-      _mm_prefetch(reinterpret_cast<const char*>(w + j * a.k + p) + kPrefetchBytes, _MM_HINT_T0);
-      const typename P::WV wv = P::LoadW(w + j * a.k + p);
-      for (int i = 0; i < MR; ++i) acc[i][j] = P::Fma(acc[i][j], wv, xv[i]);
-    }
-  }
-  if (const int rem = static_cast<int>(a.k - k_full); rem > 0) {
-    typename P::XV xv[MR];
-    for (int i = 0; i < MR; ++i) xv[i] = P::LoadXTail(x + i * a.ldx + k_full, rem);
-    for (int j = 0; j < NR; ++j) {
-      const typename P::WV wv = P::LoadWTail(w + j * a.k + k_full, rem);
-      for (int i = 0; i < MR; ++i) acc[i][j] = P::Fma(acc[i][j], wv, xv[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) StoreRow<NR>(acc[i], a.y + (i0 + i) * a.n + j0, a.accumulate);
-}
-
-template <class P, int MR, int NR>
-void RowTile(const GemmArgs& a, int64_t i0, int64_t j0, int64_t j1) {
-  int64_t j = j0;
-  for (; j + NR <= j1; j += NR) Tile<P, MR, NR>(a, i0, j);
-  for (; j < j1; ++j) Tile<P, MR, 1>(a, i0, j);
-}
 
 // Tile shapes keep MR*NR accumulators + the x and w vectors within the 32 zmm registers.
 template <class P>

@@ -1,13 +1,13 @@
 // tessera cpu backend: AVX2 dequantization of quantized weight rows into f32 (gemm.h DequantRowsAvx2),
-// 8 columns per step; the same conversions as gemm_quant_avx512.cpp (see there) on 256-bit vectors.
-// Built with -mavx2 -mfma -mf16c and called only after gemm.cpp checked cpuid.
+// 8 columns per step; the same conversions as gemm_quant_avx512.cpp (see there) on 256-bit vectors, in
+// gemm_dequant.h's loop (shared with that file). Built with -mavx2 -mfma -mf16c and called only after
+// gemm.cpp checked cpuid.
 #include <immintrin.h>
-
-#include <algorithm>
 
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_dequant.h"
 
 namespace tessera::gemm_internal {
 
@@ -35,32 +35,23 @@ inline __m256 Fp8x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_or_si128(sign, rest));
 }
 
+// 8 columns a step, for gemm_dequant.h's loop.
+struct Lanes8 {
+  using Vec = __m256;
+  static constexpr int kWidth = 8;
+  static __m256 Set1(float v) { return _mm256_set1_ps(v); }
+  static __m256 Sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+  static __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static void Store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+  static __m256 Int4(const uint8_t* p) { return Int4x8(p); }
+  static __m256 Int8(const uint8_t* p) { return Int8x8(p); }
+  static __m256 Fp8(const uint8_t* p) { return Fp8x8(p); }
+};
+
 }  // namespace
 
 void DequantRowsAvx2(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out) {
-  const int64_t rb = QuantRowBytes(q.kind, k), G = q.Groups(k);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = static_cast<const uint8_t*>(codes) + r * rb;
-    float* dst = out + (r - r0) * k;
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t c0 = g * q.group, c1 = std::min(k, c0 + q.group);
-      const float s = q.scales[r * G + g], z = q.zeros ? q.zeros[r * G + g] : 0.f;
-      int64_t c = c0;
-      if (q.kind != QuantKind::kInt4 || (c0 & 1) == 0) {
-        if (q.kind == QuantKind::kFp8) {
-          const __m256 vs = _mm256_set1_ps(s * 256.f);
-          for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(Fp8x8(row + c), vs));
-        } else {
-          const __m256 vs = _mm256_set1_ps(s), vz = _mm256_set1_ps(z);
-          for (; c + 8 <= c1; c += 8) {
-            const __m256 v = q.kind == QuantKind::kInt4 ? Int4x8(row + c / 2) : Int8x8(row + c);
-            _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_sub_ps(v, vz), vs));
-          }
-        }
-      }
-      for (; c < c1; ++c) dst[c] = s * (QuantCodeValue(q.kind, row, c) - z);
-    }
-  }
+  DequantRowsWith<Lanes8>(codes, q, k, r0, r1, out);
 }
 
 }  // namespace tessera::gemm_internal

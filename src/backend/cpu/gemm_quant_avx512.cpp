@@ -8,8 +8,8 @@
 //   fp8:  e4m3 bits moved into an f16 (sign to bit 15, exponent and mantissa shifted left by 7), whose
 //         value is the e4m3 value / 2^8 for normal and subnormal codes alike (the exponent biases differ
 //         by 8), converted by vcvtph2ps; the 2^8 goes into the scale.
-// Then (v - zero) * scale per group. Tails (columns past the last full 16 of a group) take the portable
-// per-element path, so any group size works.
+// Then (v - zero) * scale per group, in gemm_dequant.h's loop (shared with gemm_quant_avx2.cpp). Tails
+// (columns past the last full 16 of a group) take the portable per-element path, so any group size works.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)  // a GCC-only warning (clang warns about the unknown group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_dequant.h"
 
 namespace tessera::gemm_internal {
 
@@ -44,35 +45,23 @@ inline __m512 Fp8x16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_or_si256(sign, rest));
 }
 
+// 16 columns a step, for gemm_dequant.h's loop.
+struct Lanes16 {
+  using Vec = __m512;
+  static constexpr int kWidth = 16;
+  static __m512 Set1(float v) { return _mm512_set1_ps(v); }
+  static __m512 Sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static void Store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+  static __m512 Int4(const uint8_t* p) { return Int4x16(p); }
+  static __m512 Int8(const uint8_t* p) { return Int8x16(p); }
+  static __m512 Fp8(const uint8_t* p) { return Fp8x16(p); }
+};
+
 }  // namespace
 
 void DequantRowsAvx512(const void* codes, const WeightQuant& q, int64_t k, int64_t r0, int64_t r1, float* out) {
-  const int64_t rb = QuantRowBytes(q.kind, k), G = q.Groups(k);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = static_cast<const uint8_t*>(codes) + r * rb;
-    float* dst = out + (r - r0) * k;
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t c0 = g * q.group, c1 = std::min(k, c0 + q.group);
-      const float s = q.scales[r * G + g], z = q.zeros ? q.zeros[r * G + g] : 0.f;
-      int64_t c = c0;
-      // Vector steps need 16 whole columns; int4 also needs an even start (a byte boundary).
-      if (q.kind != QuantKind::kInt4 || (c0 & 1) == 0) {
-        if (q.kind == QuantKind::kFp8) {
-          const __m512 vs = _mm512_set1_ps(s * 256.f);
-          for (; c + 16 <= c1; c += 16) _mm512_storeu_ps(dst + c, _mm512_mul_ps(Fp8x16(row + c), vs));
-        } else {
-          // (v - z) * s: the subtraction is exact (integer codes and zero points), so each value is
-          // rounded once, as the portable path rounds it.
-          const __m512 vs = _mm512_set1_ps(s), vz = _mm512_set1_ps(z);
-          for (; c + 16 <= c1; c += 16) {
-            const __m512 v = q.kind == QuantKind::kInt4 ? Int4x16(row + c / 2) : Int8x16(row + c);
-            _mm512_storeu_ps(dst + c, _mm512_mul_ps(_mm512_sub_ps(v, vz), vs));
-          }
-        }
-      }
-      for (; c < c1; ++c) dst[c] = s * (QuantCodeValue(q.kind, row, c) - z);
-    }
-  }
+  DequantRowsWith<Lanes16>(codes, q, k, r0, r1, out);
 }
 
 namespace {
