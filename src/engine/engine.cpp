@@ -41,18 +41,11 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
     : model_(model), tokenizer_(tokenizer), config_(config), weight_faults_base_(MappedFileFaultCount()) {
   const ModelConfig& mc = model_->config();
   // Uniform-state canvas diffusion (DiffusionGemma) generates through its canvas loop
-  // (engine_canvas.cpp). The forward's ops and the canvas attention exist on the CPU and CUDA backends
-  // (the sampler's rules run on the host either way), but the loop on CUDA is not yet verified end to
-  // end (EngineConfig::allow_device_canvas): the CPU backend only.
+  // (engine_canvas.cpp), on the CPU and CUDA backends alike.
   canvas_ = mc.canvas_length > 0;
   if (canvas_) {
     if (config_.force_diffusion)
       Fail(ErrorKind::kInvalidArgument, "{} is a canvas-diffusion model: masked block diffusion cannot be forced on it",
-           FamilyName(mc.family));
-    if (model_->backend().IsDevice() && !config_.allow_device_canvas)
-      Fail(ErrorKind::kUnsupported,
-           "{}: generation runs on the CPU backend only for now (its CUDA canvas loop is not yet verified "
-           "against the CPU's; load it with --device cpu)",
            FamilyName(mc.family));
     config_.canvas.Validate("engine canvas settings");
     if (config_.canvas.canvas_length > mc.canvas_length)

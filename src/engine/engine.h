@@ -61,10 +61,6 @@ struct EngineConfig {
   // observer of every denoising step (tests: the random draws and decisions; null: none).
   CanvasSamplerParams canvas;
   std::function<void(const CanvasStepTrace&)> canvas_trace;
-  // Tests only: let a canvas model generate on a device backend. Its CUDA ops and forward match the
-  // CPU (CudaDgemma.*, H100 2026-12-06); the engine refuses the combination until the loop's own GPU
-  // test (EngineDiffusionGemmaCanvas.EveryCudaStepEqualsTheCpusForwardOfItsStateOnCuda) has passed.
-  bool allow_device_canvas = false;
 };
 
 class Engine : public EngineApi {

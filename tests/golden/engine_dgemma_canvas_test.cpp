@@ -304,14 +304,13 @@ struct TracedRun {
 // The runs the replay checks: two requests batched (ConfidenceParams: canvases of different lengths
 // of steps, an end token) and the K = 1 history (StabilityParams: two whole canvases), over pages of
 // 4 tokens so that canvases and the window of 8 span pages.
-TracedRun RunTraced(Model& m, bool stability, bool allow_device) {
+TracedRun RunTraced(Model& m, bool stability) {
   TracedRun run;
   EngineConfig cfg;
   cfg.num_pages = 64;
   cfg.page_size = 4;
   cfg.canvas = stability ? StabilityParams() : ConfidenceParams();
   cfg.canvas_trace = [&](const CanvasStepTrace& s) { run.traces[s.request_id].push_back(s); };
-  cfg.allow_device_canvas = allow_device;
   Engine engine(&m, nullptr, cfg);
   if (stability) {
     GenerationRequest r = Request("k", 21, 32, &run.outs["k"]);
@@ -326,10 +325,10 @@ TracedRun RunTraced(Model& m, bool stability, bool allow_device) {
   return run;
 }
 
-void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, bool allow_device, double tolerance,
+void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, double tolerance,
                                       const char* label) {
   for (const bool stability : {false, true}) {
-    const TracedRun run = RunTraced(run_on, stability, allow_device);
+    const TracedRun run = RunTraced(run_on, stability);
     for (const auto& [id, out] : run.outs) {
       SCOPED_TRACE("request " + id);
       const std::vector<CanvasStepTrace>& steps = run.traces.at(id);
@@ -347,7 +346,7 @@ void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, bool allow_devi
 // (the same arithmetic in another order: ~1e-5).
 TEST(EngineDiffusionGemmaCanvas, EveryStepEqualsAStatelessForwardOfItsState) {
   auto cpu = Model::Load(testing::DgemmaSelfcheckDir());
-  ExpectStepsEqualStatelessReplays(*cpu, *cpu, false, 1e-4, "cpu ");
+  ExpectStepsEqualStatelessReplays(*cpu, *cpu, 1e-4, "cpu ");
 }
 
 // The canvas loop on the CUDA backend (segments batched, pages of 4, steps replayed as CUDA graphs,
@@ -359,7 +358,7 @@ TEST(EngineDiffusionGemmaCanvas, EveryCudaStepEqualsTheCpusForwardOfItsStateOnCu
   LoadOptions o;
   o.device = "cuda";
   auto gpu = Model::Load(testing::DgemmaSelfcheckDir(), o);
-  ExpectStepsEqualStatelessReplays(*gpu, *cpu, true, 5e-3, "cuda");
+  ExpectStepsEqualStatelessReplays(*gpu, *cpu, 5e-3, "cuda");
 }
 
 }  // namespace
