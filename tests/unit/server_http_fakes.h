@@ -34,7 +34,9 @@ class FakeEngine : public EngineApi {
     info.max_model_len = 4096;
     info.vocab_size = 1000;
   }
-  ~FakeEngine() override {
+  ~FakeEngine() override { JoinThreads(); }
+  // Waits for every request's thread (a hanging one ends when its request is cancelled).
+  void JoinThreads() {
     std::vector<std::thread> ts;
     {
       std::lock_guard<std::mutex> l(mu);

@@ -21,6 +21,15 @@ class FakeServerTest : public ::testing::Test {
     cfg.server.threads = 2;
     cfg.server.access_log = "";
   }
+  // The fake engine's threads hold their requests' callbacks, and through them the server's state of
+  // each request (its timers belong to the server's io_context): they end before the server goes, as
+  // `tessera serve` stops its engine before the server is destroyed (UBSan caught a timer destroyed
+  // after its io_context when the server went first).
+  void TearDown() override {
+    if (server) server->Stop();
+    engine.JoinThreads();
+    server.reset();
+  }
   void Start() {
     server = std::make_unique<HttpServer>(cfg, engine, prompts);
     server->Start();
