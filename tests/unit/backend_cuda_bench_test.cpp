@@ -484,27 +484,15 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
   model->AllocateCaches(pages, kPageSize, slots);
 
   CudaBenchRun bench(*model, name, steps, bandwidth);
-  if (model->config().canvas_length > 0) {  // a canvas model only runs canvases (and commits prompts)
-    for (int64_t ctx : contexts) {
-      bench.pool().Clear();
-      const auto seq = bench.pool().NewMany(1, ctx + tail);
-      bench.PrefillContexts(seq, ctx);
-      bench.CanvasRow(seq, ctx);
-    }
-    for (int64_t b : batches) {
-      bench.pool().Clear();
-      const auto seqs = bench.pool().NewMany(b, batch_ctx + tail);
-      bench.PrefillContexts(seqs, batch_ctx);
-      bench.CanvasRow(seqs, batch_ctx);
-    }
-    bench.pool().Clear();
-    if (prompt > 0) bench.PrefillRow(prompt);
-    return;
-  }
-  for (int64_t ctx : contexts) {  // batch 1: a denoise block over the prefix, then decode from it
+  const bool canvas = model->config().canvas_length > 0;  // a canvas model only runs canvas steps
+  for (int64_t ctx : contexts) {  // batch 1: a denoise block (or canvas) over the prefix, then decode from it
     bench.pool().Clear();
     const auto seq = bench.pool().NewMany(1, ctx + tail);
     bench.PrefillContexts(seq, ctx);
+    if (canvas) {
+      bench.CanvasRow(seq, ctx);
+      continue;
+    }
     bench.DenoiseRow(seq, ctx);
     bench.DecodeRow(seq, ctx);
   }
@@ -512,9 +500,10 @@ TEST(CudaBench, DummyDecodeAndPrefill) {
     bench.pool().Clear();
     const auto seqs = bench.pool().NewMany(b, batch_ctx + tail);
     bench.PrefillContexts(seqs, batch_ctx);
-    bench.DecodeRow(seqs, batch_ctx);
+    if (canvas) bench.CanvasRow(seqs, batch_ctx);
+    else bench.DecodeRow(seqs, batch_ctx);
   }
-  if (denoise_batch > 0) {
+  if (denoise_batch > 0 && !canvas) {
     bench.pool().Clear();
     const auto blocks = bench.pool().NewMany(denoise_batch, batch_ctx + tail);
     bench.PrefillContexts(blocks, batch_ctx);

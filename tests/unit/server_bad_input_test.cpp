@@ -33,6 +33,26 @@ class ServerBadInput : public FakeServerTest {
            (extra.empty() ? "" : ", " + extra) + "}";
   }
   static std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+  // A loopback connection with a 4 KiB receive buffer that has sent a streaming chat request and reads
+  // nothing yet (so the server's writes back up at once); -1 when the connection or the send failed.
+  static int SendStreamingChatWithoutReading(int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const std::string body = ChatText(R"("stream": true)");
+    const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
 };
 
 // Copying, dumping or rendering a JSON value recurses once a level, so a body nested 100k deep
@@ -287,18 +307,8 @@ TEST_F(ServerBadInput, ClientThatStopsReadingIsDropped) {
   engine.script.assign(96, std::string(128 * 1024, 'x'));  // 12 MiB of SSE, more than the buffers
   engine.hang = true;                                      // then wait until cancelled
   Start();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  std::string body = ChatText(R"("stream": true)");
-  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  const int fd = SendStreamingChatWithoutReading(port);
+  ASSERT_GE(fd, 0);
   // Never read. The request must be cancelled and no longer count as in flight.
   EXPECT_TRUE(engine.WaitCancelled(0, 10));
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -319,20 +329,10 @@ TEST_F(ServerBadInput, WriteTimeoutResetsTheConnectionAndCountsIt) {
   cfg.server.write_timeout_s = 0.5;
   engine.script.assign(64, std::string(128 * 1024, 'x'));  // 8 MiB of SSE, more than the buffers
   Start();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  const int fd = SendStreamingChatWithoutReading(port);
+  ASSERT_GE(fd, 0);
   timeval five{5, 0};  // a read that hangs fails the test instead of blocking it
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  std::string body = ChatText(R"("stream": true)");
-  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   // Nothing read until the deadline has passed and the server has counted it.
   const std::string counted = "tessera_http_write_timeouts_total 1\n";
   bool seen = false;
