@@ -1,9 +1,9 @@
 // tessera tests: the CUDA backend's AttentionBatch against the CPU backend's per-sequence Attention on
 // random non-zero inputs, for both target attention shapes (32 / 4 heads of 128, 16 / 2 heads of 256)
 // and the call shapes that pick different kernels and block shapes: a prompt (tiles of rows, key
-// splits), diffusion blocks over paged prefixes (block-causal), batched decode (few-row tiles, key
-// splits merged), a ragged mix, and prompts with enough tiles to run unsplit; and DiffusionGemma's
-// sliding-window and canvas masks (the per-head kernel, heads of up to 512 dims). Each runs with the
+// splits merged), a ragged mix, and prompts with enough tiles to run unsplit; the flash kernel's other
+// shapes (2 query heads a KV head, heads of 512 dims: two blocks a tile); and DiffusionGemma's
+// sliding-window and canvas masks (heads of up to 512 dims). Each runs with the
 // tensor-core kernels (TESSERA_CUDA_ATTENTION_FLASH=1: flash, and the decode kernel for decode calls)
 // and without them (the per-head kernel); decode calls also on the flash kernel's few-row shape
 // (TESSERA_CUDA_ATTENTION_DECODE=0). Each also runs on a bf16 KV cache
@@ -355,16 +355,15 @@ TEST_F(CudaAttention, PromptsUnsplit) {
   for (const Shape& sh : kOtherGroups) RunBoth("8 prompts of 280", sh, seqs, 510);
 }
 
-// KvWrite and KvWriteRows into a bf16 cache: every written element is the host's round-to-nearest-even
-// bf16 of its f32 input, bit for bit (ties included), and rows nobody wrote keep their bytes.
 // (f) DiffusionGemma's masks (AttentionArgs::sliding_window, canvas_begin; docs/DIFFUSION_GEMMA.md 3.2),
-// which the per-head kernel serves whatever the kernel choice: windowed causal prompts and chunks whose
+// on the flash kernel (keys [first, last] a row; never the decode kernel) and the per-head kernel (the
+// tiny shapes always, every shape with FLASH=0): windowed causal prompts and chunks whose
 // window reaches into the paged prefix, canvases after a prefix (window: only its last W - 1 keys; none:
 // every key), a commit fused with the next canvas, a windowed decode row (key splits mostly empty), all
 // batched. Shapes: the published 26B-A4B's sliding (16 / 8 heads of 256) and global layers (16 / 2 heads
-// of 512: the wide per-head kernel) and the tiny fixtures' (4 / 2 of 16, 4 / 1 of 32: plain f32 rows).
+// of 512), the same masks at 128 dims, and the tiny fixtures' (4 / 2 of 16, 4 / 1 of 32: plain f32 rows).
 TEST_F(CudaAttention, SlidingWindowAndCanvasRows) {
-  const Shape shapes[] = {{16, 8, 256}, {16, 2, 512}, {4, 2, 16}, {4, 1, 32}};
+  const Shape shapes[] = {{16, 8, 256}, {16, 2, 512}, {8, 2, 128}, {4, 2, 16}, {4, 1, 32}};
   const std::vector<Seq> seqs = {
       {0, 40, 0, 8},            // windowed prompt, no prefix
       {30, 20, 0, 8},           // a chunk whose window starts in the cache
@@ -382,6 +381,22 @@ TEST_F(CudaAttention, SlidingWindowAndCanvasRows) {
   }
 }
 
+// (g) The flash kernel's shapes beyond the Qwen models': 2 query heads a KV head (DiffusionGemma's
+// sliding layers), and heads of 512 dims (its global layers: two blocks a tile, each with half of the
+// output and every score), on causal prompts, diffusion blocks, decode rows (the few-row shape, key
+// splits; the decode kernel does not take these shapes) and a ragged mix.
+TEST_F(CudaAttention, GroupTwoAndWideHeads) {
+  const Shape shapes[] = {{16, 8, 256}, {8, 4, 128}, {16, 2, 512}, {16, 8, 512}};
+  for (const Shape& sh : shapes) {
+    RunBoth("prompt T=300", sh, {{0, 300, 0}}, 800);
+    RunBoth("blocks, ragged prefixes", sh, {{1000, 32, 32}, {45, 32, 32}, {7, 20, 16}}, 810);
+    RunDecode("decode 2 x 1", sh, {{3000, 1, 0}, {40, 1, 0}}, 820);
+    RunBoth("ragged mix", sh, {{40, 1, 0}, {0, 20, 0}, {64, 32, 32}, {300, 1, 0}, {17, 5, 0}, {129, 70, 0}}, 830);
+  }
+}
+
+// KvWrite and KvWriteRows into a bf16 cache: every written element is the host's round-to-nearest-even
+// bf16 of its f32 input, bit for bit (ties included), and rows nobody wrote keep their bytes.
 TEST_F(CudaAttention, KvWriteBf16Cache) {
   auto gpu = MakeCudaBackend();
   gpu->SetKvCacheDType(DType::kBF16);
@@ -564,12 +579,17 @@ TEST_F(CudaAttention, Timing) {
   for (int i = 0; i < 64; ++i) decode.push_back({1024, 1, 0});
   const std::vector<std::pair<std::string, std::vector<Seq>>> rows = {
       {"decode b1 ctx 1K", {{1024, 1, 0}}}, {"decode b64 ctx 1K", decode}, {"denoise 1x32 ctx 1K", {{1024, 32, 32}}},
-      {"denoise 8x32 ctx 1K", denoise},     {"prefill 4096", {{0, 4096, 0}}}};
-  // Group sizes 4 and 16 (other models' decode rows) at batch 64 only.
+      {"denoise 8x32 ctx 1K", denoise},     {"prefill 4096", {{0, 4096, 0}}},
+      // DiffusionGemma 26B-A4B's canvas calls (context 1K): a sliding layer (window 1024) and a global one.
+      {"canvas 256 ctx 1K W1K", {{1024, 256, 0, 1024, 0}}}, {"canvas 256 ctx 1K", {{1024, 256, 0, 0, 0}}}};
+  // Group sizes 4 and 16 (other models' decode rows) at batch 64 only; DiffusionGemma's layers at their
+  // canvas rows.
   std::vector<std::pair<Shape, size_t>> calls;
   for (const Shape& sh : kShapes)
-    for (size_t r = 0; r < rows.size(); ++r) calls.emplace_back(sh, r);
+    for (size_t r = 0; r < 5; ++r) calls.emplace_back(sh, r);
   for (const Shape& sh : kOtherGroups) calls.emplace_back(sh, 1);
+  calls.emplace_back(Shape{16, 8, 256}, 5);
+  calls.emplace_back(Shape{16, 2, 512}, 6);
   for (const auto& [sh, r] : calls) {
     const auto& [what, seqs] = rows[r];
     const Call call(sh, seqs, 600, /*reference=*/false);

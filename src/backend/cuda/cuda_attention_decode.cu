@@ -464,6 +464,12 @@ int64_t ResidentBlocks(int64_t head_dim) {
 
 int64_t AttentionDecodeTileRows(int64_t group) { return group >= 8 ? 1 : 8 / group; }
 
+bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  if (kv_heads <= 0 || heads % kv_heads != 0) return false;
+  const int64_t G = heads / kv_heads;
+  return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8 || G == 16);
+}
+
 int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout) {
   const int64_t G = heads / kv_heads;
   int64_t blocks = 1;

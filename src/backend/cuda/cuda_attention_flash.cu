@@ -55,8 +55,9 @@ namespace tessera::cuda {
 namespace {
 
 // Cache element type T (Bf16Bits or KvSplit), G query heads per KV head, head_dim D, QW query warps
-// (16 query vectors each) x KW key warps (NKW keys each of a tile) per block.
-template <typename T, int G, int D, int QW, int KW, int NKW>
+// (16 query vectors each) x KW key warps (NKW keys each of a tile) per block, DV output dims a block
+// (D, or D / 2 for head_dim 512: two blocks share a tile, each computes every score and half of O).
+template <typename T, int G, int D, int QW, int KW, int NKW, int DV>
 struct FlashShape {
   static constexpr bool kBf16 = kKvBf16<T>, kSplit = kKvSplit<T>;
   static_assert(kBf16 || kSplit, "K and V are read as the MMAs take them");
@@ -65,14 +66,16 @@ struct FlashShape {
   static constexpr int TR = M / G;     // query rows of a tile
   static constexpr int NK = NKW * KW;  // keys of a shared-memory tile
   static constexpr int NC = D / 32;    // 32-wide d chunks (two k-steps of the score MMA)
+  static constexpr int kParts = D / DV;  // blocks sharing a tile, each with DV dims of the output
   // Staged row strides in elements, chosen for conflict-free fragment reads: bf16 K rows D + 32 apart
   // (rows g and g + 1 16 banks apart for the lanes' 16-byte reads), V rows D + 8 (ldmatrix's 8 row
   // addresses in distinct 16-byte bank groups); split (4-byte elements, 128 hi then 128 lo bf16 a
   // 128-dim chunk) K rows D + 16 apart (16 banks again), V rows D + 4 (distinct 16-byte groups for
   // ldmatrix).
   static constexpr int SKK = kBf16 ? D + 32 : D + 16;
-  static constexpr int SKV = kBf16 ? D + 8 : D + 4;
-  static constexpr int CH = D * int{sizeof(T)} / 16;                           // 16-byte pieces of a row
+  static constexpr int SKV = kBf16 ? DV + 8 : DV + 4;
+  static constexpr int CH = D * int{sizeof(T)} / 16;    // 16-byte pieces of a K row
+  static constexpr int CHV = DV * int{sizeof(T)} / 16;  // ... and of the block's part of a V row
   static constexpr size_t kStageBytes = size_t{NK} * (SKK + SKV) * sizeof(T);  // a tile's K rows, then V rows
   static constexpr size_t kKvBytes = 2 * kStageBytes;
   static constexpr size_t kQBytes = size_t{QW} * NC * 4 * 32 * 16;   // Q fragments, hi and lo
@@ -84,17 +87,18 @@ struct FlashShape {
   static_assert(2 * NK % kWarps == 0 && kRowsPerWarp <= 32, "a lane holds the address of a row a warp copies");
   static_assert(kRowsPerWarp * CH % 32 == 0, "whole 16-byte pieces a lane");
   static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
-  static_assert(KW == 1 || size_t{KW - 1} * QW * D * 64 <= kKvBytes, "the merge reuses the K/V stages");
+  static_assert(KW == 1 || size_t{KW - 1} * QW * DV * 64 <= kKvBytes, "the merge reuses the K/V stages");
+  static_assert(D % DV == 0 && DV % 128 == 0, "a part of a V row is whole 128-dim chunks (split rows)");
   static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 };
 
-template <typename T, int G, int D, int QW, int KW, int NKW>
-__global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
+template <typename T, int G, int D, int QW, int KW, int NKW, int DV>
+__global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW, DV>::kThreads)
     FlashKernel(const AttentionParams* descs, const int4* tiles, int splits, int64_t key_chunk, float* partial,
                 bool exact) {
   GridDependencyWait();
-  using S = FlashShape<T, G, D, QW, KW, NKW>;
-  constexpr int NK = S::NK, NC = S::NC, SKK = S::SKK, SKV = S::SKV, CH = S::CH;
+  using S = FlashShape<T, G, D, QW, KW, NKW, DV>;
+  constexpr int NK = S::NK, NC = S::NC, SKK = S::SKK, SKV = S::SKV, CH = S::CH, CHV = S::CHV;
   constexpr int kPiece = 16 / int{sizeof(T)};  // elements of a 16-byte piece
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* kv = smem;                                  // [stage]: K [NK][SKK], then V [NK][SKV]
@@ -103,28 +107,35 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
   // tiles[x] = (sequence, first row t0, its index in the call's rows, rows in the tile).
   const int4 tile = tiles[blockIdx.x];
   const AttentionParams& p = descs[tile.x];
-  const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z;
+  // blockIdx.z = key split x kParts + output part (the part's dims start at d0).
+  const int64_t t0 = tile.y, r0 = tile.z, kvh = blockIdx.y, z = blockIdx.z / S::kParts;
+  const int part = static_cast<int>(blockIdx.z % S::kParts), d0 = part * DV;
   const int nr = tile.w;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qw = warp / KW, kw = warp % KW, g = lane >> 2, q = lane & 3;
-  // splits == 1: every key (key_chunk is INT64_MAX, z = 0).
-  const int64_t j_begin = splits == 1 ? 0 : z * key_chunk;
-  const int64_t split_end = splits == 1 ? INT64_MAX : j_begin + key_chunk;
-  const int64_t j_end = min(AttentionLastKey(p, t0 + nr - 1) + 1, split_end);  // rows' last keys grow with t
+  // Keys [j_begin, j_end): the tile's rows' key ranges (both ends grow with t) within split z's keys
+  // (splits == 1: every key, key_chunk is INT64_MAX, z = 0).
+  const int64_t split_begin = splits == 1 ? 0 : z * key_chunk;
+  const int64_t split_end = splits == 1 ? INT64_MAX : split_begin + key_chunk;
+  const int64_t j_begin = max(AttentionKeys(p, t0).first, split_begin);
+  const int64_t j_end = min(AttentionLastKey(p, t0 + nr - 1) + 1, split_end);
   const int ntiles = j_end > j_begin ? static_cast<int>((j_end - j_begin + NK - 1) / NK) : 0;
 
   // This lane's two accumulator rows: warp vectors g and g + 8 = (tile row, head) pairs.
   int rrow[2], head[2];
-  int64_t row_end[2];  // keys < row_end[h] are visible to the row (and in this split)
+  // Keys j_begin + [row_begin[h], row_end[h]) are visible to the row (32 bits: registers are tight).
+  int row_begin[2], row_end[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int m = 16 * qw + g + 8 * h;
     rrow[h] = m / G, head[h] = m % G;
-    row_end[h] = rrow[h] < nr ? min(AttentionLastKey(p, t0 + rrow[h]) + 1, split_end) : 0;
+    const KeyRange keys = AttentionKeys(p, t0 + (rrow[h] < nr ? rrow[h] : 0));
+    row_begin[h] = static_cast<int>(max(int64_t{0}, keys.first - j_begin));
+    row_end[h] = rrow[h] < nr ? static_cast<int>(max(int64_t{0}, min(keys.last + 1, j_end) - j_begin)) : 0;
   }
 
-  // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows) is copied by
-  // warp rho % kWarps in 16-byte pieces spread over the lanes. Lane l of a warp finds the address of
+  // Copies: row rho of a stage (K rows of the tile's keys 0..NK-1, then their V rows: the block's
+  // part, dims d0..d0+DV-1) is copied by warp rho % kWarps in 16-byte pieces spread over the lanes. Lane l of a warp finds the address of
   // the warp's row l of a tile (page table lookup) one tile ahead, and the copy loop takes it by
   // shuffle, so no memory access sits between the copies. Keys past j_end get nullptr: zero-filled,
   // never read from memory.
@@ -133,7 +144,7 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     const int rho = warp + lane * S::kWarps;
     if (n >= ntiles || lane >= kRowsPerWarp) return nullptr;
     const int64_t j = j_begin + int64_t{n} * NK + rho % NK;
-    return j < j_end ? KvRow<T>(p, j, kvh, rho >= NK) : nullptr;
+    return j < j_end ? KvRow<T>(p, j, kvh, rho >= NK) + (rho >= NK ? d0 : 0) : nullptr;
   };
   const void* const dummy = p.k;  // a valid address for the zero-filling copies (not read)
   // Tile n into stage n % 2 as one cp.async group (an empty group past the last tile, so that the
@@ -148,6 +159,8 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
         const auto bits = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows), r);
         const T* src = reinterpret_cast<const T*>(bits);
         const int rho = warp + r * S::kWarps;
+        if constexpr (CHV < CH)
+          if (rho >= NK && col >= CHV) continue;  // past the block's part of a V row
         T* dst = rho < NK ? kst + rho * SKK : vst + (rho - NK) * SKV;
         CpAsync16(dst + kPiece * col, src ? src + kPiece * col : dummy, src != nullptr);
       }
@@ -186,9 +199,9 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
   // Running state of the lane's two rows: max (base 2), this lane's part of the sum, and the output
   // accumulators acc[t] of n-tile t (c0, c1: row g; c2, c3: row g + 8).
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  float acc[D / 8][4];
+  float acc[DV / 8][4];
 #pragma unroll
-  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int t = 0; t < DV / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
   const int kb = kw * NKW;  // this warp's first key in a tile
   const uint4* qg = qf + qw * NC * 4 * 32 + lane;
 
@@ -198,11 +211,16 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     const T* next_rows = row_pointer(n + 2);  // its page table load overlaps the compute below
     const T* Ks = reinterpret_cast<const T*>(kv + (n & 1) * S::kStageBytes);
     const T* Vs = Ks + NK * SKK;
-    const int64_t key0 = j_begin + int64_t{n} * NK;
-    int lim[2];  // keys of this tile visible to the lane's rows: tile positions < lim[h]
+    const int key0 = n * NK;  // from j_begin
+    int from[2], lim[2];  // keys of this tile visible to the lane's rows: tile positions [from[h], lim[h])
 #pragma unroll
-    for (int h = 0; h < 2; ++h) lim[h] = static_cast<int>(max(int64_t{0}, min(int64_t{NK}, row_end[h] - key0)));
-    if (__any_sync(0xffffffffu, lim[0] > kb || lim[1] > kb)) {
+    for (int h = 0; h < 2; ++h) {
+      from[h] = max(0, min(NK, row_begin[h] - key0));
+      lim[h] = max(0, min(NK, row_end[h] - key0));
+    }
+    const bool sees = (lim[0] > kb && from[0] < kb + NKW && from[0] < lim[0]) ||
+                      (lim[1] > kb && from[1] < kb + NKW && from[1] < lim[1]);
+    if (__any_sync(0xffffffffu, sees)) {
       // S = Q K^T over the warp's NKW keys: n-tile j holds keys kb + 8 j .. + 7.
       // Even and odd chunks accumulate apart: twice the independent MMA chains (latency-bound else).
       float sa[2][NKW / 8][4];
@@ -250,7 +268,8 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          if (kb + 8 * j + 2 * q + (e & 1) >= lim[h]) s[j][e] = -INFINITY;
+          const int key = kb + 8 * j + 2 * q + (e & 1);
+          if (key < from[h] || key >= lim[h]) s[j][e] = -INFINITY;
           mx[h] = fmaxf(mx[h], s[j][e]);
         }
       float corr[2], mbase[2];
@@ -273,7 +292,7 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
           l_run[e >> 1] += s[j][e];
         }
 #pragma unroll
-      for (int t = 0; t < D / 8; ++t) {
+      for (int t = 0; t < DV / 8; ++t) {
         acc[t][0] *= corr[0], acc[t][1] *= corr[0];
         acc[t][2] *= corr[1], acc[t][3] *= corr[1];
       }
@@ -291,7 +310,7 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
         // A split row: the same from its lo half too (128 bf16 past the hi of the chunk).
         const auto* vrow = reinterpret_cast<const uint16_t*>(Vs + (kb + 16 * kk + (lane & 15)) * SKV) + 8 * (lane >> 4);
 #pragma unroll
-        for (int tp = 0; tp < D / 16; ++tp) {
+        for (int tp = 0; tp < DV / 16; ++tp) {
           uint32_t h[4];
           const uint16_t* at = vrow + KvBf16Index<T>(16 * tp);
           LdMatrixX4Trans(h, at);
@@ -347,20 +366,20 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
       m_fin[h] = gm, l_fin[h] = gl;
     }
 #pragma unroll
-    for (int t = 0; t < D / 8; ++t) acc[t][0] *= f[0], acc[t][1] *= f[0], acc[t][2] *= f[1], acc[t][3] *= f[1];
-    float4* red = reinterpret_cast<float4*>(kv);  // [QW][KW - 1][D / 8][32]
+    for (int t = 0; t < DV / 8; ++t) acc[t][0] *= f[0], acc[t][1] *= f[0], acc[t][2] *= f[1], acc[t][3] *= f[1];
+    float4* red = reinterpret_cast<float4*>(kv);  // [QW][KW - 1][DV / 8][32]
     if (kw > 0) {
-      float4* dst = red + ((qw * (KW - 1) + kw - 1) * (D / 8)) * 32 + lane;
+      float4* dst = red + ((qw * (KW - 1) + kw - 1) * (DV / 8)) * 32 + lane;
 #pragma unroll
-      for (int t = 0; t < D / 8; ++t) dst[t * 32] = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+      for (int t = 0; t < DV / 8; ++t) dst[t * 32] = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
     }
     __syncthreads();
     if (kw > 0) return;
 #pragma unroll
     for (int k = 1; k < KW; ++k) {
-      const float4* src = red + ((qw * (KW - 1) + k - 1) * (D / 8)) * 32 + lane;
+      const float4* src = red + ((qw * (KW - 1) + k - 1) * (DV / 8)) * 32 + lane;
 #pragma unroll
-      for (int t = 0; t < D / 8; ++t) {
+      for (int t = 0; t < DV / 8; ++t) {
         const float4 r = src[t * 32];
         acc[t][0] += r.x, acc[t][1] += r.y, acc[t][2] += r.z, acc[t][3] += r.w;
       }
@@ -374,30 +393,32 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW>::kThreads)
     if (rrow[h] >= nr) continue;
     const int64_t hq = kvh * G + head[h];
     float* o;
-    const int lane_d = 2 * q;
+    const int lane_d = d0 + 2 * q;
     if (splits == 1) {
       o = p.out + (t0 + rrow[h]) * p.out_stride + hq * D + lane_d;
     } else {
-      // A split with no keys for this row writes sum 0: the merge gives it no weight.
-      float* part = partial + (((r0 + rrow[h]) * heads + hq) * splits + z) * (D + 2);
-      if (q == 0) part[0] = l_fin[h] > 0 ? m_fin[h] * kLn2 : -INFINITY, part[1] = l_fin[h];
-      o = part + 2 + lane_d;
+      // A split with no keys for this row writes sum 0: the merge gives it no weight. The parts of a
+      // tile hold the same (max, sum): part 0 writes them.
+      float* stats = partial + (((r0 + rrow[h]) * heads + hq) * splits + z) * (D + 2);
+      if (q == 0 && part == 0) stats[0] = l_fin[h] > 0 ? m_fin[h] * kLn2 : -INFINITY, stats[1] = l_fin[h];
+      o = stats + 2 + lane_d;
     }
     const float inv = splits == 1 ? 1.0f / l_fin[h] : 1.0f;  // partials stay unnormalised
 #pragma unroll
-    for (int t = 0; t < D / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
+    for (int t = 0; t < DV / 8; ++t) o[8 * t] = acc[t][2 * h] * inv, o[8 * t + 1] = acc[t][2 * h + 1] * inv;
   }
 }
 
-template <typename T, int G, int D, int QW, int KW, int NKW>
+template <typename T, int G, int D, int QW, int KW, int NKW, int DV = D>
 void LaunchFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t kv_heads, int splits,
                  int64_t key_chunk, float* partial, bool exact, cudaStream_t s) {
-  using S = FlashShape<T, G, D, QW, KW, NKW>;
-  auto* kernel = FlashKernel<T, G, D, QW, KW, NKW>;
+  using S = FlashShape<T, G, D, QW, KW, NKW, DV>;
+  auto* kernel = FlashKernel<T, G, D, QW, KW, NKW, DV>;
   // Sets the kernel's dynamic shared memory limit once per device (not stream-ordered: allowed while
   // a step is captured).
   KernelResidency(kernel, S::kSmem, S::kThreads);
-  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads), static_cast<unsigned>(splits));
+  const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(kv_heads),
+                  static_cast<unsigned>(splits * S::kParts));
   LaunchKernel(kernel, grid, S::kThreads, S::kSmem, s)(descs, tiles, splits, key_chunk, partial, exact);
 }
 
@@ -412,12 +433,17 @@ using Launcher = void (*)(const AttentionParams*, const int4*, int64_t, int64_t,
 template <typename T, int G>
 Launcher PickLauncher(bool few_rows, int64_t head_dim) {
   if (head_dim == 128) return few_rows ? LaunchFlash<T, G, 128, 1, 2, 16> : LaunchFlash<T, G, 128, 4, 1, 32>;
-  return few_rows ? LaunchFlash<T, G, 256, 1, 2, 16> : LaunchFlash<T, G, 256, 4, 2, 16>;
+  if (head_dim == 256) return few_rows ? LaunchFlash<T, G, 256, 1, 2, 16> : LaunchFlash<T, G, 256, 4, 2, 16>;
+  if constexpr (kKvSplit<T>)
+    return few_rows ? LaunchFlash<T, G, 512, 1, 1, 16, 256> : LaunchFlash<T, G, 512, 2, 1, 16, 256>;
+  else
+    return few_rows ? LaunchFlash<T, G, 512, 1, 2, 16, 256> : LaunchFlash<T, G, 512, 2, 2, 16, 256>;
 }
 
 template <typename T>
 Launcher PickLauncher(int64_t group, bool few_rows, int64_t head_dim) {
-  return group == 4   ? PickLauncher<T, 4>(few_rows, head_dim)
+  return group == 2   ? PickLauncher<T, 2>(few_rows, head_dim)
+         : group == 4 ? PickLauncher<T, 4>(few_rows, head_dim)
          : group == 8 ? PickLauncher<T, 8>(few_rows, head_dim)
                       : PickLauncher<T, 16>(few_rows, head_dim);
 }
@@ -427,10 +453,14 @@ Launcher PickLauncher(int64_t group, bool few_rows, int64_t head_dim) {
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout) {
   if (layout == KvLayout::kF32 || kv_heads <= 0 || heads % kv_heads != 0) return false;
   const int64_t G = heads / kv_heads;
-  return (head_dim == 128 || head_dim == 256) && (G == 4 || G == 8 || G == 16);
+  return (head_dim == 128 || head_dim == 256 || head_dim == 512) && (G == 2 || G == 4 || G == 8 || G == 16);
 }
 
-int64_t AttentionFlashTileRows(int64_t group, bool few_rows) { return (few_rows ? 16 : 64) / group; }
+int64_t AttentionFlashTileRows(int64_t group, int64_t head_dim, bool few_rows) {
+  return (few_rows ? 16 : head_dim == 512 ? 32 : 64) / group;
+}
+
+int64_t AttentionFlashOutputParts(int64_t head_dim) { return head_dim == 512 ? 2 : 1; }
 
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads, int64_t kv_heads,
                     int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk, float* partial,

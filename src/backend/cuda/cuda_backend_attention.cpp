@@ -1,8 +1,8 @@
 // tessera cuda backend: the attention layer's ops of CudaBackend: q / k norms + RoPE (with the
 // committed rows' cache writes), the paged KV cache writes and its element type, and the batched
 // attention call with its kernel choice (flash / decode / per-head) and key-split plan. Calls with a
-// sliding window or DiffusionGemma canvas rows, or heads wider than 256, take the per-head kernel.
-// See cuda_backend.h.
+// sliding window or DiffusionGemma canvas rows take the flash kernel (keys [first, last] a row), never
+// the decode kernel. See cuda_backend.h.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cuda/cuda_attention_mask.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
@@ -110,8 +111,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   constexpr int64_t kKeyChunk = 128;
   if (args.empty()) return;
   // Masks whose first visible key is not 0 (a sliding window; canvas rows, which also see keys past
-  // themselves) go to the per-head kernel only: the tensor-core kernels assume keys [0, last]. Same
-  // argument rules as the CPU backend.
+  // themselves) never take the decode kernel: it assumes keys [0, last]. Same argument rules as the CPU
+  // backend.
   bool masked = false;
   for (const AttentionArgs& a : args) {
     if (a.sliding_window > 0 && a.block_size > 0)
@@ -195,25 +196,27 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   // (cuda_attention_decode.cu, same tiles and partials), or with TESSERA_CUDA_ATTENTION_DECODE=0 the
   // flash kernel's few-row block shape. Tiles are queued longest first (a prompt's last rows see
   // the most keys), so the long blocks do not end up in the last wave.
-  if (flash_attention_ && !masked && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D, layout)) {
+  if (flash_attention_ && rows_aligned && cuda::AttentionFlashSupported(heads, kv_heads, D, layout)) {
     const int64_t group = heads / kv_heads;
     int64_t max_t = 0;
     for (const AttentionArgs& a : args) max_t = std::max(max_t, a.T);
-    const bool few_rows = max_t <= cuda::AttentionFlashTileRows(group, true);
+    const bool few_rows = max_t <= cuda::AttentionFlashTileRows(group, D, true);
     // Decode steps (one row a sequence) take the decode kernel: its tiles hold fewer rows.
-    const bool decode = decode_attention_ && max_t <= cuda::AttentionDecodeTileRows(group);
+    const bool decode = decode_attention_ && !masked && cuda::AttentionDecodeSupported(heads, kv_heads, D) &&
+                        max_t <= cuda::AttentionDecodeTileRows(group);
     const int64_t tile_rows =
-        decode ? cuda::AttentionDecodeTileRows(group) : cuda::AttentionFlashTileRows(group, few_rows);
+        decode ? cuda::AttentionDecodeTileRows(group) : cuda::AttentionFlashTileRows(group, D, few_rows);
     std::vector<int4> tiles;
-    std::vector<std::pair<int64_t, size_t>> order;  // (keys of the tile's last row, tile)
+    std::vector<std::pair<int64_t, size_t>> order;  // (keys the tile's rows see, tile)
     int64_t row0 = 0;
     for (size_t i = 0; i < args.size(); ++i) {
       const AttentionArgs& a = args[i];
       for (int64_t t0 = 0; t0 < a.T; t0 += tile_rows) {
-        const int64_t nr = std::min(tile_rows, a.T - t0), pos = a.first_pos + t0 + nr - 1;
-        const int64_t last =
-            a.block_size > 0 ? std::min(a.first_pos + a.T - 1, (pos / a.block_size + 1) * a.block_size - 1) : pos;
-        order.emplace_back(last + 1, tiles.size());
+        const int64_t nr = std::min(tile_rows, a.T - t0);
+        const auto keys = [&](int64_t t) {
+          return cuda::AttentionKeyRange(a.first_pos, a.T, a.block_size, a.sliding_window, a.canvas_begin, t);
+        };
+        order.emplace_back(keys(t0 + nr - 1).last + 1 - keys(t0).first, tiles.size());
         tiles.push_back(make_int4(static_cast<int>(i), static_cast<int>(t0), static_cast<int>(row0 + t0),
                                   static_cast<int>(nr)));
       }
@@ -224,7 +227,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     for (size_t i = 0; i < order.size(); ++i) sorted[i] = tiles[order[i].second];
     const int64_t num_tiles = static_cast<int64_t>(sorted.size());
     // Key splits for few tiles; both plans move in steps of the context (graph-friendly), and prompts
-    // (many tiles) take every key in one block. Decode calls: whole waves of the decode kernel's
+    // (many tiles) take every key in one block. Splits cover keys from 0: those before a window are
+    // empty (their blocks end at once). Decode calls: whole waves of the decode kernel's
     // resident blocks (a tile's splits take even shares of its keys); others ~4 blocks an SM (at least
     // 128 keys a split for many-row tiles).
     int splits = 1;
@@ -233,7 +237,8 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
       cuda::AttentionDecodeSplitPlan(num_tiles, kv_heads, max_keys,
                                      cuda::AttentionDecodeResidentBlocks(heads, kv_heads, D, layout), &splits, &chunk);
     else
-      cuda::AttentionFlashSplitPlan(num_tiles, kv_heads, max_keys, few_rows, sm_count_, &splits, &chunk);
+      cuda::AttentionFlashSplitPlan(num_tiles, kv_heads * cuda::AttentionFlashOutputParts(D), max_keys, few_rows,
+                                    sm_count_, &splits, &chunk);
     const ScratchArray dtiles = UploadScratch(sorted.data(), sorted.size() * sizeof(int4));
     const auto* dt = static_cast<const int4*>(dtiles.data);
     DeviceBuffer partial;

@@ -104,7 +104,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // The keys row t of an attention step sees (cuda_attention_mask.h): from 0, or from its sliding window's
 // start; up to itself (causal), the end of its diffusion block (block-causal, blocks of block_size from
 // position 0, never past the step's rows), or the step's last row (a DiffusionGemma canvas row). The
-// tensor-core kernels take only calls without a window or canvas (they assume the first key is 0).
+// decode kernel takes only calls without a window or canvas (it assumes the first key is 0).
 __device__ __forceinline__ KeyRange AttentionKeys(const AttentionParams& p, int64_t t) {
   return AttentionKeyRange(p.first_pos, p.T, p.block_size, p.sliding_window, p.canvas_begin, t);
 }

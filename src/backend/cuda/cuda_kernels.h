@@ -202,8 +202,8 @@ struct AttentionParams {
   int64_t commit_len;  // rows [0, commit_len) are in the cache (bf16 / split calls read them there)
   void* k_new;         // bf16 / split calls: rows [commit_len, T) in the cache's layout, [T - commit_len, kv_dim]
   void* v_new;
-  // AttentionArgs' sliding window (0: none) and canvas rows (-1: none); only AttentionBatch's per-head
-  // kernel reads them (cuda_attention_mask.h), the tensor-core kernels are not given such calls.
+  // AttentionArgs' sliding window (0: none) and canvas rows (-1: none): the per-head and flash kernels
+  // read them (cuda_attention_mask.h); the decode kernel is not given such calls.
   int64_t sliding_window;
   int64_t canvas_begin;
 };
@@ -232,22 +232,27 @@ void AttentionMerge(const AttentionParams* descs, const int2* rows, int64_t R, i
 // of one sequence, KV head, key split) serving the tile's rows x the G query heads of the KV head, so
 // K/V are read once per tile. tiles[num_tiles] (device) = (sequence, first row, index of that row in
 // the call's rows[], rows in the tile <= AttentionFlashTileRows). few_rows picks the decode block shape
-// (AttentionFlashTileRows(G, true) rows a tile), else the prompt / diffusion-block one. Same partial
+// (AttentionFlashTileRows(G, D, true) rows a tile), else the prompt / diffusion-block one. Every mask of
+// AttentionParams (a row's keys are one range, cuda_attention_mask.h). Head_dim 512 takes
+// AttentionFlashOutputParts blocks a tile and split, each with part of the output dims. Same partial
 // layout as AttentionBatch: the caller merges splits > 1 with AttentionMerge. Needs 16-byte aligned
-// K/V rows and a shape and cache layout AttentionFlashSupported accepts (4, 8 or 16 query heads per KV
-// head of 128 or 256 dims; a bf16 or split cache: a plain f32 one goes to AttentionBatch); q / out any
-// alignment. layout: the cache's (and k_new / v_new's; AttentionParams). exact: every f32 operand
-// split hi + lo (f32 activations); else Q, K, P and V rounded to bf16 (one MMA a product).
+// K/V rows and a shape and cache layout AttentionFlashSupported accepts (2, 4, 8 or 16 query heads per
+// KV head of 128, 256 or 512 dims; a bf16 or split cache: a plain f32 one goes to AttentionBatch); q /
+// out any alignment. layout: the cache's (and k_new / v_new's; AttentionParams). exact: every f32
+// operand split hi + lo (f32 activations); else Q, K, P and V rounded to bf16 (one MMA a product).
 bool AttentionFlashSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
-int64_t AttentionFlashTileRows(int64_t group, bool few_rows);
+int64_t AttentionFlashTileRows(int64_t group, int64_t head_dim, bool few_rows);
+int64_t AttentionFlashOutputParts(int64_t head_dim);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,
                     float* partial, bool exact, cudaStream_t s);
 // Decode attention on tensor cores (cuda_attention_decode.cu): the flash kernel's tiles, block grid,
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
-// 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Same shapes
-// (AttentionFlashSupported) and alignment as AttentionFlash; splits from
+// 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Keys [0, last]
+// only (no sliding window or canvas rows). Shapes: AttentionDecodeSupported (AttentionFlash's at 4,
+// 8 or 16 heads a KV head of 128 or 256 dims); alignment as AttentionFlash; splits from
 // AttentionDecodeSplitPlan.
+bool AttentionDecodeSupported(int64_t heads, int64_t kv_heads, int64_t head_dim);
 int64_t AttentionDecodeTileRows(int64_t group);
 // Blocks of the decode kernel for this shape and cache layout resident at once on the current device.
 int64_t AttentionDecodeResidentBlocks(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
