@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-side, one call (after `bash scripts/gpu_bundle.sh build` here; carry
 # ["build-data/gpu-bundle/bundle.tar.xz"]): DiffusionGemma on CUDA (issue 31). The family's CUDA tests
-# (test_backend CudaDgemma.* and the device canvas sampler, test_engine's canvas loop against stateless CPU forwards) unless
+# (test_backend CudaDgemma.*, the device canvas sampler and the element-wise ops, test_engine's canvas loop against stateless CPU forwards) unless
 # DGEMMA_CALL_TESTS=0, then CudaBench canvas rows of the published 26B-A4B config with dummy bf16
 # weights: canvas steps of 1 sequence at DGEMMA_CALL_CONTEXTS (default 1024) and of DGEMMA_CALL_BATCHES
 # sequences (default 4,16) at context 1024, and a DGEMMA_CALL_PREFILL-token prompt (default 4096).
@@ -24,7 +24,7 @@ if [ "${DGEMMA_CALL_ATTENTION:-0}" = 1 ]; then
   echo "attention timing rc=$?"; grep "attention timing" "$OUT/attention_timing.txt"
 fi
 if [ "${DGEMMA_CALL_TESTS:-1}" != 0 ]; then
-  timeout 200 stdbuf -o0 "$P/test_backend" --gtest_filter='CudaDgemma.*:CudaConformance.CanvasSampleRows*' >"$OUT/dgemma_backend.txt" 2>&1
+  timeout 200 stdbuf -o0 "$P/test_backend" --gtest_filter='CudaDgemma.*:CudaConformance.CanvasSampleRows*:CudaConformance.ElementwiseOps' >"$OUT/dgemma_backend.txt" 2>&1
   echo "CudaDgemma rc=$?"; grep -E "near-tie|mismatch|drew|^\[  (PASSED|FAILED) |Failure" "$OUT/dgemma_backend.txt" | head -20
   timeout 200 stdbuf -o0 "$P/test_engine" --gtest_filter='EngineDiffusionGemmaCanvas.*' >"$OUT/dgemma_engine.txt" 2>&1
   echo "EngineDiffusionGemmaCanvas rc=$?"; grep -E "canvas replay|^\[  (PASSED|FAILED) |Failure" "$OUT/dgemma_engine.txt" | head -30

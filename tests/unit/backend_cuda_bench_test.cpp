@@ -17,6 +17,8 @@
 //   TESSERA_CUDA_BENCH_PREFILL        prompt length of the prefill row [4096] (0: no prefill row)
 //   TESSERA_CUDA_BENCH_DENOISE_BATCH  sequences of the batched denoise row [8] (0: no such row)
 //   TESSERA_CUDA_BENCH_KV_DTYPE       the KV cache's element type, f32 or bf16 (--kv-cache-dtype) [f32]
+//   TESSERA_CUDA_BENCH_CANVAS_HOST    0: canvas rows without their "host" variant (at 64 canvases it
+//                                     moves 17 GB of logits a step each way) [1]
 //   TESSERA_CUDA_BENCH_LOGITS         1: decode / denoise rows bring their logits to the host instead of
 //                                     greedy tokens drawn on the device (Segment::sample) [0]
 //   TESSERA_CUDA_BENCH_MATMUL         rows of the dense-product comparison (CudaBench.MatMulRows, its
@@ -363,6 +365,7 @@ class CudaBenchRun {
     cost.bytes += 2.0 * cfg_.vocab_size * H;
     const std::string row = "canvas " + std::to_string(n) + "x" + std::to_string(C) + " ctx " + std::to_string(ctx);
     for (const bool device : {true, false}) {
+      if (!device && EnvInt("TESSERA_CUDA_BENCH_CANVAS_HOST", 1) == 0) continue;
       auto step = [&] {
         if (device) {
           const ForwardResult r = model_.Forward(drawn);

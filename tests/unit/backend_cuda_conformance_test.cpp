@@ -145,6 +145,18 @@ TEST_F(CudaConformance, ElementwiseOps) {
   cpu_->Softmax(l.data(), 3, V);
   gpu_->Softmax(dl, 3, V);
   Report("Softmax vocab=151936", RelErr(Host(dl, l.size()), l), 1e-4);
+  // DiffusionGemma's vocabulary (the long-row kernel), with masked (-inf) values: a leading run longer
+  // than a thread's pieces, and scattered ones; and a short unaligned width (the other kernel).
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{4, 262144}, {3, 1001}}) {
+    auto m = Rand(rows * width, -30, 30, 24);
+    for (int64_t i = 0; i < std::min<int64_t>(width / 2, 20000); ++i) m[width + i] = -INFINITY;
+    for (int64_t i = 0; i < rows * width; i += 7) m[i] = -INFINITY;
+    float* dm = Dev(m);
+    cpu_->Softmax(m.data(), rows, width);
+    gpu_->Softmax(dm, rows, width);
+    const std::string what = "Softmax " + std::to_string(rows) + " x " + std::to_string(width) + " (masked values)";
+    Report(what.c_str(), RelErr(Host(dm, m.size()), m), 1e-4);
+  }
 }
 
 TEST_F(CudaConformance, AddRmsNormMatchesAddThenRmsNorm) {

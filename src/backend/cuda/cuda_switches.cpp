@@ -96,6 +96,7 @@ const std::vector<SwitchSpec>& Switches() {
       {"TESSERA_CUDA_BENCH_KV_DTYPE", K::kChoice, "f32|bf16", true},
       {"TESSERA_CUDA_BENCH_PRECISION", K::kChoice, "f32|bf16", true},
       {"TESSERA_CUDA_BENCH_QUANT", K::kChoice, "none|fp8|int8|int4", true},
+      {"TESSERA_CUDA_BENCH_CANVAS_HOST", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_LOGITS", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_MATMUL", K::kText, "", true},
       {"TESSERA_CUDA_BENCH_GDN", K::kFlag, "", true},
