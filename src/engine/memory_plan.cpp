@@ -59,7 +59,9 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   // Logits rows of a step: up to 32 a sequence (decode rows, a diffusion block), or a whole canvas a
   // sequence for canvas models (DiffusionGemma), whose self-conditioning product then takes the same
   // rows again: their softmax reuses the logits' block, the split copy (bf16 hi + lo) is a second one.
-  const int64_t logits_rows = std::min(max_num_batched_tokens, max_num_seqs * std::max<int64_t>(32, mc.canvas_length));
+  // The forward computes them Model::kLogitsChunkRows at a time.
+  const int64_t logits_rows = std::min({max_num_batched_tokens,
+                                        max_num_seqs * std::max<int64_t>(32, mc.canvas_length), Model::kLogitsChunkRows});
   const int64_t logits_copies = mc.canvas_length > 0 ? 2 : 1;
   const int64_t floats = max_num_batched_tokens * per_row + logits_copies * logits_rows * mc.vocab_size;
   // Quantized weights (CUDA): a product of more than a few rows dequantizes its weight into f32

@@ -489,26 +489,49 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   }
   be.RmsNorm(sel.f32(), L, H, H, w.final_norm, eps, one_plus, sel.f32(), H);
   if (!sh.sharded()) {
-    DeviceBuffer logits = DeviceBuffer::Floats(be, L * V);
-    be.MatMul(sel.f32(), L, w.lm_head, logits.f32());
-    if (body.logits) body.logits(ctx, logits.f32(), L, V);
+    // Rows in order: F full rows (logits to the host), S sampled rows, K canvas rows; the lm_head runs
+    // over kLogitsChunkRows of them at a time into one buffer, each chunk's rows consumed before the
+    // next product overwrites it.
+    const int64_t chunk = std::min(L, kLogitsChunkRows);
+    const bool chunked = L > chunk;
+    DeviceBuffer logits = DeviceBuffer::Floats(be, chunk * V);
+    res->logits.resize(F * V);
     // Sampled rows: tokens and probabilities (S ints, then S floats) are all that leaves the device.
     DeviceBuffer picked;
-    if (S > 0) {
-      picked = DeviceBuffer(be, static_cast<size_t>(S) * 8);
-      be.SampleRows(logits.f32() + F * V, S, V, p.rules.data(), picked.i32(), picked.f32() + S);
-    }
+    if (S > 0) picked = DeviceBuffer(be, static_cast<size_t>(S) * 8);
     // Canvas rows: their picks and the next step's self-conditioning input are all that leaves the
-    // device (unless their logits are asked for: read before the division, which ends the step here).
+    // device (unless their logits are asked for: read before the division, which ends the step there).
     DeviceBuffer canvas_picks, soft;
     if (K > 0) {
-      float* z = logits.f32() + (F + S) * V;
-      if (p.canvas_logits) res->canvas_logits = DownloadFloats(be, z, K * V);
       canvas_picks = DeviceBuffer(be, static_cast<size_t>(K) * sizeof(CanvasRowPick));
-      be.CanvasSampleRows(z, K, V, p.canvas_rules.data(), StoresSInBf16(w),
-                          static_cast<CanvasRowPick*>(canvas_picks.data()));
       soft = DeviceBuffer::Floats(be, K * H);
-      body.self_conditioning(be, c, w, z, K, soft.f32());
+      if (p.canvas_logits) res->canvas_logits.resize(K * V);
+    }
+    auto* picks = static_cast<CanvasRowPick*>(canvas_picks.data());
+    for (int64_t i0 = 0; i0 < L; i0 += chunk) {
+      const int64_t n = std::min(chunk, L - i0);
+      be.MatMul(sel.f32() + i0 * H, n, w.lm_head, logits.f32());
+      if (body.logits) body.logits(ctx, logits.f32(), n, V);
+      // The chunk's rows [a, b) of the kinds' ranges [lo, hi), at logits row a - i0.
+      auto part = [&](int64_t lo, int64_t hi, int64_t* a, int64_t* b) {
+        *a = std::max(lo, i0), *b = std::min(hi, i0 + n);
+        return *a < *b;
+      };
+      int64_t a = 0, b = 0;
+      // Full rows go to the host after the step, or now when a later chunk reuses the buffer.
+      if (chunked && part(0, F, &a, &b))
+        be.Download(res->logits.data() + a * V, logits.f32() + (a - i0) * V, static_cast<size_t>((b - a) * V) * 4);
+      if (part(F, F + S, &a, &b))
+        be.SampleRows(logits.f32() + (a - i0) * V, b - a, V, p.rules.data() + (a - F), picked.i32() + (a - F),
+                      picked.f32() + S + (a - F));
+      if (part(F + S, L, &a, &b)) {
+        const int64_t k0 = a - F - S;
+        float* z = logits.f32() + (a - i0) * V;
+        if (p.canvas_logits)
+          be.Download(res->canvas_logits.data() + k0 * V, z, static_cast<size_t>((b - a) * V) * sizeof(float));
+        be.CanvasSampleRows(z, b - a, V, p.canvas_rules.data() + k0, StoresSInBf16(w), picks + k0);
+        body.self_conditioning(be, c, w, z, b - a, soft.f32() + k0 * H);
+      }
     }
     be.EndStep();
     if (K > 0) {
@@ -516,8 +539,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       be.Download(res->canvas_picks.data(), canvas_picks.data(), canvas_picks.bytes());
       res->canvas_soft = DownloadFloats(be, soft.f32(), K * H);
     }
-    res->logits.resize(F * V);
-    if (F > 0) be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
+    if (F > 0 && !chunked) be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
     if (S > 0) {
       std::vector<int32_t> host(static_cast<size_t>(S) * 2);
       be.Download(host.data(), picked.data(), picked.bytes());
@@ -528,9 +550,12 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
         pk.token = host[i];
         std::memcpy(&pk.prob, &host[S + i], sizeof(float));
         if (pk.token >= 0) continue;
-        // A row the backend could not finish: sample it here from its logits.
+        // A row the backend could not finish: sample it here from its logits, computed again (the
+        // chunk buffer may hold other rows by now).
         row.resize(V);
-        be.Download(row.data(), logits.f32() + (F + i) * V, static_cast<size_t>(V) * sizeof(float));
+        be.MatMul(sel.f32() + (F + i) * H, 1, w.lm_head, logits.f32());
+        if (body.logits) body.logits(ctx, logits.f32(), 1, V);
+        be.Download(row.data(), logits.f32(), static_cast<size_t>(V) * sizeof(float));
         pk.token = SampleRowReference(row.data(), V, p.rules[i], &pk.prob);
       }
     }

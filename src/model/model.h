@@ -85,6 +85,12 @@ class Model {
   void CopyStateSlot(int32_t from, int32_t to);  // snapshot/restore of recurrent state
   void ResetStateSlot(int32_t slot);             // zero state for a new sequence
 
+  // Forward() computes the logits rows of a step at most kLogitsChunkRows at a time (one lm_head
+  // product a chunk, the chunk's rows consumed before the next): 64 DiffusionGemma canvases would
+  // otherwise hold 16K x 262K f32 logits (16 GiB) and the self-conditioning product's split copy of
+  // them. 2,048: every Qwen step up to 64 sequences of 32 rows is one chunk, as before.
+  static constexpr int64_t kLogitsChunkRows = 2048;
+
   // Forward() returns logits on the host; callers of backend() ops use backend memory (backend.h).
   // The unsplit model's cache sizes (the sum over ranks when no KV / key head is replicated).
   // K and V of all attention layers with elements of kv_dtype (the backend's KvCacheDType()).

@@ -6,6 +6,7 @@
 
 #include "engine/memory_plan.h"
 #include "io/hf_config.h"
+#include "model/model.h"
 #include "model/model_config.h"
 
 namespace tessera {
@@ -37,18 +38,22 @@ TEST(MemoryPlan, KvPoolIsWhatTheBudgetLeaves) {
 }
 
 // A canvas model (the published DiffusionGemma config) returns a whole canvas of logits rows a
-// sequence, not 32, and its self-conditioning product copies them once more: the reserve counts both
-// (64 canvases of 256 rows over a 262,144 vocabulary: 2 copies x 16,384 rows x 1 MiB, doubled for the
-// caching allocator, 64 GiB).
+// sequence, not 32, and its self-conditioning product copies them once more: the reserve counts both,
+// for at most Model::kLogitsChunkRows rows (the forward's chunk): 64 canvases of 256 rows over a
+// 262,144 vocabulary reserve 2 copies x 2,048 rows x 1 MiB, doubled for the caching allocator (8 GiB),
+// not 16,384 rows' worth (64 GiB, more than an 80 GB card has beside the weights).
 TEST(MemoryPlan, CanvasModelsReserveTheirCanvasLogits) {
   const ModelConfig mc =
       ModelConfig::FromHf(LoadHfModelDir(std::string(TESSERA_SOURCE_DIR) + "/tests/data/configs/diffusiongemma-26b-a4b-it"));
   ASSERT_EQ(mc.canvas_length, 256);
   ASSERT_EQ(mc.vocab_size, 262144);
-  const int64_t rows = 64 * 256, logits_bytes = 2 * 2 * rows * mc.vocab_size * 4;
+  ASSERT_EQ(Model::kLogitsChunkRows, 2048);
+  const int64_t rows = 64 * 256, logits_bytes = 2 * 2 * Model::kLogitsChunkRows * mc.vocab_size * 4;
   const int64_t reserve = ActivationReserveBytes(mc, rows, 64);
   EXPECT_GE(reserve, logits_bytes);
-  EXPECT_LT(reserve, logits_bytes + (int64_t{32} << 30)) << "the rest: per-row activations and 256 MiB";
+  EXPECT_LT(reserve, logits_bytes + (int64_t{24} << 30)) << "the rest: per-row activations and 256 MiB";
+  // Eight canvases fill a chunk: more sequences add per-row activations only.
+  EXPECT_EQ(ActivationReserveBytes(mc, rows, 64) - ActivationReserveBytes(mc, rows, 8), 0);
   // One canvas: its 256 rows, not 32 (the Qwen rule), even with a larger token budget.
   const int64_t one = ActivationReserveBytes(mc, 8192, 1) - ActivationReserveBytes(mc, 8192, 0);
   EXPECT_EQ(one, 2 * 2 * int64_t{256} * mc.vocab_size * 4);
