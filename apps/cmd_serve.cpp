@@ -260,6 +260,13 @@ void WarmUp(Engine& engine, const EngineModelInfo& info) {
   req.sampling.temperature = 0;
   req.sampling.ignore_eos = true;
   if (info.diffusion) req.diffusion = info.default_diffusion;
+  if (info.canvas_length > 0) {
+    // A canvas model (DiffusionGemma) anneals its own temperatures and refuses a request's other than 1
+    // (greedy 0 failed every `tessera serve` of one here). One canvas of two steps runs what any step does.
+    req.sampling.temperature = 1;
+    req.canvas = info.canvas_defaults;
+    req.canvas->max_denoising_steps = std::min<int64_t>(req.canvas->max_denoising_steps, 2);
+  }
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -330,9 +337,9 @@ int RunServe(ServeFlags& f) {
   Engine engine(model.get(), tokenizer.get(), MakeEngineConfig(cfg, *model, dir, *tokenizer));
   const EngineModelInfo& info = engine.ModelInfo();
   spdlog::info("engine: {} ({}), max_model_len {}, KV pages {} x {} tokens ({}), max_num_seqs {}", info.name,
-               info.diffusion ? "block diffusion" : "autoregressive", info.max_model_len,
-               engine.Snapshot().kv_pages_total, engine.config().page_size, DTypeName(model->KvCacheDType()),
-               engine.config().max_num_seqs);
+               info.diffusion ? "block diffusion" : info.canvas_length > 0 ? "canvas diffusion" : "autoregressive",
+               info.max_model_len, engine.Snapshot().kv_pages_total, engine.config().page_size,
+               DTypeName(model->KvCacheDType()), engine.config().max_num_seqs);
   const StatePlan state = PlanState(engine.config(), model->config(), model->StateBytesPerSequencePerRank());
   const int ranks = model->tensor_parallel_size();
   spdlog::info("recurrent state: {}{}", DescribeStatePlan(state),

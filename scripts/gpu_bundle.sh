@@ -3,8 +3,11 @@
 # spend its time compiling (scripts/gpu_check.sh takes the pack through GPU_CHECK_BUNDLE).
 #   bash scripts/gpu_bundle.sh [BUILD_DIR] [OUT_FILE]
 # BUILD_DIR (default build-cuda-tp) must be a TESSERA_CUDA=ON build; its test_backend and test_engine
-# (and test_model, bench's cuda_launch_chain when built) go into OUT_FILE (default build-data/gpu-bundle/bundle.tar.xz)
-# with the shared libraries they load from this machine's Debian packages (spdlog, fmt, ...). Left
+# (and test_model, bench's cuda_launch_chain, the tessera CLI when built) go into OUT_FILE (default
+# build-data/gpu-bundle/bundle.tar.xz) with the shared libraries they load from this machine's Debian
+# packages (spdlog, fmt, ...), and the Qwen3 tokenizer of build-data/npm (scripts/fetch_test_data.sh) as
+# tokenizer-qwen3/ when fetched: `tessera serve` of a full-size config with dummy weights needs a real
+# tokenizer (tools/gpu_structured_call.sh), and build-data does not travel to the GPU machine. Left
 # out: the C and C++ runtimes, which every Linux machine has, and the CUDA toolkit's libraries
 # (cuBLASLt alone is ~0.5 GB), which the GPU machine has in /usr/local/cuda. The pack must stay
 # under the device tool's 64 MiB of carried files.
@@ -13,7 +16,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build-cuda-tp}
 OUT_FILE=${2:-$ROOT/build-data/gpu-bundle/bundle.tar.xz}
 bins=()
-for b in test_backend test_engine test_model cuda_launch_chain; do
+for b in test_backend test_engine test_model cuda_launch_chain tessera; do
   [ -x "$BUILD/$b" ] && bins+=("$BUILD/$b")
 done
 for b in test_backend test_engine; do
@@ -31,6 +34,11 @@ for b in "${bins[@]}"; do
     [ -e "$stage/lib/$name" ] || cp -L "$path" "$stage/lib/$name"
   done
 done
+tok=$ROOT/build-data/npm/tokenizer-qwen3
+if [ -f "$tok/tokenizer.json" ]; then
+  mkdir -p "$stage/tokenizer-qwen3"
+  cp "$tok"/tokenizer*.json "$stage/tokenizer-qwen3/"
+fi
 mkdir -p "$(dirname "$OUT_FILE")"
 tar -C "$stage" -cf - . | xz -T2 -6 >"$OUT_FILE"
 size=$(stat -c %s "$OUT_FILE")

@@ -1,14 +1,20 @@
 // tessera tests: the command line with DiffusionGemma (`diffusion_gemma`): `generate` with the canvas
 // sampler's flags on dummy weights of the tiny numpy checkpoint's config (the flags take effect: steps
 // and canvases in --stats), the flags refused where they do not apply (exit 2, one line naming them),
-// and `inspect` of the published full-size config (tests/data/configs/diffusiongemma-26b-a4b-it).
+// and `inspect` of the published full-size config (tests/data/configs/diffusiongemma-26b-a4b-it);
+// `tessera serve` of the tiny checkpoint gets ready and answers a completion.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "dgemma_checkpoint.h"
 #include "test_util.h"
+#include "unit/server_http_fakes.h"
 
 namespace tessera {
 namespace {
@@ -81,6 +87,43 @@ TEST(CliDgemma, InspectsThePublishedFullSizeConfig) {
   r = RunCommand(TesseraBinary() + " inspect --model " + Quote(dir));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("30 (30 attention: 25 sliding-window, 5 global"), std::string::npos) << r.out;
+}
+
+// The server's warm-up request must be one a canvas model takes: it was greedy (temperature 0), which
+// the canvas sampler refuses, so every `tessera serve` of a DiffusionGemma model exited before ready.
+TEST(CliDgemma, ServeGetsReadyAndAnswers) {
+  const std::string dir = ScratchDir("cli-dgemma-serve"), log = dir + "/log";
+  RunCommand("(" + TesseraBinary() + " serve --port 0 --access-log '' --model " + Quote(DgemmaSelfcheckDir()) +
+             " --tokenizer " + Quote(DataPath("fixtures/tokenizers/bytes")) + " >" + Quote(log) +
+             " 2>&1 </dev/null & echo $! >" + Quote(dir + "/pid") + ")");
+  const int pid = std::atoi(ReadFile(dir + "/pid").c_str());
+  ASSERT_GT(pid, 0);
+  struct Stop {  // SIGTERM drains and exits; the test does not leave it behind
+    int pid;
+    ~Stop() {
+      ::kill(pid, SIGTERM);
+      for (int i = 0; i < 300 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } stop{pid};
+  int port = 0;
+  bool ready = false;
+  const std::string mark = "listening on http://127.0.0.1:";
+  // Until ready, or until the server has exited (its warm-up failed).
+  for (int i = 0; i < 1200 && !ready && ::kill(pid, 0) == 0; ++i) {
+    const std::string text = std::filesystem::exists(log) ? ReadFile(log) : "";
+    if (size_t at = text.find(mark); port == 0 && at != std::string::npos)
+      port = std::atoi(text.c_str() + at + mark.size());
+    ready = port > 0 && testing_server::Call(port, "GET", "/health").status == 200;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string text = std::filesystem::exists(log) ? ReadFile(log) : "(no log)";
+  ASSERT_TRUE(ready) << text;
+  EXPECT_NE(text.find("(canvas diffusion)"), std::string::npos) << text;
+  // One canvas (16 tokens) at the sampler's own temperature, as a request must ask for it.
+  const nlohmann::json body = {{"prompt", {5, 6, 7, 8}}, {"max_tokens", 16}, {"temperature", 1}, {"ignore_eos", true}};
+  const testing_server::HttpResponse r = testing_server::Call(port, "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["usage"]["completion_tokens"].get<int64_t>(), 16) << r.body;
 }
 
 }  // namespace
