@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Device-side, one call (after `ninja -C build tessera` in a CUDA build and `bash scripts/gpu_bundle.sh build`
-# here, which packs the tessera binary and the Qwen3 tokenizer; carry ["build-data/gpu-bundle/bundle.tar.xz"]):
+# Device-side, one call (after `ninja -C build tessera` in a CUDA build and
+# `GPU_BUNDLE_BINS=tessera bash scripts/gpu_bundle.sh build build-data/gpu-bundle/serve.tar.xz` here, which
+# packs the tessera binary and the Qwen3 tokenizer; carry ["build-data/gpu-bundle/serve.tar.xz"] and set
+# STRUCT_CALL_BUNDLE=build-data/gpu-bundle/serve.tar.xz: with the test binaries too the pack and the
+# working tree pass the device tool's 64 MiB):
 # the end-to-end cost of structured output (issue 30). `tessera serve` of Qwen3-30B-A3B with dummy weights,
 # driven by `tessera bench` with and without a response_format json_schema:
 #  - autoregressive decode at STRUCT_CALL_CONCURRENCY (default "1 64") concurrent requests: output tok/s,
