@@ -310,6 +310,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   if (seq.finished) return;
   seq.finished = true;
   ReleaseResources(seq);
+  if (seq.canvas) model_->ReleaseCanvasState(static_cast<int64_t>(seq.arrival));  // its kept input, if any
   if (seq.group && seq.index == 0) seq.group->prompt_ready = true;  // the other choices go on alone
   if (reason == FinishReason::kError) {
     GenerationEvent ev;
@@ -654,7 +655,7 @@ bool Engine::Step() {
       CanvasForwardRows canvas_rows;
       if (canvas_drawn) {
         canvas_rows.picks = result.canvas_picks.data() + canvas_row;
-        canvas_rows.soft = result.canvas_soft.data() + canvas_row * hidden;
+        canvas_rows.soft = result.canvas_soft.empty() ? nullptr : result.canvas_soft.data() + canvas_row * hidden;
         if (!result.canvas_logits.empty()) canvas_rows.logits = result.canvas_logits.data() + canvas_row * vocab;
       }
       float* logits = sampled || canvas_drawn ? nullptr : result.logits.data() + row * vocab;

@@ -35,6 +35,7 @@ void NewCanvas(CanvasState& cs, int64_t vocab) {
   cs.x.resize(static_cast<size_t>(cs.length));
   for (int32_t& t : cs.x) t = cs.Token(vocab);
   cs.soft.clear();
+  cs.soft_kept = false;  // the model's kept input (if any) is overwritten by the next step's
   cs.z.clear();
   cs.uniforms.clear();
   cs.steps_remaining = cs.params.max_denoising_steps;
@@ -132,6 +133,9 @@ bool Engine::PlanCanvas(Sequence& s, int64_t budget, bool alone, Segment* seg, b
       const auto t = static_cast<float>(CanvasTemperature(cs.params, cs.steps_remaining));
       for (int64_t i = 0; i < C; ++i) seg->canvas_sample.push_back({t, cs.uniforms[static_cast<size_t>(i)]});
       seg->canvas_logits = static_cast<bool>(config_.canvas_trace);
+      // The next input stays with the model (released when the sequence finishes).
+      seg->canvas_state = static_cast<int64_t>(s.arrival);
+      seg->self_conditioning_kept = cs.soft_kept;
     }
     *prompt_chunk = false;
     return true;
@@ -214,7 +218,8 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
   if (!stop) {
     cs.x = std::move(next);
     --cs.steps_remaining;
-    if (in.picks) cs.soft.assign(in.soft, in.soft + C * model_->config().hidden_size);
+    if (in.picks && in.soft) cs.soft.assign(in.soft, in.soft + C * model_->config().hidden_size);
+    else if (in.picks) cs.soft.clear(), cs.soft_kept = true;
     else cs.z.assign(in.logits, in.logits + C * vocab);  // for UpdateSelfConditioning
     return;
   }

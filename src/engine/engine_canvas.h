@@ -46,9 +46,12 @@ struct CanvasState {
   int64_t canvases_done = 0;   // committed (output) so far
   std::mt19937_64 rng;         // the request's seed (or a random one): every draw of section 6
   // The canvas being denoised: its tokens, the self-conditioning input of its next step ([C, hidden];
-  // empty at the first step), the steps left (n), the steps taken and the stop rule's history.
+  // empty at the first step; on the backend's path the model keeps it instead, soft_kept, under the
+  // sequence's arrival number: Segment::canvas_state), the steps left (n), the steps taken and the stop
+  // rule's history.
   std::vector<int32_t> x;
   std::vector<float> soft;
+  bool soft_kept = false;
   // The step's multinomial draws, one per row, taken when the step is planned (the backend samples
   // with them) and used up by its ApplyCanvasStep: a planned step that does not run keeps them.
   std::vector<double> uniforms;
@@ -73,7 +76,7 @@ struct CanvasState {
 struct CanvasForwardRows {
   float* logits = nullptr;                 // [C, vocab] before the temperature, or null
   const CanvasRowPick* picks = nullptr;    // [C], the backend's path
-  const float* soft = nullptr;             // [C, hidden], the backend's path
+  const float* soft = nullptr;             // [C, hidden], the backend's path (null: the model kept it)
 };
 
 }  // namespace tessera

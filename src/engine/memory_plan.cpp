@@ -71,7 +71,10 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
     for (const ExpectedTensor& t : ExpectedTensors(mc))
       if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
         quant_scratch = std::max(quant_scratch, 4 * t.shape[0] * t.shape[1]);
-  return 2 * floats * 4 + quant_scratch + (int64_t{256} << 20);
+  // Canvas models: every sequence's next self-conditioning input, kept by the model between steps
+  // ([C, hidden] f32, Segment::canvas_state).
+  const int64_t kept_inputs = mc.canvas_length > 0 ? max_num_seqs * mc.canvas_length * H * 4 : 0;
+  return 2 * floats * 4 + quant_scratch + kept_inputs + (int64_t{256} << 20);
 }
 
 GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,

@@ -44,6 +44,13 @@ struct Segment {
   // With canvas_sample: the rows' logits (before the temperature) come back as well
   // (ForwardResult::canvas_logits; the engine's traces and the tests).
   bool canvas_logits = false;
+  // With canvas_sample over every canvas row, a caller that keeps the canvas going may name it
+  // (canvas_state >= 0, unique in the batch): the next step's self-conditioning input then stays in
+  // backend memory under that id (until Model::ReleaseCanvasState) instead of coming back in
+  // ForwardResult::canvas_soft, and a later step reads it with self_conditioning_kept (self_conditioning
+  // empty). [C, hidden] f32 (2.9 MB for DiffusionGemma) no longer crosses to the host and back a step.
+  int64_t canvas_state = -1;
+  bool self_conditioning_kept = false;
   // MoE models: the router logits of this segment's rows are divided by it before the softmax and
   // top-k (a request's router temperature; 1 = unchanged). Must be finite and > 0.
   float router_temperature = 1.f;
@@ -69,8 +76,9 @@ struct ForwardResult {
   };
   std::vector<Pick> picks;
   // The rows of the segments with canvas_sample, segments in order: each row's pick, the next step's
-  // self-conditioning input [rows, hidden] (Model::SelfConditioningInput of the rows' z), and, when
-  // any of those segments set canvas_logits, every such row's logits [rows, vocab].
+  // self-conditioning input [rows, hidden] (Model::SelfConditioningInput of the rows' z; empty when
+  // every such segment keeps it in backend memory, Segment::canvas_state), and, when any of those
+  // segments set canvas_logits, every such row's logits [rows, vocab].
   std::vector<CanvasRowPick> canvas_picks;
   std::vector<float> canvas_soft;
   std::vector<float> canvas_logits;

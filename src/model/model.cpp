@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 
 #include "backend/communicator.h"
 #include "backend/sampling.h"
@@ -38,6 +39,8 @@ struct Model::Rank {
   std::unique_ptr<Communicator> comm;  // null when the model is not split
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<ModelCaches> caches;
+  // Canvases' self-conditioning inputs kept between steps (Segment::canvas_state), [C, hidden] each.
+  std::unordered_map<int64_t, DeviceBuffer> canvas_states;
 };
 
 // A validated batch, shared read-only by the ranks.
@@ -54,6 +57,7 @@ struct Model::Prepared {
   std::vector<CanvasRowRule> canvas_rules;
   bool canvas_logits = false;
   std::vector<SegmentRows> segments;
+  std::vector<int64_t> drawn_rows;  // per segment: its canvas rows drawn by the backend (canvas_rules)
   std::vector<float> router_temperature;  // [rows] when a segment's is not 1, else empty
 };
 
@@ -255,6 +259,10 @@ std::vector<float> Model::SelfConditioningInput(const float* z, int64_t rows) {
   return out;
 }
 
+void Model::ReleaseCanvasState(int64_t id) { ranks_[0]->canvas_states.erase(id); }
+
+int64_t Model::kept_canvas_states() const { return static_cast<int64_t>(ranks_[0]->canvas_states.size()); }
+
 int64_t Model::page_size() const { return ranks_[0]->caches->page_size; }
 int64_t Model::num_pages() const { return ranks_[0]->caches->num_pages; }
 int64_t Model::num_state_slots() const { return ranks_[0]->caches->num_slots; }
@@ -374,6 +382,30 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
            si, s.self_conditioning.size(), canvas_model ? canvas_rows : 0, c.hidden_size);
     p.segments.back().canvas = canvas_model && canvas_rows > 0;
     p.segments.back().self_conditioning = s.self_conditioning.empty() ? nullptr : s.self_conditioning.data();
+    if (s.canvas_state >= 0 || s.self_conditioning_kept) {
+      // Kept inputs: a named canvas drawn over all of its rows, in order (its [C, hidden] is stored whole).
+      bool whole = s.canvas_state >= 0 && !s.canvas_sample.empty() &&
+                   static_cast<int64_t>(s.logits_rows.size()) == canvas_rows;
+      for (size_t i = 0; whole && i < s.logits_rows.size(); ++i)
+        whole = s.logits_rows[i] == s.commit_len + static_cast<int64_t>(i);
+      if (!whole)
+        Fail(ErrorKind::kInvalidArgument,
+             "segment {}: a kept self-conditioning input (canvas state {}) needs every canvas row drawn, in order", si,
+             s.canvas_state);
+      for (size_t sj = 0; sj < si; ++sj)
+        if (batch.segments[sj].canvas_state == s.canvas_state)
+          Fail(ErrorKind::kInvalidArgument, "segments {} and {}: the same canvas state {}", sj, si, s.canvas_state);
+      if (s.self_conditioning_kept) {
+        const auto& kept = ranks_[0]->canvas_states;
+        const auto it = kept.find(s.canvas_state);
+        if (!s.self_conditioning.empty() || it == kept.end() ||
+            it->second.bytes() != static_cast<size_t>(canvas_rows * c.hidden_size) * sizeof(float))
+          Fail(ErrorKind::kInvalidArgument, "segment {}: no kept self-conditioning input of {} rows for canvas state {}",
+               si, canvas_rows, s.canvas_state);
+      }
+      p.segments.back().canvas_state = s.canvas_state;
+      p.segments.back().self_conditioning_kept = s.self_conditioning_kept;
+    }
     if (!(s.router_temperature > 0.f && std::isfinite(s.router_temperature)))
       Fail(ErrorKind::kInvalidArgument, "segment {}: router temperature {} must be finite and > 0", si,
            s.router_temperature);
@@ -388,6 +420,7 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
   // Logits rows: the returned ones first, then the sampled ones, then the canvas rows the backend
   // draws (each class in segment order).
   auto row_class = [](const Segment& s) { return !s.sample.empty() ? 1 : !s.canvas_sample.empty() ? 2 : 0; };
+  p.drawn_rows.assign(batch.segments.size(), 0);
   for (int pass = 0; pass < 3; ++pass)
     for (size_t si = 0; si < batch.segments.size(); ++si) {
       const Segment& s = batch.segments[si];
@@ -395,6 +428,7 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
       for (int32_t lr : s.logits_rows) p.logit_rows.push_back(p.segments[si].row0 + lr);
       p.rules.insert(p.rules.end(), s.sample.begin(), s.sample.end());
       p.canvas_rules.insert(p.canvas_rules.end(), s.canvas_sample.begin(), s.canvas_sample.end());
+      p.drawn_rows[si] = static_cast<int64_t>(s.canvas_sample.size());
       p.canvas_logits = p.canvas_logits || (pass == 2 && s.canvas_logits);
       if (pass == 0) p.full_rows += static_cast<int64_t>(s.logits_rows.size());
     }
@@ -443,6 +477,8 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   ctx.caches = rk.caches.get();
   ctx.gdn_mode = opts.gdn_mode;
   ctx.segments = p.segments;
+  for (SegmentRows& s : ctx.segments)
+    if (s.self_conditioning_kept) s.kept_input = rk.canvas_states.at(s.canvas_state).f32();
   const int64_t R = static_cast<int64_t>(p.tokens.size());
   ctx.rows = R;
   ctx.positions = p.positions.data();
@@ -533,11 +569,27 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
         body.self_conditioning(be, c, w, z, b - a, soft.f32() + k0 * H);
       }
     }
+    // Named canvases keep their next input here (canvas rows: the drawn segments' rows in segment
+    // order); the others' come back.
+    bool soft_to_host = false;
+    for (int64_t si = 0, k0 = 0; si < static_cast<int64_t>(p.segments.size()) && K > 0; ++si) {
+      const SegmentRows& s = p.segments[si];
+      const int64_t n = p.drawn_rows[si];
+      if (n == 0) continue;
+      if (s.canvas_state < 0) {
+        soft_to_host = true;
+      } else {
+        DeviceBuffer& kept = rk.canvas_states[s.canvas_state];
+        if (kept.bytes() != static_cast<size_t>(n * H) * sizeof(float)) kept = DeviceBuffer::Floats(be, n * H);
+        be.CopyBuffer(kept.data(), soft.f32() + k0 * H, kept.bytes());
+      }
+      k0 += n;
+    }
     be.EndStep();
     if (K > 0) {
       res->canvas_picks.resize(static_cast<size_t>(K));
       be.Download(res->canvas_picks.data(), canvas_picks.data(), canvas_picks.bytes());
-      res->canvas_soft = DownloadFloats(be, soft.f32(), K * H);
+      if (soft_to_host) res->canvas_soft = DownloadFloats(be, soft.f32(), K * H);
     }
     if (F > 0 && !chunked) be.Download(res->logits.data(), logits.f32(), res->logits.size() * sizeof(float));
     if (S > 0) {

@@ -76,6 +76,10 @@ class Model {
   // canvases may go in one call (each output row depends on its own row only). Error(kUnsupported)
   // for other models.
   std::vector<float> SelfConditioningInput(const float* z, int64_t rows);
+  // The self-conditioning inputs kept in backend memory (Segment::canvas_state): frees canvas `id`'s
+  // (nothing when there is none), and how many are kept.
+  void ReleaseCanvasState(int64_t id);
+  int64_t kept_canvas_states() const;
 
   // Cache storage, sized by the engine. Re-allocating drops all cached content.
   void AllocateCaches(int64_t num_pages, int64_t page_size, int64_t num_state_slots);

@@ -193,6 +193,8 @@ TEST(EngineDiffusionGemmaCanvas, WholeGenerationsMatchTheDocModelReplay) {
   ASSERT_TRUE(a.out.finished && b.out.finished) << a.out.error << b.out.error;
   ASSERT_TRUE(a.out.error.empty() && b.out.error.empty()) << a.out.error << b.out.error;
   EXPECT_LT(engine.total_forwards(), a.out.stats.forwards + b.out.stats.forwards) << "the canvases were batched";
+  // Their self-conditioning inputs were kept by the model between steps, and released at the end.
+  EXPECT_EQ(model->kept_canvas_states(), 0);
 
   // An end token the model produces: request "a" again with the same seed and, as a stop id, a token of
   // its second canvas that its first lacks: the same draws up to there, the output cut before it.

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -241,6 +242,63 @@ TEST(DiffusionGemmaSelfCheck, RefusesBadDecoderInputs) {
   Batch bc;  // no block-causal mask in this family
   bc.segments.push_back(Seg(nullptr, 0, w.ids, 16, true, 8));
   ExpectError([&] { m->Forward(bc); }, ErrorKind::kInvalidArgument, {"block"});
+}
+
+// A canvas drawn on the backend under a canvas state keeps its next self-conditioning input in the model
+// instead of returning it: the next step reading the kept input gives the same rows as one given that
+// input from the host; releasing forgets it; and the inputs the model refuses.
+TEST(DiffusionGemmaSelfCheck, KeptSelfConditioningInputEqualsTheReturnedOne) {
+  auto m = Model::Load(Dir());
+  const Want& w = Expected();
+  const int64_t P = static_cast<int64_t>(w.ids.size()), C = static_cast<int64_t>(w.canvas2.size());
+  auto drawn = [&](int64_t state) {
+    Segment s = Seg(nullptr, 0, Cat(w.ids, w.canvas2), P, false);
+    s.logits_rows.clear();
+    for (int64_t t = 0; t < C; ++t) {
+      s.logits_rows.push_back(static_cast<int32_t>(P + t));
+      s.canvas_sample.push_back({0.8f, static_cast<double>(t) / static_cast<double>(C)});
+    }
+    s.canvas_logits = true;
+    s.canvas_state = state;
+    return s;
+  };
+  Batch first;  // step 1: the same canvas returned (-1) and kept (7)
+  first.segments = {drawn(-1), drawn(7)};
+  first.segments[0].self_conditioning = first.segments[1].self_conditioning = w.soft2;
+  const ForwardResult r1 = m->Forward(first);
+  EXPECT_EQ(m->kept_canvas_states(), 1);
+  ASSERT_EQ(static_cast<int64_t>(r1.canvas_soft.size()), 2 * C * m->config().hidden_size) << "returned: all rows";
+  const std::vector<float> soft(r1.canvas_soft.begin(), r1.canvas_soft.begin() + C * m->config().hidden_size);
+  Batch second;  // step 2: from the host, and kept
+  second.segments = {drawn(-1), drawn(7)};
+  second.segments[0].self_conditioning = soft;
+  second.segments[1].self_conditioning_kept = true;
+  const ForwardResult r2 = m->Forward(second);
+  const int64_t V = m->config().vocab_size;
+  ASSERT_EQ(static_cast<int64_t>(r2.canvas_logits.size()), 2 * C * V);
+  double d = 0;
+  for (int64_t i = 0; i < C * V; ++i) d = std::max(d, static_cast<double>(std::fabs(r2.canvas_logits[i] - r2.canvas_logits[C * V + i])));
+  EXPECT_LE(d, 1e-6) << "kept input against the returned one";
+  Batch only_kept;  // every drawn canvas kept: nothing comes back
+  only_kept.segments = {drawn(7)};
+  only_kept.segments[0].self_conditioning_kept = true;
+  EXPECT_TRUE(m->Forward(only_kept).canvas_soft.empty());
+  // Refused: two segments of one state, a kept input with a host one too, a state for part of the rows,
+  // and an input nobody kept (after the release).
+  Batch twice;
+  twice.segments = {drawn(7), drawn(7)};
+  ExpectError([&] { m->Forward(twice); }, ErrorKind::kInvalidArgument, {"the same canvas state"});
+  Batch both = only_kept;
+  both.segments[0].self_conditioning = soft;
+  ExpectError([&] { m->Forward(both); }, ErrorKind::kInvalidArgument, {"no kept self-conditioning input"});
+  Batch part;
+  part.segments = {drawn(9)};
+  part.segments[0].logits_rows.pop_back();
+  part.segments[0].canvas_sample.pop_back();
+  ExpectError([&] { m->Forward(part); }, ErrorKind::kInvalidArgument, {"every canvas row drawn"});
+  m->ReleaseCanvasState(7);
+  EXPECT_EQ(m->kept_canvas_states(), 0);
+  ExpectError([&] { m->Forward(only_kept); }, ErrorKind::kInvalidArgument, {"no kept self-conditioning input"});
 }
 
 TEST(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {

@@ -52,11 +52,12 @@ TEST(MemoryPlan, CanvasModelsReserveTheirCanvasLogits) {
   const int64_t reserve = ActivationReserveBytes(mc, rows, 64);
   EXPECT_GE(reserve, logits_bytes);
   EXPECT_LT(reserve, logits_bytes + (int64_t{24} << 30)) << "the rest: per-row activations and 256 MiB";
-  // Eight canvases fill a chunk: more sequences add per-row activations only.
-  EXPECT_EQ(ActivationReserveBytes(mc, rows, 64) - ActivationReserveBytes(mc, rows, 8), 0);
+  // Eight canvases fill a chunk: more sequences add only their kept self-conditioning inputs ([C, H] f32).
+  EXPECT_EQ(ActivationReserveBytes(mc, rows, 64) - ActivationReserveBytes(mc, rows, 8),
+            56 * 256 * mc.hidden_size * 4);
   // One canvas: its 256 rows, not 32 (the Qwen rule), even with a larger token budget.
   const int64_t one = ActivationReserveBytes(mc, 8192, 1) - ActivationReserveBytes(mc, 8192, 0);
-  EXPECT_EQ(one, 2 * 2 * int64_t{256} * mc.vocab_size * 4);
+  EXPECT_EQ(one, 2 * 2 * int64_t{256} * mc.vocab_size * 4 + int64_t{256} * mc.hidden_size * 4);
 }
 
 }  // namespace

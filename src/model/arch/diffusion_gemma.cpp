@@ -203,19 +203,23 @@ void Embed(const LayerContext& ctx, const ModelWeights& w, const int32_t* tokens
   const int64_t Rc = CanvasRows(ctx);
   if (Rc == 0) return;
   const float eps = static_cast<float>(ctx.cfg->rms_norm_eps);
-  bool any_soft = false;
-  for (const SegmentRows& s : ctx.segments) any_soft |= s.canvas && s.self_conditioning;
+  bool any_soft = false, every_soft = true;
+  for (const SegmentRows& s : ctx.segments) {
+    if (!s.canvas) continue;
+    const bool has = s.self_conditioning || s.kept_input;
+    any_soft |= has, every_soft &= has;
+  }
   if (any_soft) {  // one MLP over every canvas row of the batch (rows without an input stay zero: sc = 0)
-    std::vector<float> soft(static_cast<size_t>(Rc * H), 0.0f);
+    DeviceBuffer x = DeviceBuffer::Floats(be, Rc * H), sc = DeviceBuffer::Floats(be, Rc * H);
+    if (!every_soft) be.Zero(x.data(), x.bytes());
     int64_t at = 0;
-    for (const SegmentRows& s : ctx.segments) {
+    for (const SegmentRows& s : ctx.segments) {  // each input into its rows: from the host, or kept
       if (!s.canvas) continue;
       const int64_t C = s.T - s.commit_len;
-      if (s.self_conditioning) std::copy(s.self_conditioning, s.self_conditioning + C * H, soft.begin() + at * H);
+      if (s.kept_input) be.Copy2D(s.kept_input, C, H, H, x.f32() + at * H, H);
+      else if (s.self_conditioning) be.Upload(x.f32() + at * H, s.self_conditioning, static_cast<size_t>(C * H) * 4);
       at += C;
     }
-    DeviceBuffer x = DeviceBuffer::Floats(be, Rc * H), sc = DeviceBuffer::Floats(be, Rc * H);
-    be.Upload(x.data(), soft.data(), soft.size() * sizeof(float));
     be.RmsNorm(x.f32(), Rc, H, H, g.self_cond_pre_norm, eps, false, x.f32(), H);
     DenseMlpForward(be, g.self_cond, Rc, x.f32(), sc.f32(), ActOf(*ctx.cfg));
     at = 0;

@@ -26,6 +26,11 @@ struct SegmentRows {
   // Rows [commit_len, T) are a DiffusionGemma canvas (decoder path, AttentionArgs::canvas_begin).
   bool canvas = false;
   const float* self_conditioning = nullptr;  // host [T - commit_len, hidden] (Segment), null: zeros
+  // Segment::canvas_state and self_conditioning_kept; with the latter, kept_input is that input in the
+  // rank's backend memory (set by the forward).
+  int64_t canvas_state = -1;
+  bool self_conditioning_kept = false;
+  const float* kept_input = nullptr;
 };
 
 struct LayerContext {
