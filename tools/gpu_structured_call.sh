@@ -17,7 +17,7 @@
 # completed within max_tokens (tools/gpu/structured_call.py, bench_schema, says why), so every constrained
 # request ends at max_tokens too and both runs count the same tokens; the summary checks each length.
 # A validity check first: one constrained request of a small bounded schema must finish and parse.
-# Whole logs, bench JSONs and metric snapshots under $OUT; the table in $OUT/summary.txt.
+# Whole logs, bench JSONs and metric snapshots in $OUT/logs.tar.xz; the table in $OUT/summary.txt.
 # Dry run without a GPU: STRUCT_CALL_DEVICE=cpu STRUCT_CALL_TINY=1 STRUCT_CALL_BIN=build
 #   STRUCT_CALL_TOKENIZER=build-data/npm/tokenizer-qwen3 STRUCT_CALL_CONCURRENCY="1 4" (a 2-layer model of
 #   the same config; STRUCT_CALL_* below set the rest).
@@ -78,9 +78,19 @@ stop_server() {
   wait "$SERVER" 2>/dev/null
   SERVER=""
 }
+# The device tool returns at most 8 files from $OUT, and a call leaves ~50 (logs, bench JSONs, metric
+# snapshots, model dirs): all but summary.txt go into $OUT/logs.tar.xz (STRUCT_CALL_PACK=0 leaves them).
+pack_out() {
+  [ "${STRUCT_CALL_PACK:-1}" = 1 ] || return 0
+  local t
+  t=$(mktemp /tmp/struct_out.XXXXXX) || return 0
+  (cd "$OUT" && ls -A | grep -vx -e summary.txt -e logs.tar.xz | tar -cJf "$t" -T - --remove-files) &&
+    mv "$t" "$OUT/logs.tar.xz"
+}
 cleanup() {
   stop_server
   [ -n "${STRUCT_CALL_BIN:-}" ] || rm -rf "$BIN"  # the unpacked bundle
+  pack_out
 }
 trap cleanup EXIT
 # start_server NAME FLAGS...: serve with dummy weights on a free port; URL once /health says ready.
