@@ -491,6 +491,11 @@ class Backend {
   // logits with SampleRowReference. The default runs the reference on host memory (the CPU backend).
   virtual void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params,
                           int32_t* tokens, float* probs);
+  // Structured output where the logits are: row rows[i] of logits (backend memory, [.., vocab]) keeps
+  // token t only where bit t % 32 of words[i * W + t / 32] is set (W = (vocab + 31) / 32; words and rows
+  // on the host, n rows), every other logit becomes -inf (a grammar's mask, applied before SampleRows).
+  // The default runs on host memory (the CPU backend).
+  virtual void MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words);
   // Canvas rows (rules: host, one per row; logits and picks: backend memory): each row of logits
   // becomes its z = logits / t in place, then picks[r] = CanvasRowReference(z). With round_z_to_bf16,
   // z is then rounded to bf16 in place: the S of the next step's self-conditioning input in a bf16

@@ -100,6 +100,16 @@ void Backend::SampleRows(const float* logits, int64_t rows, int64_t vocab, const
     tokens[r] = SampleRowReference(logits + r * vocab, vocab, params[r], &probs[r], &scratch);
 }
 
+void Backend::MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words) {
+  const int64_t W = (vocab + 31) / 32;
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = logits + rows[i] * vocab;
+    const uint32_t* w = words + i * W;
+    for (int64_t t = 0; t < vocab; ++t)
+      if (!((w[t / 32] >> (t % 32)) & 1u)) row[t] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 CanvasRowPick CanvasRowReference(const float* z, int64_t vocab, double uniform) {
   CanvasRowPick pick;
   const float* top = std::max_element(z, z + vocab);

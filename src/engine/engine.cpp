@@ -618,9 +618,21 @@ bool Engine::Step() {
         // A logit bias changes the block's rows before the draw: those come back to the host.
         // So do a constrained block's: each position is drawn under its prefix's grammar mask.
         if (!s.sampler->has_logit_bias() && !s.constraint) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
-      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0 &&
-                 !(s.constraint && s.constraint->Active()))  // a lazy grammar's free text is plain
+      } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0) {
+        // A constrained row too, its grammar's mask applied where the logits are (a lazy grammar's free
+        // text needs none). A grammar with no token to allow, or that fails, takes the host path, which
+        // ends the sequence.
+        std::vector<uint32_t> mask;
+        if (s.constraint && s.constraint->Active()) {
+          try {
+            if (!s.constraint->MaskWords(model_->config().vocab_size, &mask)) continue;
+          } catch (const Error&) {
+            continue;
+          }
+        }
         p.segment.sample = {s.sampler->RowRule()};
+        p.segment.sample_masks = std::move(mask);
+      }
     }
     Batch batch;
     for (auto& p : plan) batch.segments.push_back(p.segment);

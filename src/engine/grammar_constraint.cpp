@@ -91,6 +91,29 @@ bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
   return false;
 }
 
+bool GrammarConstraint::MaskWords(int64_t vocab, std::vector<uint32_t>* words) {
+  words->clear();
+  if (trigger_) {
+    last_complete_ = last_free_ = phase_ == Phase::kFree;
+    if (last_complete_) return true;
+    if (!cached_) {
+      FillLazy(phase_, forced_, matcher_, &words_);
+      cached_ = true;
+    }
+  } else {
+    if (!cached_) {
+      Fill(nullptr, 0, false, &words_, &cached_complete_);
+      cached_ = true;
+    }
+    last_complete_ = cached_complete_;
+  }
+  // The grammar's words cover its vocabulary; ids past it are not allowed.
+  words->assign(static_cast<size_t>((vocab + 31) / 32), 0u);
+  for (size_t i = 0; i < words->size() && i < words_.size(); ++i) (*words)[i] = words_[i];
+  if (vocab % 32 != 0) words->back() &= (1u << (vocab % 32)) - 1u;
+  return std::any_of(words->begin(), words->end(), [](uint32_t w) { return w != 0; });
+}
+
 bool GrammarConstraint::MaskLogitsAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab) {
   if (n == 0) return MaskLogits(logits, vocab);
   if (trigger_) return MaskLazyAfter(prefix, n, logits, vocab);

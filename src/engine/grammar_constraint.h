@@ -38,6 +38,10 @@ class GrammarConstraint {
   // Sets logits[i] = -inf for every token not allowed next (ids past the grammar's vocabulary too).
   // False when no token at all is allowed (the structure is complete and no end token may come).
   bool MaskLogits(float* logits, int64_t vocab);
+  // The same mask as words for `vocab` tokens, to be applied where the logits are (Segment::sample_masks:
+  // bit t % 32 of word t / 32 set where token t is allowed), with MaskLogits' effect on the state; empty
+  // when nothing is masked (a lazy grammar's free text). False when no token at all is allowed.
+  bool MaskWords(int64_t vocab, std::vector<uint32_t>* words);
   // The same after the hypothetical tokens `prefix` (not kept): block diffusion. False also when the
   // prefix itself is not allowed.
   bool MaskLogitsAfter(const int32_t* prefix, size_t n, float* logits, int64_t vocab);

@@ -30,6 +30,10 @@ struct Segment {
   // logits row: the backend draws the tokens where the logits are (Backend::SampleRows) and only the
   // tokens and their probabilities come back (ForwardResult::picks), not the [rows, vocab] logits.
   std::vector<RowSampling> sample;
+  // With `sample`, optionally a structured-output mask per row, applied where the logits are
+  // (Backend::MaskLogitsRows) before the draw: [rows, (vocab + 31) / 32] words, bit t % 32 of word
+  // t / 32 set where token t is allowed. Empty: nothing masked.
+  std::vector<uint32_t> sample_masks;
   // Canvas-decoder models (DiffusionGemma, ModelConfig::canvas_length > 0), where the uncommitted
   // block is a canvas (decoder path: bidirectional, self-conditioned input, decoder layer_scalars;
   // docs/DIFFUSION_GEMMA.md 1, 5): the self-conditioning input of its rows, [T - commit_len, hidden],

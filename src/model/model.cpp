@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -52,6 +53,9 @@ struct Model::Prepared {
   std::vector<int64_t> logit_rows;
   int64_t full_rows = 0;
   std::vector<RowSampling> rules;
+  // The masked ones among them (index into rules) and their words, [n, (vocab + 31) / 32].
+  std::vector<int64_t> masked_rows;
+  std::vector<uint32_t> masks;
   // Then the canvas rows the backend draws (Segment::canvas_sample), one rule each, and whether their
   // logits come back too.
   std::vector<CanvasRowRule> canvas_rules;
@@ -347,6 +351,10 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
     if (!s.sample.empty() && s.sample.size() != s.logits_rows.size())
       Fail(ErrorKind::kInvalidArgument, "segment {}: {} sampling rules for {} logits rows", si, s.sample.size(),
            s.logits_rows.size());
+    if (!s.sample_masks.empty() &&
+        s.sample_masks.size() != s.sample.size() * static_cast<size_t>((c.vocab_size + 31) / 32))
+      Fail(ErrorKind::kInvalidArgument, "segment {}: {} mask words for {} sampled rows of a {}-token vocabulary", si,
+           s.sample_masks.size(), s.sample.size(), c.vocab_size);
     for (const RowSampling& rule : s.sample)
       if (!(rule.temperature <= 0.f || (rule.top_p > 0.f && rule.top_p <= 1.f && rule.min_p >= 0.f &&
                                         rule.min_p <= 1.f && rule.top_k >= 0 && rule.uniform >= 0.0 &&
@@ -426,6 +434,9 @@ ForwardResult Model::Forward(const Batch& batch, const ForwardOptions& opts) {
       const Segment& s = batch.segments[si];
       if (row_class(s) != pass) continue;
       for (int32_t lr : s.logits_rows) p.logit_rows.push_back(p.segments[si].row0 + lr);
+      if (!s.sample_masks.empty())
+        for (size_t i = 0; i < s.sample.size(); ++i) p.masked_rows.push_back(static_cast<int64_t>(p.rules.size() + i));
+      p.masks.insert(p.masks.end(), s.sample_masks.begin(), s.sample_masks.end());
       p.rules.insert(p.rules.end(), s.sample.begin(), s.sample.end());
       p.canvas_rules.insert(p.canvas_rules.end(), s.canvas_sample.begin(), s.canvas_sample.end());
       p.drawn_rows[si] = static_cast<int64_t>(s.canvas_sample.size());
@@ -557,9 +568,22 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       // Full rows go to the host after the step, or now when a later chunk reuses the buffer.
       if (chunked && part(0, F, &a, &b))
         be.Download(res->logits.data() + a * V, logits.f32() + (a - i0) * V, static_cast<size_t>((b - a) * V) * 4);
-      if (part(F, F + S, &a, &b))
+      if (part(F, F + S, &a, &b)) {
+        // The chunk's masked rows first (rows of the chunk buffer, their words in p.masks' order).
+        std::vector<int64_t> rows;
+        size_t first = SIZE_MAX;
+        for (size_t m = 0; m < p.masked_rows.size(); ++m) {
+          const int64_t r = F + p.masked_rows[m];
+          if (r < a || r >= b) continue;
+          if (first == SIZE_MAX) first = m;
+          rows.push_back(r - i0);
+        }
+        if (!rows.empty())
+          be.MaskLogitsRows(logits.f32(), V, rows.data(), static_cast<int64_t>(rows.size()),
+                            p.masks.data() + first * static_cast<size_t>((V + 31) / 32));
         be.SampleRows(logits.f32() + (a - i0) * V, b - a, V, p.rules.data() + (a - F), picked.i32() + (a - F),
                       picked.f32() + S + (a - F));
+      }
       if (part(F + S, L, &a, &b)) {
         const int64_t k0 = a - F - S;
         float* z = logits.f32() + (a - i0) * V;
@@ -607,6 +631,12 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
         row.resize(V);
         be.MatMul(sel.f32() + (F + i) * H, 1, w.lm_head, logits.f32());
         if (body.logits) body.logits(ctx, logits.f32(), 1, V);
+        const auto m = std::find(p.masked_rows.begin(), p.masked_rows.end(), i);
+        if (m != p.masked_rows.end()) {
+          const int64_t zero = 0;
+          be.MaskLogitsRows(logits.f32(), V, &zero, 1,
+                            p.masks.data() + static_cast<size_t>(m - p.masked_rows.begin()) * ((V + 31) / 32));
+        }
         be.Download(row.data(), logits.f32(), static_cast<size_t>(V) * sizeof(float));
         pk.token = SampleRowReference(row.data(), V, p.rules[i], &pk.prob);
       }
@@ -631,7 +661,11 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
       std::memcpy(res->logits.data() + i * V + vr.begin, host.data() + r * block + i * vr.count,
                   static_cast<size_t>(vr.count) * sizeof(float));
   }
-  // The sampled rows of a split model are drawn here, from the gathered logits.
+  // The sampled rows of a split model are drawn here, from the gathered logits (masked rows first:
+  // the base Backend's MaskLogitsRows works on host memory).
+  for (size_t m = 0; m < p.masked_rows.size(); ++m)
+    be.Backend::MaskLogitsRows(res->logits.data() + (F + p.masked_rows[m]) * V, V, std::array<int64_t, 1>{0}.data(),
+                               1, p.masks.data() + m * static_cast<size_t>((V + 31) / 32));
   res->picks.resize(S);
   SamplingCandidates scratch;
   for (int64_t i = 0; i < S; ++i)

@@ -36,7 +36,8 @@ double MaxDiff(const float* a, const float* b, int64_t n) {
 
 // Rows [0, 2100) of one prompt as full rows (two chunks, the second from row 2048), against the rows'
 // logits from steps of 60 rows; then 2 x 1,100 greedy sampled rows (the second sequence's rows cross
-// the chunk boundary) against the argmax of the same rows' logits.
+// the chunk boundary, each under a mask allowing every third token: Segment::sample_masks) against the
+// argmax of the same rows' logits (over the allowed tokens).
 TEST(ModelLogitsChunks, FullAndSampledRowsAcrossChunks) {
   ASSERT_EQ(Model::kLogitsChunkRows, 2048);
   auto m = Model::Load(testing::DataPath("fixtures/models/qwen3_moe"));
@@ -56,10 +57,17 @@ TEST(ModelLogitsChunks, FullAndSampledRowsAcrossChunks) {
   }
   // Sampled rows: two sequences of 1,100 rows each, every row greedy.
   Batch sampled;
+  const int64_t W = (V + 31) / 32;
+  auto allowed = [](int64_t t) { return t % 3 == 0; };
   for (int32_t q = 0; q < 2; ++q) {
     sampled.segments.push_back(Seg(nullptr, 0, Ids(1100, static_cast<int32_t>(V), 2 + q), 1100, true));
     sampled.segments.back().sample.assign(1100, RowSampling{});
   }
+  std::vector<uint32_t>& masks = sampled.segments[1].sample_masks;
+  masks.assign(static_cast<size_t>(1100 * W), 0u);
+  for (int64_t r = 0; r < 1100; ++r)
+    for (int64_t t = 0; t < V; ++t)
+      if (allowed(t)) masks[r * W + t / 32] |= 1u << (t % 32);
   const ForwardResult picks = m->Forward(sampled);
   ASSERT_EQ(picks.picks.size(), 2200u);
   for (int32_t q = 0; q < 2; ++q) {
@@ -69,7 +77,9 @@ TEST(ModelLogitsChunks, FullAndSampledRowsAcrossChunks) {
     int mismatches = 0;
     for (int64_t t = 0; t < 1100; ++t) {
       const float* row = r.logits.data() + t * V;
-      const int32_t want = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      int32_t want = -1;
+      for (int64_t i = 0; i < V; ++i)
+        if ((q == 0 || allowed(i)) && (want < 0 || row[i] > row[want])) want = static_cast<int32_t>(i);
       mismatches += picks.picks[q * 1100 + t].token != want;
     }
     EXPECT_EQ(mismatches, 0) << "sequence " << q;

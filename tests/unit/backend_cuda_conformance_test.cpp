@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -156,6 +157,32 @@ TEST_F(CudaConformance, ElementwiseOps) {
     gpu_->Softmax(dm, rows, width);
     const std::string what = "Softmax " + std::to_string(rows) + " x " + std::to_string(width) + " (masked values)";
     Report(what.c_str(), RelErr(Host(dm, m.size()), m), 1e-4);
+  }
+}
+
+// Structured output's masks where the logits are: chosen rows of a logits block keep only the tokens
+// whose bits are set, bit for bit as the CPU backend, on Qwen's vocabulary and a width that ends inside a
+// mask word; rows not listed are untouched.
+TEST_F(CudaConformance, MaskLogitsRowsMatchesCpu) {
+  for (const int64_t V : {int64_t{151936}, int64_t{1001}}) {
+    const int64_t W = (V + 31) / 32;
+    auto l = Rand(6 * V, -5, 5, 40);
+    std::vector<uint32_t> words(3 * W);
+    std::mt19937 rng(41);
+    for (uint32_t& w : words) w = rng() & rng();  // about a quarter of the bits
+    words[W] = 0xffffffffu, words[2 * W + 1] = 0u;  // whole words kept and cleared
+    const int64_t rows[] = {0, 3, 5};
+    float* dl = Dev(l);
+    cpu_->MaskLogitsRows(l.data(), V, rows, 3, words.data());
+    gpu_->MaskLogitsRows(dl, V, rows, 3, words.data());
+    const std::vector<float> got = Host(dl, l.size());
+    int64_t diff = 0, masked = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+      diff += std::memcmp(&got[i], &l[i], sizeof(float)) != 0;
+      masked += std::isinf(l[i]);
+    }
+    EXPECT_EQ(diff, 0) << "vocab " << V;
+    EXPECT_GT(masked, V) << "the masks took effect";
   }
 }
 

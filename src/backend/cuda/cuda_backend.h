@@ -130,6 +130,7 @@ class CudaBackend : public Backend {
   void Softmax(float* x, int64_t rows, int64_t n) override;
   void Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) override;
   // On the device (cuda_backend_sampling.cpp, cuda_sampling.cu): every row is finished there.
+  void MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words) override;
   void SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampling* params, int32_t* tokens,
                   float* probs) override;
   // On the device (cuda_backend_sampling.cpp, cuda_canvas_sampling.cu): a canvas step's rows stay there,

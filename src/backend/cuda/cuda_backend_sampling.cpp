@@ -31,6 +31,17 @@ void CudaBackend::SampleRows(const float* logits, int64_t rows, int64_t vocab, c
           tokens, probs, stream_);
 }
 
+void CudaBackend::MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words) {
+  profiler_->Mark("MaskLogitsRows");
+  if (n <= 0) return;
+  // Through the step's scratch like SampleRows' rules: the masks change every step.
+  const ScratchArray drows = UploadScratch(rows, static_cast<size_t>(n) * sizeof(int64_t));
+  const ScratchArray dwords =
+      UploadScratch(words, static_cast<size_t>(n * ((vocab + 31) / 32)) * sizeof(uint32_t));
+  Enqueue("MaskLogitsRows", cuda::MaskLogitsRows, logits, vocab, static_cast<const int64_t*>(drows.data), n,
+          static_cast<const uint32_t*>(dwords.data), stream_);
+}
+
 // The kernel writes CanvasRowPick as cuda::CanvasPick (cuda_sampling.h stays free of backend.h).
 static_assert(sizeof(cuda::CanvasPick) == sizeof(CanvasRowPick) &&
                   offsetof(cuda::CanvasPick, entropy) == offsetof(CanvasRowPick, entropy) &&

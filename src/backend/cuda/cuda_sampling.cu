@@ -588,6 +588,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 }  // namespace sampling_internal
 
+namespace {
+// A thread per 32 tokens (one mask word) of a masked row: blockIdx.y the row, x the words.
+__global__ void MaskLogitsRowsKernel(float* logits, int64_t vocab, const int64_t* rows, const uint32_t* words) {
+  GridDependencyWait();
+  const int64_t W = (vocab + 31) / 32, w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (w >= W) return;
+  const uint32_t bits = words[blockIdx.y * W + w];
+  if (bits == 0xffffffffu) return;
+  float* row = logits + rows[blockIdx.y] * vocab;
+  const int64_t end = min(vocab, 32 * (w + 1));
+  for (int64_t t = 32 * w; t < end; ++t)
+    if (!((bits >> (t % 32)) & 1u)) row[t] = -INFINITY;
+}
+}  // namespace
+
+void MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words,
+                    cudaStream_t s) {
+  if (n <= 0 || vocab <= 0) return;
+  constexpr int kThreads = 256;
+  const int64_t W = (vocab + 31) / 32;
+  const dim3 grid(static_cast<unsigned>((W + kThreads - 1) / kThreads), static_cast<unsigned>(n));
+  LaunchKernel(MaskLogitsRowsKernel, grid, kThreads, 0, s)(logits, vocab, rows, words);
+}
+
 void SampleRows(const float* logits, int64_t rows, int64_t vocab, const SampleRowParams* params, int32_t* tokens,
                 float* probs, cudaStream_t s) {
   using sampling_internal::kThreads;

@@ -24,6 +24,10 @@ struct SampleRowParams {
 };
 static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams is copied as raw bytes");
 
+// Backend::MaskLogitsRows on device memory: rows[n] and words[n, (vocab + 31) / 32] are device copies.
+void MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words,
+                    cudaStream_t s);
+
 // Rows per call and vocabulary sizes are not limited by the kernel (ids must fit int32), and it needs
 // no scratch memory. tokens[row] = -1 only when a row has no token to give (vocab 1 with that token
 // excluded); the caller then asks the reference, as backend.h allows.
