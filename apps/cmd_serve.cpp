@@ -240,6 +240,8 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
       o.threshold = static_cast<float>(cfg.diffusion.threshold);
     }
     if (cfg.diffusion.mask_token_id >= 0) o.mask_token_id = static_cast<int32_t>(cfg.diffusion.mask_token_id);
+    o.block_size_flag = "--diffusion-block-size";
+    o.steps_flag = "--diffusion-steps";
     ec.default_diffusion = ResolveDiffusionParams(mc, dir, &tokenizer, o, ec.max_model_len);
   } else if (cfg.diffusion.block_size > 0 || cfg.diffusion.steps > 0 || !cfg.diffusion.policy.empty()) {
     spdlog::warn("diffusion settings ignored: {} is an autoregressive model (add --diffusion to serve it "
