@@ -240,6 +240,8 @@ tessera::EngineConfig MakeEngineConfig(const ServerConfig& cfg, Model& model, co
       o.threshold = static_cast<float>(cfg.diffusion.threshold);
     }
     if (cfg.diffusion.mask_token_id >= 0) o.mask_token_id = static_cast<int32_t>(cfg.diffusion.mask_token_id);
+    o.block_size_flag = "--diffusion-block-size";
+    o.steps_flag = "--diffusion-steps";
     ec.default_diffusion = ResolveDiffusionParams(mc, dir, &tokenizer, o, ec.max_model_len);
   } else if (cfg.diffusion.block_size > 0 || cfg.diffusion.steps > 0 || !cfg.diffusion.policy.empty()) {
     spdlog::warn("diffusion settings ignored: {} is an autoregressive model (add --diffusion to serve it "
@@ -304,6 +306,9 @@ int RunServe(ServeFlags& f) {
   SignalWaiter signals;  // before any other thread exists, so that all of them inherit the mask
   // A checkpoint truncated under the running server: errors naming it, not a SIGBUS (io/mapped_file.h).
   InstallMappedFileFaultGuard();
+  // The model directory's configs first: a path that is not a model directory is named as such, not
+  // as a directory without tokenizer.json (the tokenizer is looked for there too).
+  HfModelDir dir = LoadHfModelDir(cfg.model.path);
   const std::string tok_dir = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
   std::unique_ptr<Tokenizer> tokenizer = LoadTokenizerRequired(tok_dir, "tessera serve needs a tokenizer");
   const std::string template_source =
@@ -322,7 +327,6 @@ int RunServe(ServeFlags& f) {
                  "place), the CUDA backend in bf16",
                  cfg.model.dtype);
   if (cfg.model.compute_threads > 0) ThreadPool::SetGlobalThreads(static_cast<int>(cfg.model.compute_threads));
-  HfModelDir dir = LoadHfModelDir(cfg.model.path);
   LoadOptions lo;
   lo.device = cfg.model.device;
   lo.load_format = cfg.model.load_format == "safetensors" ? "auto" : cfg.model.load_format;

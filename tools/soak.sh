@@ -119,6 +119,9 @@ start_server() {  # NAME MODEL MAX_CONNECTIONS: sets PORT and PID
   [ -n "$PORT" ] || { echo "soak: the server did not start"; cat "$log"; exit 1; }
   for _ in $(seq 1200); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$PORT/health")" = 200 ] && break
+    # A load that failed after the bind (e.g. a diffusion model without a step count): say so now
+    # rather than after two minutes of polling a port nobody answers.
+    kill -0 "$PID" 2>/dev/null || { echo "soak: the server exited while loading"; tail -3 "$log"; exit 1; }
     sleep 0.1
   done
 }
@@ -140,23 +143,26 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)' "$MODEL/config.json" "$AR_MODEL/
 fi
 
 # Sampler: t, rss_kib, fds, threads, health, running, waiting, kv_pages_used, connections_open,
-# write_timeouts (connections reset at the write deadline, cumulative).
+# write_timeouts (connections reset at the write deadline, cumulative), rss_anon_kib (RSS less the
+# mapped files: the weights' pages, which the kernel may drop and re-read, are RssFile), state_slots_used
+# (recurrent-state slots of running sequences: hybrid models only, else 0).
 sample() {  # PID PORT FILE
-  local pid=$1 port=$2 file=$3 t0 now rss fds thr health m
+  local pid=$1 port=$2 file=$3 t0 now rss anon fds thr health m
   t0=$(date +%s.%N)
-  echo "t_s,rss_kib,fds,threads,health,running,waiting,kv_pages_used,connections_open,write_timeouts" >"$file"
+  echo "t_s,rss_kib,fds,threads,health,running,waiting,kv_pages_used,connections_open,write_timeouts,rss_anon_kib,state_slots_used" >"$file"
   while kill -0 "$pid" 2>/dev/null; do
     now=$(date +%s.%N)
     rss=$(awk '/^VmRSS:/ {print $2}' /proc/$pid/status 2>/dev/null || echo -1)
+    anon=$(awk '/^RssAnon:/ {print $2}' /proc/$pid/status 2>/dev/null || echo -1)
     thr=$(awk '/^Threads:/ {print $2}' /proc/$pid/status 2>/dev/null || echo -1)
     fds=$(ls /proc/$pid/fd 2>/dev/null | wc -l)
     health=$(curl -s -o /dev/null -w '%{http_code}' -m 4 "http://127.0.0.1:$port/health" || true)
     m=$(curl -s -m 4 "http://127.0.0.1:$port/metrics" || true)
     metric() { echo "$m" | awk -v n="$1" '$1 == n {print $2; f=1} END {if (!f) print -1}'; }
-    printf '%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$(echo "$now - $t0" | bc)" "$rss" "$fds" "$thr" "${health:-000}" \
+    printf '%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$(echo "$now - $t0" | bc)" "$rss" "$fds" "$thr" "${health:-000}" \
       "$(metric tessera_num_requests_running)" "$(metric tessera_num_requests_waiting)" \
       "$(metric tessera_kv_cache_pages_used)" "$(metric tessera_http_connections_open)" \
-      "$(metric tessera_http_write_timeouts_total)" >>"$file"
+      "$(metric tessera_http_write_timeouts_total)" "${anon:--1}" "$(metric tessera_state_slots_used)" >>"$file"
     sleep "$SAMPLE_S"
   done
 }
@@ -249,17 +255,20 @@ for tag, label in (("", "diffusion server"), ("-ar", "AR server")):
         v = [float(r[k]) for r in rows if float(r[k]) >= 0]
         return f"start {v[0]:.0f}, peak {max(v):.0f}, end {v[-1]:.0f}" if v else "none"
     # RSS per minute (the minimum of each 60 s window: a leak raises the floor, a step's buffers the peaks).
-    mins = {}
-    for r in rows:
-        if float(r["rss_kib"]) > 0: m = int(float(r["t_s"]) // 60); mins[m] = min(mins.get(m, 1e18), float(r["rss_kib"]))
+    def per_minute(k):
+        mins = {}
+        for r in rows:
+            if float(r.get(k) or -1) > 0: m = int(float(r["t_s"]) // 60); mins[m] = min(mins.get(m, 1e18), float(r[k]))
+        return [round(v / 1024) for _, v in sorted(mins.items())]
     health_bad = sum(1 for r in rows if r["health"] != "200")
     statuses = {}
     for line in open(f"{out}/access{tag}.log"):  # by method: GETs are the probes (503 while loading)
         j = json.loads(line); k = f"{j.get('method') or 'refused'} {j['status']}"; statuses[k] = statuses.get(k, 0) + 1
-    print(f"{label}: RSS MiB per minute (min) {[round(v / 1024) for _, v in sorted(mins.items())]}")
+    print(f"{label}: RSS MiB per minute (min) {per_minute('rss_kib')}; of it anonymous {per_minute('rss_anon_kib')}")
     print(f"  RSS KiB: {curve('rss_kib')}; fds: {curve('fds')}; threads: {curve('threads')}")
     print(f"  connections open: {curve('connections_open')}; KV pages used: {curve('kv_pages_used')}; "
-          f"running: {curve('running')}; waiting: {curve('waiting')}; write timeouts: {curve('write_timeouts')}")
+          f"running: {curve('running')}; waiting: {curve('waiting')}; write timeouts: {curve('write_timeouts')}; "
+          f"state slots used: {curve('state_slots_used')}")
     print(f"  /health: {len(rows) - health_bad} of {len(rows)} samples 200; access log statuses {statuses}")
 print(f"serve exit codes: {' '.join(rc)}")
 PY

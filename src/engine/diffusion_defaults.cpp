@@ -77,8 +77,8 @@ DiffusionParams ResolveDiffusionParams(const ModelConfig& cfg, const HfModelDir&
   int64_t block = o.block_size ? *o.block_size : cfg.block_size > 0 ? cfg.block_size : IntKey(gen, "block_size").value_or(0);
   if (!o.block_size && block <= 0 && !IntKey(gen, "block_size") && cfg.block_size <= 0)
     Fail(ErrorKind::kInvalidArgument,
-         "no block size for diffusion: give --block-size N or set \"block_size\" in config.json or "
-         "generation_config.json");
+         "no block size for diffusion: give {} N or set \"block_size\" in config.json or generation_config.json",
+         o.block_size_flag);
   if (block <= 0 || block > max_model_len)
     Fail(ErrorKind::kInvalidArgument, "block size must be in [1, {}] (max_model_len), got {}", max_model_len, block);
   p.block_size = block;
@@ -91,7 +91,7 @@ DiffusionParams ResolveDiffusionParams(const ModelConfig& cfg, const HfModelDir&
   }
   if (!steps)
     Fail(ErrorKind::kInvalidArgument,
-         "no denoising step count: give --steps N or set \"steps\" in generation_config.json");
+         "no denoising step count: give {} N or set \"steps\" in generation_config.json", o.steps_flag);
   if (*steps <= 0) Fail(ErrorKind::kInvalidArgument, "steps must be at least 1, got {}", *steps);
   p.steps = *steps;
 

@@ -21,6 +21,10 @@ struct DiffusionOverrides {
   std::optional<int32_t> mask_token_id;
   std::optional<DiffusionPolicy> policy;
   std::optional<float> threshold, edit_threshold;
+  // The caller's flags for the block size and the step count, named by the error that asks for one:
+  // generate's are these, serve's --diffusion-block-size / --diffusion-steps (a flag serve does not
+  // have sent its users to the wrong place).
+  std::string block_size_flag = "--block-size", steps_flag = "--steps";
 };
 
 // Throws Error(kInvalidArgument) naming the missing setting and the flag / config key that gives it,

@@ -95,6 +95,7 @@ Engine::Engine(Model* model, const Tokenizer* tokenizer, const EngineConfig& con
   info_.num_layers = mc.num_layers;
   info_.num_experts = mc.num_experts;
   snapshot_.kv_pages_total = pages;
+  snapshot_.state_slots_total = slots;
   snapshot_.expert_routed_tokens = expert_routed_;
 }
 
@@ -795,6 +796,7 @@ void Engine::PublishSnapshot() {
   snapshot_.requests_waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
   snapshot_.kv_pages_used = pool_->used_pages();
   snapshot_.kv_pages_cached = pool_->cached_free_pages();
+  snapshot_.state_slots_used = pool_->num_state_slots() - pool_->free_state_slots();
   snapshot_.prefix_cache_queries = prefix_queries_;
   snapshot_.prefix_cache_hits = prefix_hits_;
   if (!expert_routed_.empty()) snapshot_.expert_routed_tokens = expert_routed_;

@@ -17,6 +17,9 @@ struct EngineSnapshot {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0;
   int64_t kv_pages_cached = 0;  // free pages still holding prefix-cache content (evictable; not in used)
+  // Recurrent-state slots (hybrid models: one per running sequence; 0 / 0 without Gated DeltaNet
+  // layers). The prefix cache's snapshot slots are not counted: they are cache content, like cached pages.
+  int64_t state_slots_used = 0, state_slots_total = 0;
   // Prefix cache, cumulative, in tokens: tokens looked up at admission (the prompt, or the whole
   // sequence when a preempted request comes back) and tokens found cached.
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/json_strict.h"
 
 namespace tessera {
 
@@ -52,7 +53,8 @@ nlohmann::json ReadJsonFile(const std::string& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    Fail(ErrorKind::kCorrupt, "{}: invalid JSON at byte {}: {}", path, e.byte > 0 ? e.byte - 1 : 0, e.what());
+    Fail(ErrorKind::kCorrupt, "{}: invalid JSON at byte {}: {}", path, e.byte > 0 ? e.byte - 1 : 0,
+         io_internal::JsonErrorText(e));
   }
 }
 
@@ -72,8 +74,14 @@ HfModelDir LoadHfModelDir(const std::string& dir) {
   HfModelDir m;
   m.dir = dir;
   const std::string config_path = JoinPath(dir, "config.json");
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) Fail(ErrorKind::kNotFound, "model directory {}: no such directory", dir);
+  if (!std::filesystem::is_directory(dir, ec))
+    Fail(ErrorKind::kNotFound, "model directory {}: not a directory (a Hugging Face model directory holds "
+         "config.json and the *.safetensors weights)", dir);
   if (!FileExists(config_path))
-    Fail(ErrorKind::kNotFound, "{}: no config.json in model directory {}", config_path, dir);
+    Fail(ErrorKind::kNotFound, "{}: no such file: {} is not a Hugging Face model directory (no config.json)",
+         config_path, dir);
   m.config = ReadJsonFile(config_path);
   if (!m.config.is_object()) Fail(ErrorKind::kCorrupt, "{}: not a JSON object", config_path);
   // Multimodal wrappers (Qwen3.5) keep the language model's hyper-parameters in text_config while

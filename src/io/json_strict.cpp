@@ -57,14 +57,23 @@ nlohmann::json ParseJsonStrict(std::string_view text, const std::string& what) {
   try {
     j = nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::parse_error& e) {
-    Fail(ErrorKind::kCorrupt, "{}: invalid JSON at byte {}: {}", what, e.byte > 0 ? e.byte - 1 : 0, e.what());
+    Fail(ErrorKind::kCorrupt, "{}: invalid JSON at byte {}: {}", what, e.byte > 0 ? e.byte - 1 : 0, JsonErrorText(e));
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond a double's range (a shape of 1e400) is out_of_range, not parse_error: it
     // escaped as a bare nlohmann message naming no file (fuzz/safetensors_fuzz.cpp).
-    Fail(ErrorKind::kCorrupt, "{}: invalid JSON: {}", what, e.what());
+    Fail(ErrorKind::kCorrupt, "{}: invalid JSON: {}", what, JsonErrorText(e));
   }
   if (!duplicate.empty()) Fail(ErrorKind::kCorrupt, "{}: duplicate key '{}'", what, duplicate);
   return j;
+}
+
+std::string JsonErrorText(const std::exception& e) {
+  std::string_view m = e.what();
+  if (m.rfind("[json.exception.", 0) == 0) {
+    const size_t end = m.find("] ");
+    if (end != std::string_view::npos) m.remove_prefix(end + 2);
+  }
+  return std::string(m);
 }
 
 }  // namespace tessera::io_internal

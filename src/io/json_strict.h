@@ -16,4 +16,8 @@ nlohmann::json ParseJsonStrict(std::string_view text, const std::string& what);
 // nothing above U+10FFFF), or npos when all of `text` is valid.
 size_t FindInvalidUtf8(std::string_view text);
 
+// An nlohmann exception's message without its "[json.exception.parse_error.101] " tag: the tag is
+// the library's internal id, which means nothing to whoever reads the error about their file.
+std::string JsonErrorText(const std::exception& e);
+
 }  // namespace tessera::io_internal

@@ -220,7 +220,7 @@ QuantConfig ParseQuantConfig(const json& config) {
            config["text_config"].contains("quantization_config"))
     q = &config["text_config"]["quantization_config"];
   if (!q) return c;
-  if (!q->is_object()) Fail(ErrorKind::kCorrupt, "config.json: quantization_config is not an object");
+  if (!q->is_object()) Fail(ErrorKind::kCorrupt, "quantization_config is not an object");
   const std::string method = StrOr(*q, "quant_method", "");
   if (method == "fp8") {
     c.method = QuantMethod::kFp8;
@@ -250,7 +250,7 @@ QuantConfig ParseQuantConfig(const json& config) {
     if (q->contains("kv_cache_scheme") && !(*q)["kv_cache_scheme"].is_null())
       Unsupported("compressed-tensors kv_cache_scheme (quantized KV cache)");
   } else if (method.empty()) {
-    Fail(ErrorKind::kCorrupt, "config.json: quantization_config has no quant_method");
+    Fail(ErrorKind::kCorrupt, "quantization_config has no quant_method");
   } else {
     Unsupported(fmt::format("quant_method \"{}\" is not supported (fp8, gptq, awq, compressed-tensors are)", method));
   }

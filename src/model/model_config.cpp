@@ -55,6 +55,20 @@ int64_t ModelConfig::LinearConvDim() const {
   return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim;
 }
 
+namespace {
+
+// quantization_config's errors name the key, not the file: the file is added here, so that the CLI's
+// one line says which checkpoint's config.json to fix.
+QuantConfig QuantConfigOf(const json& config, const std::string& where) {
+  try {
+    return ParseQuantConfig(config);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
   const std::string where = JoinPath(dir.dir, "config.json");
   const json& c = dir.text_config;
@@ -74,7 +88,7 @@ ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
   } else if (t == "diffusion_gemma" || t == "diffusion_gemma_text") {
     // Gemma 4 layers differ from the Qwen families in almost every key: their own parser.
     m.family = ModelFamily::kDiffusionGemma;
-    m.quant = ParseQuantConfig(dir.config);
+    m.quant = QuantConfigOf(dir.config, where);
     ParseDiffusionGemmaConfig(dir, where, &m);
     return m;
   } else {
@@ -84,7 +98,7 @@ ModelConfig ModelConfig::FromHf(const HfModelDir& dir) {
          where, t, m.architecture);
   }
   // Qwen3.5 conditional-generation checkpoints nest the text model's weights.
-  m.quant = ParseQuantConfig(dir.config);
+  m.quant = QuantConfigOf(dir.config, where);
   m.nested_language_model = dir.config.contains("text_config") ||
                             m.architecture.find("ForConditionalGeneration") != std::string::npos;
 

@@ -89,6 +89,8 @@ struct HttpServer::Impl {
       m.requests_waiting.Set(static_cast<double>(s.requests_waiting + conc.waiting()));
       m.kv_pages_used.Set(static_cast<double>(s.kv_pages_used));
       m.kv_pages_total.Set(static_cast<double>(s.kv_pages_total));
+      m.state_slots_used.Set(static_cast<double>(s.state_slots_used));
+      m.state_slots_total.Set(static_cast<double>(s.state_slots_total));
       m.prefix_cache_queries.Set(static_cast<double>(s.prefix_cache_queries));
       m.prefix_cache_hits.Set(static_cast<double>(s.prefix_cache_hits));
       m.ready.Set(s.ready && !draining && s.fault.empty() ? 1.0 : 0.0);

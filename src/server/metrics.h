@@ -92,6 +92,8 @@ struct ServerMetrics {
   MetricFamily& prefix_cache_hits;             // counter set likewise
   MetricFamily& kv_pages_used;                 // gauge
   MetricFamily& kv_pages_total;                // gauge
+  MetricFamily& state_slots_used;              // gauge (recurrent-state slots of running sequences)
+  MetricFamily& state_slots_total;             // gauge
   MetricFamily& diffusion_tokens_per_forward;  // histogram
   MetricFamily& diffusion_steps_per_block;     // histogram
   MetricFamily& expert_routed_tokens;          // counter {layer, expert}

@@ -398,11 +398,23 @@ TEST(EngineCancellation, CancelledRequestFreesItsPages) {
   engine.Submit(std::move(req));
   for (int i = 0; i < 5; ++i) engine.Step();
   EXPECT_GT(engine.Snapshot().kv_pages_used, 0);
+  // The hybrid model's sequence holds a recurrent-state slot too (what /metrics shows as
+  // tessera_state_slots_used): the cancellation must give it back, or max_num_seqs of such
+  // cancellations would leave no slot to admit anyone.
+  EXPECT_EQ(engine.Snapshot().state_slots_used, 1);
+  EXPECT_EQ(engine.Snapshot().state_slots_total, ec.max_num_seqs);
   flag->store(true);
   engine.Step();
   EXPECT_TRUE(out.finished);
   EXPECT_EQ(out.reason, FinishReason::kCancelled);
   EXPECT_EQ(engine.Snapshot().kv_pages_used, 0);
+  EXPECT_EQ(engine.Snapshot().state_slots_used, 0);
+  // A request that finishes gives its slot back as well.
+  Outcome done;
+  engine.Submit(MakeCollectingRequest({1, 2, 3}, 4, &done));
+  engine.RunUntilIdle();
+  EXPECT_TRUE(done.finished);
+  EXPECT_EQ(engine.Snapshot().state_slots_used, 0);
 }
 
 }  // namespace

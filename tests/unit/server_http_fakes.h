@@ -58,6 +58,8 @@ class FakeEngine : public EngineApi {
     s.ready = ready.load();
     s.kv_pages_used = 5;
     s.kv_pages_total = 100;
+    s.state_slots_used = 3;
+    s.state_slots_total = 8;
     s.prefix_cache_queries = 40;
     s.prefix_cache_hits = 12;
     return s;

@@ -480,6 +480,8 @@ TEST_F(ServerHttp, MetricsEndpoint) {
   EXPECT_EQ(e.Value("tessera_time_to_first_token_seconds_count", {}), 2);
   EXPECT_EQ(e.Value("tessera_inter_token_latency_seconds_count", {}), 6);
   EXPECT_EQ(e.Value("tessera_kv_cache_pages_total", {}), 100);
+  EXPECT_EQ(e.Value("tessera_state_slots_used", {}), 3);
+  EXPECT_EQ(e.Value("tessera_state_slots_total", {}), 8);
   EXPECT_EQ(e.Value("tessera_prefix_cache_hits_total", {}), 12);
   EXPECT_EQ(e.Value("tessera_ready", {}), 1);
   // A collector can feed the per-expert routing counter (labels layer, expert).

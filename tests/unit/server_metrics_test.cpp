@@ -88,6 +88,7 @@ TEST(ServerMetrics, ServerMetricSetIsValid) {
         "tessera_request_queue_time_seconds", "tessera_prompt_tokens_total",
         "tessera_generation_tokens_total", "tessera_prefix_cache_queries_total",
         "tessera_prefix_cache_hits_total", "tessera_kv_cache_pages_used", "tessera_kv_cache_pages_total",
+        "tessera_state_slots_used", "tessera_state_slots_total",
         "tessera_diffusion_tokens_per_forward", "tessera_diffusion_steps_per_block",
         "tessera_moe_routed_tokens_total", "tessera_request_errors_total", "tessera_http_connections_open",
         "tessera_http_connections_refused_total", "tessera_http_write_timeouts_total"})
