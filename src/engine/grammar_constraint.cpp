@@ -66,50 +66,39 @@ void GrammarConstraint::Apply(const std::vector<uint32_t>& words, float* logits,
     if (!Bit(words, i)) logits[i] = kNegInf;
 }
 
-bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
+const std::vector<uint32_t>* GrammarConstraint::CurrentMask() {
   if (trigger_) {
     // Free text is the model's own: nothing masked, and an end token ends the output there.
     last_complete_ = last_free_ = phase_ == Phase::kFree;
-    if (last_complete_) return true;
+    if (last_complete_) return nullptr;
     if (!cached_) {
       FillLazy(phase_, forced_, matcher_, &words_);
       cached_ = true;
     }
-    Apply(words_, logits, vocab);
-    for (uint32_t w : words_)
-      if (w != 0) return true;
-    return false;
+    return &words_;
   }
   if (!cached_) {
     Fill(nullptr, 0, false, &words_, &cached_complete_);
     cached_ = true;
   }
   last_complete_ = cached_complete_;
-  Apply(words_, logits, vocab);
-  for (uint32_t w : words_)
-    if (w != 0) return true;
-  return false;
+  return &words_;
+}
+
+bool GrammarConstraint::MaskLogits(float* logits, int64_t vocab) {
+  const std::vector<uint32_t>* words = CurrentMask();
+  if (!words) return true;
+  Apply(*words, logits, vocab);
+  return std::any_of(words->begin(), words->end(), [](uint32_t w) { return w != 0; });
 }
 
 bool GrammarConstraint::MaskWords(int64_t vocab, std::vector<uint32_t>* words) {
   words->clear();
-  if (trigger_) {
-    last_complete_ = last_free_ = phase_ == Phase::kFree;
-    if (last_complete_) return true;
-    if (!cached_) {
-      FillLazy(phase_, forced_, matcher_, &words_);
-      cached_ = true;
-    }
-  } else {
-    if (!cached_) {
-      Fill(nullptr, 0, false, &words_, &cached_complete_);
-      cached_ = true;
-    }
-    last_complete_ = cached_complete_;
-  }
+  const std::vector<uint32_t>* current = CurrentMask();
+  if (!current) return true;
   // The grammar's words cover its vocabulary; ids past it are not allowed.
   words->assign(static_cast<size_t>((vocab + 31) / 32), 0u);
-  for (size_t i = 0; i < words->size() && i < words_.size(); ++i) (*words)[i] = words_[i];
+  for (size_t i = 0; i < words->size() && i < current->size(); ++i) (*words)[i] = (*current)[i];
   if (vocab % 32 != 0) words->back() &= (1u << (vocab % 32)) - 1u;
   return std::any_of(words->begin(), words->end(), [](uint32_t w) { return w != 0; });
 }

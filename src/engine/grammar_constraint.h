@@ -73,6 +73,9 @@ class GrammarConstraint {
   // end-token rule applied; false when the prefix is invalid.
   bool Fill(const int32_t* prefix, size_t n, bool hypothetical, std::vector<uint32_t>* words, bool* complete);
   void Apply(const std::vector<uint32_t>& words, float* logits, int64_t vocab) const;
+  // The current position's mask words (cached), with last_complete_ / last_free_ set as every mask of it
+  // sets them; null: nothing is masked (a lazy grammar's free text).
+  const std::vector<uint32_t>* CurrentMask();
 
   // Lazy grammars. The state (phase, forced, matcher) after `token`; false when it is not allowed.
   bool Step(Phase* phase, size_t* forced, grammar::GrammarMatcher* m, int32_t token);
