@@ -543,9 +543,13 @@ void HttpServer::Start() {
       Fail(ErrorKind::kInvalidArgument, "server.health_port {} is the main port", s.cfg.server.health_port);
     Listen(s.health_acceptor, s.ioc, s.cfg.server.host, s.cfg.server.health_port, "server.health_port");
     s.health_bound_port = s.health_acceptor.local_endpoint().port();
-    net::post(s.health_acceptor.get_executor(), [impl = impl_] { impl->DoHealthAccept(); });
+    net::post(s.health_acceptor.get_executor(), [impl = &s] { impl->DoHealthAccept(); });
   }
-  net::post(s.acceptor.get_executor(), [impl = impl_] { impl->DoAccept(); });
+  // The first accepts hold no reference to impl_: a server stopped before its threads ran them (a
+  // model that fails to load at once) leaves them queued in impl_'s own io_context, and a reference
+  // there would keep impl_ alive for ever (LeakSanitizer: CliLoadErrors under load). Stop joins the
+  // threads before impl_ can go.
+  net::post(s.acceptor.get_executor(), [impl = &s] { impl->DoAccept(); });
   for (int64_t i = 0; i < s.cfg.server.threads; ++i)
     s.threads.emplace_back([impl = impl_] { impl->ioc.run(); });
 }
