@@ -620,17 +620,9 @@ bool Engine::Step() {
         // So do a constrained block's: each position is drawn under its prefix's grammar mask.
         if (!s.sampler->has_logit_bias() && !s.constraint) p.segment.sample = s.diffusion->RulesForRows(*s.sampler);
       } else if (s.sampler->NextIsPlainRule() && s.req.sampling.top_logprobs < 0) {
-        // A constrained row too, its grammar's mask applied where the logits are (a lazy grammar's free
-        // text needs none). A grammar with no token to allow, or that fails, takes the host path, which
-        // ends the sequence.
+        // A constrained row too, its grammar's mask applied where the logits are.
         std::vector<uint32_t> mask;
-        if (s.constraint && s.constraint->Active()) {
-          try {
-            if (!s.constraint->MaskWords(model_->config().vocab_size, &mask)) continue;
-          } catch (const Error&) {
-            continue;
-          }
-        }
+        if (!MaskForDeviceSampling(s, &mask)) continue;
         p.segment.sample = {s.sampler->RowRule()};
         p.segment.sample_masks = std::move(mask);
       }

@@ -120,6 +120,10 @@ class Engine : public EngineApi {
   // Structured output (engine_structured.cpp). An autoregressive token of a constrained sequence:
   // masks `logits` (host row) before the sampler draws; false when the sequence ended instead.
   bool MaskForSampling(Sequence& seq, float* logits, int64_t vocab);
+  // A row drawn by the backend: its grammar's mask as words (Segment::sample_masks; empty without an
+  // active grammar). False: the row takes the host path (no token allowed, or the grammar failed; that
+  // path ends the sequence).
+  bool MaskForDeviceSampling(Sequence& seq, std::vector<uint32_t>* words);
   // A request's GrammarTrigger: ids in the vocabulary, a grammar to trigger, no end token forced.
   bool ValidTrigger(const GenerationRequest& r, std::string* error) const;
   // Ends a sequence whose grammar threw: a bad-argument error (too ambiguous, too deep) is the

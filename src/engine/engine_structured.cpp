@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -66,6 +67,16 @@ bool Engine::MaskForSampling(Sequence& seq, float* logits, int64_t vocab) {
     FailOnGrammar(seq, e);
   }
   return false;
+}
+
+bool Engine::MaskForDeviceSampling(Sequence& seq, std::vector<uint32_t>* words) {
+  words->clear();
+  if (!seq.constraint || !seq.constraint->Active()) return true;  // a lazy grammar's free text: no mask
+  try {
+    return seq.constraint->MaskWords(model_->config().vocab_size, words);
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 bool Engine::AdvanceGrammar(Sequence& seq, int32_t token) {
