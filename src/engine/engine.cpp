@@ -650,7 +650,6 @@ bool Engine::Step() {
     }
 
     const int64_t vocab = model_->config().vocab_size;
-    const int64_t hidden = model_->config().hidden_size;
     size_t row = 0, pick = 0, canvas_row = 0;  // next row of result.logits / result.picks / result.canvas_*
     std::vector<Sequence*> canvases_going_on;  // host-path canvases: their self-conditioning inputs below
     for (auto& p : plan) {
@@ -660,7 +659,6 @@ bool Engine::Step() {
       CanvasForwardRows canvas_rows;
       if (canvas_drawn) {
         canvas_rows.picks = result.canvas_picks.data() + canvas_row;
-        canvas_rows.soft = result.canvas_soft.empty() ? nullptr : result.canvas_soft.data() + canvas_row * hidden;
         if (!result.canvas_logits.empty()) canvas_rows.logits = result.canvas_logits.data() + canvas_row * vocab;
       }
       float* logits = sampled || canvas_drawn ? nullptr : result.logits.data() + row * vocab;

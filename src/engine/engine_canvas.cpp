@@ -218,8 +218,7 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
   if (!stop) {
     cs.x = std::move(next);
     --cs.steps_remaining;
-    if (in.picks && in.soft) cs.soft.assign(in.soft, in.soft + C * model_->config().hidden_size);
-    else if (in.picks) cs.soft.clear(), cs.soft_kept = true;
+    if (in.picks) cs.soft.clear(), cs.soft_kept = true;  // the backend's path: the model keeps the next input
     else cs.z.assign(in.logits, in.logits + C * vocab);  // for UpdateSelfConditioning
     return;
   }

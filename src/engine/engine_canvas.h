@@ -70,13 +70,13 @@ struct CanvasState {
 };
 
 // What a forward gave back for one sequence's canvas rows. The backend's path (Segment::canvas_sample):
-// each row's pick and the next step's self-conditioning input, and the rows' logits only when traced.
+// each row's pick (the next step's self-conditioning input stays with the model: Segment::canvas_state),
+// and the rows' logits only when traced.
 // The host path (a grammar masks the rows one after another: ConstrainCanvasRows): the logits alone,
 // divided and masked in place.
 struct CanvasForwardRows {
   float* logits = nullptr;                 // [C, vocab] before the temperature, or null
   const CanvasRowPick* picks = nullptr;    // [C], the backend's path
-  const float* soft = nullptr;             // [C, hidden], the backend's path (null: the model kept it)
 };
 
 }  // namespace tessera
