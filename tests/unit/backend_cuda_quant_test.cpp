@@ -1,8 +1,11 @@
-// CUDA conformance of the quantized-weight products (cuda_quant.cu, cuda_quant_tiled.cu) against the
-// CPU backend: the few-row kernels (tiled and staged), the f32-scratch GEMM path, act-order
-// permutations and W8A8 rounding, and routed experts on the tiled kernels (per pair and grouped by
-// expert), the staged per-pair kernels and the host-grouped path. Every kind (fp8, int8, int4), zero
-// points, and the vector and per-element paths. Skipped without a device.
+// CUDA conformance of the quantized-weight products (cuda_quant.cu, cuda_quant_tiled.cu,
+// cuda_quant_mma.cu) against the CPU backend: the few-row kernels (tiled and staged), the tensor-core
+// kernels (dense and grouped by expert, SiLU and gelu-tanh experts) and the f32-scratch GEMM path for
+// the shapes they do not take, act-order permutations and W8A8 rounding, and routed experts on the
+// tiled kernels (per pair), the staged per-pair kernels and the host-grouped
+// path. Every kind (fp8, int8, int4, subnormal e4m3 codes included), zero points, and the vector and
+// per-element paths. Skipped without a device.
+#include <cmath>
 #include <random>
 
 #include "backend_cuda_conformance.h"
@@ -21,9 +24,12 @@ class CudaQuant : public CudaConformance {
     Tensor host, dev;
   };
   std::unique_ptr<Pair> Make(QuantKind kind, int64_t n, int64_t k, bool zeros, bool perm, ActQuant act,
-                             uint64_t seed, int64_t group = 0) {
+                             uint64_t seed, int64_t group = 0, bool spread = false) {
     auto p = std::make_unique<Pair>();
-    const std::vector<float> w = Rand(n * k, -0.05f, 0.05f, seed);
+    std::vector<float> w = Rand(n * k, -0.05f, 0.05f, seed);
+    // spread: magnitudes over 2^-15 .. 1 within a row, so that e4m3 codes include subnormals.
+    if (spread)
+      for (int64_t i = 0; i < n * k; ++i) w[i] = std::ldexp(w[i], -static_cast<int>(i % 16));
     p->q = QuantizeMatrix(kind, DType::kF32, w.data(), n, k);
     if (group > 0 && kind == QuantKind::kInt4) {  // regroup: same codes, more scales
       const int64_t G = (k + group - 1) / group;
@@ -65,6 +71,7 @@ struct Case {
   bool zeros, perm;
   ActQuant act;
   int64_t group;
+  bool spread = false;
 };
 
 TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
@@ -83,11 +90,17 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
       {QuantKind::kInt4, 100, 2048, false, false, ActQuant::kNone, 0},
       {QuantKind::kInt8, 70, 2048, true, false, ActQuant::kNone, 0},
       {QuantKind::kFp8, 36, 1536, false, false, ActQuant::kNone, 0},
+      // The tensor-core kernels: subnormal e4m3 codes, per-row scales (group = k), groups of 32 and
+      // 96 (a stage of 64 columns across two groups), zero points with act order, k % 64 == 32.
+      {QuantKind::kFp8, 136, 320, false, false, ActQuant::kNone, 0, true},
+      {QuantKind::kInt8, 130, 288, true, false, ActQuant::kNone, 0, true},
+      {QuantKind::kInt4, 260, 384, true, true, ActQuant::kNone, 96},
+      {QuantKind::kInt4, 129, 224, false, false, ActQuant::kNone, 32},
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
-    auto p = Make(c.kind, c.n, c.k, c.zeros, c.perm, c.act, ++seed, c.group);
-    for (int64_t m : {1, 3, 8, 9, 40}) {
+    auto p = Make(c.kind, c.n, c.k, c.zeros, c.perm, c.act, ++seed, c.group, c.spread);
+    for (int64_t m : {1, 3, 8, 9, 40, 130}) {
       const std::vector<float> x = Rand(m * c.k, -1.f, 1.f, seed * 7 + m);
       std::vector<float> want(m * c.n);
       cpu_->MatMul(x.data(), m, p->host, want.data());
@@ -131,7 +144,9 @@ TEST_F(CudaQuant, RoutedExpertsMatchTheCpu) {
       host[e] = {keep[3 * e]->host, keep[3 * e + 1]->host, keep[3 * e + 2]->host};
       dev[e] = {keep[3 * e]->dev, keep[3 * e + 1]->dev, keep[3 * e + 2]->dev};
     }
-    for (int64_t rows : {1, 5, 40, 300}) {  // per pair, grouped; the staged path: host-grouped past 512 pairs
+    // Per pair (tiled), then grouped by expert on tensor cores past 64 pairs (units of 16 rows at 80
+    // pairs, of 64 at 600); the staged per-pair kernels, then host-grouped past 512 pairs.
+    for (int64_t rows : {1, 5, 40, 300}) {
       const std::vector<float> x = Rand(rows * hidden, -1.f, 1.f, 77 + rows);
       std::vector<int32_t> idx(rows * k);
       std::vector<float> wts(rows * k);
@@ -139,14 +154,16 @@ TEST_F(CudaQuant, RoutedExpertsMatchTheCpu) {
         idx[i] = static_cast<int32_t>((i * 5 + i / k) % E);
         wts[i] = 0.25f + 0.5f * static_cast<float>(i % 3) / 3;
       }
-      std::vector<float> want(rows * hidden);
-      cpu_->MoeExperts(x.data(), rows, hidden, idx.data(), wts.data(), k, host, want.data());
-      float* dout = Dev(std::vector<float>(rows * hidden, 0.f));
-      gpu_->MoeExperts(Dev(x), rows, hidden, Dev(idx), Dev(wts), k, dev, dout);
-      const std::string name = std::string("quant moe ") + QuantKindName(kind) + " h" + std::to_string(hidden) +
-                               " i" + std::to_string(inter) + " zeros" + std::to_string(c.zeros) + " rows" +
-                               std::to_string(rows);
-      Report(name.c_str(), RelErr(Host(dout, rows * hidden), want));
+      for (const GluAct act : {GluAct::kSilu, GluAct::kGeluTanh}) {
+        std::vector<float> want(rows * hidden);
+        cpu_->MoeExpertsAct(x.data(), rows, hidden, idx.data(), wts.data(), k, host, act, want.data());
+        float* dout = Dev(std::vector<float>(rows * hidden, 0.f));
+        gpu_->MoeExpertsAct(Dev(x), rows, hidden, Dev(idx), Dev(wts), k, dev, act, dout);
+        const std::string name = std::string("quant moe ") + QuantKindName(kind) + " h" + std::to_string(hidden) +
+                                 " i" + std::to_string(inter) + " zeros" + std::to_string(c.zeros) + " rows" +
+                                 std::to_string(rows) + (act == GluAct::kGeluTanh ? " gelu" : "");
+        Report(name.c_str(), RelErr(Host(dout, rows * hidden), want));
+      }
     }
   }
 }

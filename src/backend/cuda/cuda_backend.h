@@ -223,11 +223,17 @@ class CudaBackend : public Backend {
     // Every matrix takes the tiled kernels (cuda::QuantTiledOk) and shares expert 0's kind, zero
     // points, and (gate with up) group size; gate0 / down0 are expert 0's, on the host.
     bool tiled = false;
+    // Every matrix takes the tensor-core kernels (cuda::QuantMmaOk, weight-only), gate and up share
+    // expert 0's kind, zero points and group, as the down matrices share expert 0's.
+    bool mma = false;
     cuda::QuantMatrix gate0, down0;
   };
   const QuantExpertTable& QuantExperts(const std::vector<ExpertWeights>& experts);
   bool QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                          int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
+  bool QuantMmaExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
+                       int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual,
+                       bool gelu);
   void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                           int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out, bool gelu = false);
   std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;

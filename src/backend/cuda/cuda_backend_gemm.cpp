@@ -205,7 +205,25 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
     Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);
     return;
   }
-  // Larger products: the weight dequantized to f32 scratch, the input rounded / permuted as the
+  // Larger products: tensor cores on the codes (cuda_quant_mma.cu), the input rounded / permuted
+  // first as the weight's scheme says.
+  if (cuda::QuantMmaOk(*q, k)) {
+    profiler_->Mark("MatMul quantized mma");
+    DeviceBuffer xp;
+    const float* xin = x;
+    if (w.quant.act != ActQuant::kNone || w.quant.perm || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
+      xp = DeviceBuffer::Floats(*this, m * k);
+      Enqueue("QuantPrepareInput", cuda::QuantPrepareInput, x, m, k, q, xp.f32(), stream_);
+      xin = xp.f32();
+    }
+    DeviceBuffer partial;
+    if (const int64_t floats = cuda::QuantGemmMmaScratch(m, n, k); floats > 0)
+      partial = DeviceBuffer::Floats(*this, floats);
+    Enqueue("QuantGemmMma", cuda::QuantGemmMma, xin, m, k, q, n, y, accumulate, ExactActivations(), partial.f32(),
+            stream_);
+    return;
+  }
+  // Shapes the tensor-core kernels do not take: the weight dequantized to f32 scratch, the input rounded / permuted as the
   // weight's scheme says, cuBLASLt's f32 GEMM (the same values the CPU backend multiplies).
   profiler_->Mark("MatMul quantized gemm");
   DeviceBuffer wf = DeviceBuffer::Floats(*this, n * k);

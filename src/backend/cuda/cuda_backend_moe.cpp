@@ -99,9 +99,11 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts.at(0).gate.dim(0);
   const bool quantized = experts[0].gate.quantized();
-  // The quantized tiled and per-pair kernels know SiLU only: gelu-tanh quantized experts take the
-  // host-grouped path.
+  // Quantized: per pair on the tiled kernels (few rows), else grouped by expert on tensor cores; the
+  // staged per-pair kernels and the host-grouped products take the matrices those do not. The tiled
+  // and staged kernels know SiLU only: gelu-tanh experts take the tensor cores or the host-grouped path.
   if (quantized && !gelu && QuantTiledExperts(x, rows, hidden, idx, weights, k, experts, out, residual)) return;
+  if (quantized && QuantMmaExperts(x, rows, hidden, idx, weights, k, experts, out, residual, gelu)) return;
   if (quantized && !gelu && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) &&
       inter * 4 <= (200 << 10)) {
     profiler_->Mark("MoeExperts quantized per-pair");
@@ -157,46 +159,56 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
 
-// Quantized experts on the tiled kernels (cuda_quant_tiled.cu): per pair up to
-// kQuantMoePerPairMaxSlots pairs, else grouped by expert on the device (each unit of up to
-// kQuantMoeUnitRows pairs reads its expert once), up to kQuantMoeMaxSlots pairs. False (nothing
-// queued) where a matrix or the input cannot take them, or for more pairs: the tiled kernels multiply
-// on CUDA cores, and from a 32-row block of 8 sequences up the host-grouped products (dequantized,
-// cuBLASLt) win (H100, 2026-12-06, Qwen3-30B-A3B int4: 8 x 32 rows 515 ms a step tiled against 104;
-// a 4K prompt 8,075 against 673; 64 sequences 141.6 against 152.7 for the staged per-pair kernels).
+// Quantized experts on the tiled kernels (cuda_quant_tiled.cu), per (row, expert) pair, up to
+// kQuantMoePerPairMaxSlots pairs. False (nothing queued) where a matrix or the input cannot take
+// them, or for more pairs: the tiled kernels multiply on CUDA cores; grouped by expert (8-row units)
+// they had lost to the tensor-core kernels from 256 pairs up (H100, 2026-12-06, Qwen3-30B-A3B fp8: a
+// 32-row block 47.6 -> 12.0 ms a step, 64 sequences 93.3 -> 31.5 ms).
 bool CudaBackend::QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                                     const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                                     float* out, const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts[0].gate.dim(0);
   const QuantExpertTable& qt = QuantExperts(experts);
-  if (!qt.tiled || slots > cuda::kQuantMoeMaxSlots || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 ||
+  if (!qt.tiled || slots > cuda::kQuantMoePerPairMaxSlots || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 ||
       hidden % 4 != 0 || inter % 4 != 0)
     return false;
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-  if (slots <= cuda::kQuantMoePerPairMaxSlots) {
-    profiler_->Mark("MoeExperts quantized tiled per-pair");
-    Enqueue("QuantMoeGateUpTiled", cuda::QuantMoeGateUpTiled, x, hidden, k, idx, nullptr, nullptr, nullptr, slots,
-            table, &qt.gate0, E, inter, act.f32(), stream_);
-    Enqueue("QuantMoeDownTiled", cuda::QuantMoeDownTiled, act.f32(), inter, idx, nullptr, nullptr, nullptr, slots,
-            weights, table, &qt.down0, E, hidden, slot_out.f32(), stream_);
-  } else {
-    profiler_->Mark("MoeExperts quantized tiled grouped");
-    const int unit_rows = cuda::kQuantMoeUnitRows;
-    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-        num_units(*this, sizeof(int32_t));
-    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
-    Zero(slot_out.data(), slot_out.bytes());
-    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
-            static_cast<int4*>(units.data()), num_units.i32(), stream_);
-    const auto* u = static_cast<const int4*>(units.data());
-    Enqueue("QuantMoeGateUpTiled", cuda::QuantMoeGateUpTiled, x, hidden, k, idx, order.i32(), u, num_units.i32(),
-            max_units, table, &qt.gate0, E, inter, act.f32(), stream_);
-    Enqueue("QuantMoeDownTiled", cuda::QuantMoeDownTiled, act.f32(), inter, idx, order.i32(), u, num_units.i32(),
-            max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), stream_);
-  }
+  profiler_->Mark("MoeExperts quantized tiled per-pair");
+  Enqueue("QuantMoeGateUpTiled", cuda::QuantMoeGateUpTiled, x, hidden, k, idx, slots, table, &qt.gate0, E, inter,
+          act.f32(), stream_);
+  Enqueue("QuantMoeDownTiled", cuda::QuantMoeDownTiled, act.f32(), inter, idx, slots, weights, table, &qt.down0, E,
+          hidden, slot_out.f32(), stream_);
+  SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+  return true;
+}
+
+// Quantized experts grouped by expert on the device (units of QuantMoeMmaUnitRows rows), on the
+// tensor-core kernels of cuda_quant_mma.cu. False (nothing queued) where a matrix or the input cannot take them.
+bool CudaBackend::QuantMmaExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                                  const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
+                                  float* out, const ResidualNorm* residual, bool gelu) {
+  const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
+  const int64_t inter = experts[0].gate.dim(0);
+  const QuantExpertTable& qt = QuantExperts(experts);
+  if (!qt.mma || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) return false;
+  profiler_->Mark("MoeExperts quantized mma");
+  const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
+  const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
+  const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
+  DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+      num_units(*this, sizeof(int32_t));
+  // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
+  Zero(slot_out.data(), slot_out.bytes());
+  Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
+          static_cast<int4*>(units.data()), num_units.i32(), stream_);
+  const auto* u = static_cast<const int4*>(units.data());
+  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
+          table, &qt.gate0, E, inter, act.f32(), ExactActivations(), gelu, stream_);
+  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
+          weights, table, &qt.down0, E, hidden, slot_out.f32(), ExactActivations(), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
   return true;
 }
@@ -251,7 +263,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
   const int64_t E = static_cast<int64_t>(experts.size());
   std::vector<const void*> codes(3 * E);
   std::vector<cuda::QuantMatrix> mats(3 * E);
-  bool vec = true, tiled = E > 0;
+  bool vec = true, tiled = E > 0, mma = E > 0;
   for (int64_t e = 0; e < E; ++e) {
     const Tensor* t[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
     for (int j = 0; j < 3; ++j) {
@@ -262,6 +274,8 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
       const cuda::QuantMatrix& ref = mats[j == 2 ? 2 * E : 0];
       tiled = tiled && cuda::QuantTiledOk(q) && q.kind == ref.kind && (q.zeros == nullptr) == (ref.zeros == nullptr) &&
               q.group == ref.group && q.row_bytes == ref.row_bytes;
+      mma = mma && cuda::QuantMmaOk(q, t[j]->dim(1)) && q.perm == nullptr && q.act == 0 && q.kind == ref.kind &&
+            (q.zeros == nullptr) == (ref.zeros == nullptr) && q.group == ref.group;
     }
   }
   auto& slot = quant_expert_tables_[experts.data()];
@@ -269,6 +283,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
     slot = std::make_unique<QuantExpertTable>();
     slot->codes = codes;
     slot->vec = vec;
+    slot->mma = mma;
     slot->tiled = tiled && mats[0].kind == mats[2 * E].kind &&
                   (mats[0].zeros == nullptr) == (mats[2 * E].zeros == nullptr);
     if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];

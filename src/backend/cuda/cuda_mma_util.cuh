@@ -93,6 +93,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool fil
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 16 : 0) : "memory");
 }
+// 4 bytes (through L1: small tables such as per-group scales), zero-filled when !fill.
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool fill) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(fill ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {

@@ -1,9 +1,11 @@
 // tessera cuda backend: products with quantized weights (core/quant.h layout), launchers of
-// cuda_quant.cu. Weight-only: codes are dequantized in registers as they stream from memory, so a
-// few-row product reads the compressed bytes once (the regime of decode); larger products
-// dequantize a weight into f32 scratch and run cuBLASLt's f32 GEMM (exact, slower than bf16 tensor
-// cores: the FP8 / int tensor-core prefill path is not built yet). W8A8 schemes round the input rows
-// to the weight's code type first, as the CPU backend does (backend/cpu/gemm_quant.cpp).
+// cuda_quant.cu (staged few-row kernels, the f32-scratch GEMM pieces), cuda_quant_tiled.cu (few-row
+// kernels with many loads in flight) and cuda_quant_mma.cu (tensor cores for many rows). Codes are
+// dequantized in registers as they stream from memory, so every product reads the compressed bytes;
+// shapes the tensor-core kernels do not take dequantize a weight into f32 scratch for cuBLASLt's f32
+// GEMM. W8A8 schemes round the input rows to the weight's code type first, as the CPU backend does
+// (backend/cpu/gemm_quant.cpp), and multiply them in bf16 hi + lo like any input: an FP8 / int8
+// tensor-core GEMM on quantized activations is not built.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -60,23 +62,47 @@ bool QuantTiledOk(const QuantMatrix& w);
 // QuantGemv on the tiled kernels (m <= kQuantGemvMaxRows).
 void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                     cudaStream_t s);
-// Routed experts on the tiled kernels, per unit of pairs of one expert: per pair (units and order
-// null: unit u is pair u, idx[u] its expert, max_units = pairs) or grouped by MoeGroupByExpert with
-// kQuantMoeUnitRows rows a unit (idx unused; act indexed by sorted position). first: experts[0]
-// on the host (every expert matrix shares its kind, zero points and group).
-constexpr int kQuantMoeUnitRows = 8;
-// Pairs up to which each pair reads its own expert (at batch-1 / few-row decode no two pairs share
-// one); more pairs are grouped by expert so each unit reads its expert once.
+// Routed experts on the tiled kernels, per (row, expert) pair: pair u reads expert idx[u] (act and
+// slot_out indexed by pair); first: experts[0] on the host (every expert matrix shares its kind, zero
+// points and group). Up to kQuantMoePerPairMaxSlots pairs (at batch-1 / few-row decode no two pairs
+// share an expert); more take the tensor-core kernels below, grouped by expert.
 constexpr int64_t kQuantMoePerPairMaxSlots = 64;
-void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, const int32_t* order,
-                         const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
-                         const QuantMatrix* first, int64_t E, int64_t inter, float* act, cudaStream_t s);
-void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, const int32_t* order, const int4* units,
-                       const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
-                       const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, cudaStream_t s);
+void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, int64_t pairs,
+                         const QuantMatrix* experts, const QuantMatrix* first, int64_t E, int64_t inter, float* act,
+                         cudaStream_t s);
+void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, int64_t pairs, const float* weights,
+                       const QuantMatrix* experts, const QuantMatrix* first, int64_t E, int64_t hidden,
+                       float* slot_out, cudaStream_t s);
 
-// Rows the few-row MoE kernels take (pairs re-read their expert's codes; past this the host-grouped
-// products read each expert once).
+// The tensor-core kernels of cuda_quant_mma.cu (bf16 MMA on codes decoded in registers, scales
+// applied in f32 per group): products of many rows. They take weight-only matrices whose k is a
+// multiple of 32, scale groups of a multiple of 32 columns (or one a row), 16-byte aligned rows, and
+// 16-byte aligned f32 inputs; act-order and W8A8 inputs are prepared first (QuantPrepareInput).
+// exact: activations split hi + lo (cuda_mma_util.cuh), else rounded to bf16.
+constexpr int kQuantMmaRows = 64;     // activation rows a block (and a MoE unit)
+constexpr int kQuantMmaFewRows = 16;  // ... for experts of few rows each (batched decode)
+bool QuantMmaOk(const QuantMatrix& w, int64_t k);
+// y[m, n] (+)= x[m, k] * dequant(w)^T. Products of few row and column tiles split k over the blocks:
+// scratch holds QuantGemmMmaScratch(m, n, k) floats (0: no split, scratch unused).
+int64_t QuantGemmMmaScratch(int64_t m, int64_t n, int64_t k);
+void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+                  bool exact, float* scratch, cudaStream_t s);
+// Routed experts grouped by expert (MoeGroupByExpert with unit_rows = QuantMoeMmaUnitRows rows a
+// unit), the contracts of MoeGroupedGateUp / MoeGroupedDown (any activation); first: experts[0] on
+// the host (every gate / up matrix shares its kind, group and zero points, as every down matrix does).
+// The unit rows for `slots` pairs over E experts: kQuantMmaFewRows while they average at most that
+// many an expert.
+int QuantMoeMmaUnitRows(int64_t slots, int64_t num_experts);
+void QuantMoeMmaGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
+                       const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
+                       const QuantMatrix* first, int64_t E, int64_t inter, float* act, bool exact, bool gelu,
+                       cudaStream_t s);
+void QuantMoeMmaDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
+                     const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
+                     const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, bool exact, cudaStream_t s);
+
+// Pairs the staged per-pair MoE kernels take (each re-reads its expert's codes; past this the
+// host-grouped products read each expert once), for matrices the tiled and tensor-core kernels refuse.
 constexpr int64_t kQuantMoeMaxSlots = 512;
 
 }  // namespace tessera::cuda

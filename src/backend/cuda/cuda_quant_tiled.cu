@@ -10,8 +10,9 @@
 //     which run at a quarter of the FMA rate;
 //   - one scale (and zero point) multiply per chunk: acc += s * (sum(code * x) - z * sum(x)).
 // M input rows per warp: M = 1 keeps the row's chunk in registers and decodes each weight row once;
-// M = 8 (expert units of up to 8 rows, larger GEMV inputs) decodes a chunk once and reads the rows'
-// values through L1.
+// M = 4 or 8 (GEMV inputs of 2..8 rows) decodes a chunk once and reads the rows' values through L1.
+// Routed experts run per (row, expert) pair here (few-row decode); more pairs take the tensor-core
+// kernels of cuda_quant_mma.cu, grouped by expert.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -220,105 +221,69 @@ __global__ void __launch_bounds__(kWarps * 32) GemvTiledKernel(const float* __re
     }
 }
 
-// A unit of pairs of one expert: per-pair (units null: unit u is pair u, idx its expert) or grouped
-// (MoeGroupByExpert's (expert, first sorted position, rows)). Positions index act; order maps a
-// position to its pair (identity when per-pair).
-struct Unit {
-  int expert, pos0, rows;
-};
-
-__device__ __forceinline__ bool ResolveUnit(int u, const int32_t* idx, const int4* units, const int32_t* num_units,
-                                            int E, Unit* out) {
-  if (units) {
-    if (u >= *num_units) return false;
-    const int4 v = units[u];
-    *out = {v.x, v.y, v.z};
-  } else {
-    *out = {__ldg(idx + u), u, 1};
-  }
-  return out->expert >= 0 && out->expert < E;
-}
-
-__device__ __forceinline__ int PairAt(const int32_t* order, int pos) { return order ? __ldg(order + pos) : pos; }
-
-// act[pos, col] = silu(gate . x) * (up . x) for C columns of one unit a warp.
-template <int8_t KIND, bool kZero, int C, int U, int M>
+// act[pair, col] = silu(gate . x) * (up . x) for C columns of one (row, expert) pair a warp; a pair
+// whose expert id is out of range writes nothing.
+template <int8_t KIND, bool kZero, int C, int U>
 __global__ void __launch_bounds__(kWarps * 32) MoeGateUpTiledKernel(const float* __restrict__ x, int hidden, int k,
                                                                     const int32_t* __restrict__ idx,
-                                                                    const int32_t* __restrict__ order,
-                                                                    const int4* __restrict__ units,
-                                                                    const int32_t* __restrict__ num_units,
                                                                     const QuantMatrix* __restrict__ experts, int E,
-                                                                    int inter, int max_units, float* __restrict__ act) {
+                                                                    int inter, int pairs, float* __restrict__ act) {
   GridDependencyWait();
   const int groups = (inter + C - 1) / C;
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int u = gw / groups;
-  Unit unit;
-  if (u >= max_units || !ResolveUnit(u, idx, units, num_units, E, &unit)) return;
+  if (u >= pairs) return;
+  const int expert = __ldg(idx + u);
+  if (expert < 0 || expert >= E) return;
   const int col0 = (gw - u * groups) * C;
-  WarpRows<2, C, M> w;
-  SetMatrix(w, 0, experts[unit.expert], col0, inter);
-  SetMatrix(w, 1, experts[E + unit.expert], col0, inter);
-#pragma unroll
-  for (int j = 0; j < M; ++j)
-    w.x[j] = x + static_cast<int64_t>(PairAt(order, unit.pos0 + (j < unit.rows ? j : 0)) / k) * hidden;
-  w.nm = unit.rows;
-  float acc[2 * C][M];
+  WarpRows<2, C, 1> w;
+  SetMatrix(w, 0, experts[expert], col0, inter);
+  SetMatrix(w, 1, experts[E + expert], col0, inter);
+  w.x[0] = x + static_cast<int64_t>(u / k) * hidden;
+  w.nm = 1;
+  float acc[2 * C][1];
   ZeroAcc(acc);
-  TiledDot<KIND, kZero, 2, C, U, M>(w, acc);
+  TiledDot<KIND, kZero, 2, C, U, 1>(w, acc);
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int c = 0; c < C; ++c)
-#pragma unroll
-    for (int j = 0; j < M; ++j) {
-      const float g = WarpSum(acc[c][j]), v = WarpSum(acc[C + c][j]);
-      if (lane == 0 && j < unit.rows && c < w.live)
-        act[static_cast<int64_t>(unit.pos0 + j) * inter + col0 + c] = SiluF(g) * v;
-    }
+  for (int c = 0; c < C; ++c) {
+    const float g = WarpSum(acc[c][0]), v = WarpSum(acc[C + c][0]);
+    if (lane == 0 && c < w.live) act[static_cast<int64_t>(u) * inter + col0 + c] = SiluF(g) * v;
+  }
 }
 
-// slot_out[pair, col] = weight[pair] * (act[pos] . down[col]) for C columns of one unit a warp. A
-// per-pair slot without an expert adds nothing (zeros).
-template <int8_t KIND, bool kZero, int C, int U, int M>
+// slot_out[pair, col] = weight[pair] * (act[pair] . down[col]) for C columns of one pair a warp. A
+// pair without an expert adds nothing (zeros).
+template <int8_t KIND, bool kZero, int C, int U>
 __global__ void __launch_bounds__(kWarps * 32) MoeDownTiledKernel(const float* __restrict__ act, int inter,
                                                                   const int32_t* __restrict__ idx,
-                                                                  const int32_t* __restrict__ order,
-                                                                  const int4* __restrict__ units,
-                                                                  const int32_t* __restrict__ num_units,
                                                                   const float* __restrict__ weights,
                                                                   const QuantMatrix* __restrict__ experts, int E,
-                                                                  int hidden, int max_units,
-                                                                  float* __restrict__ slot_out) {
+                                                                  int hidden, int pairs, float* __restrict__ slot_out) {
   GridDependencyWait();
   const int groups = (hidden + C - 1) / C;
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int u = gw / groups;
-  if (u >= max_units) return;
+  if (u >= pairs) return;
   const int col0 = (gw - u * groups) * C;
   const int lane = threadIdx.x & 31;
-  Unit unit;
-  if (!ResolveUnit(u, idx, units, num_units, E, &unit)) {
-    if (!units && lane < C && col0 + lane < hidden) slot_out[static_cast<int64_t>(u) * hidden + col0 + lane] = 0.f;
+  const int expert = __ldg(idx + u);
+  if (expert < 0 || expert >= E) {
+    if (lane < C && col0 + lane < hidden) slot_out[static_cast<int64_t>(u) * hidden + col0 + lane] = 0.f;
     return;
   }
-  WarpRows<1, C, M> w;
-  SetMatrix(w, 0, experts[2 * E + unit.expert], col0, hidden);
-#pragma unroll
-  for (int j = 0; j < M; ++j) w.x[j] = act + static_cast<int64_t>(unit.pos0 + (j < unit.rows ? j : 0)) * inter;
-  w.nm = unit.rows;
-  float acc[C][M];
+  WarpRows<1, C, 1> w;
+  SetMatrix(w, 0, experts[2 * E + expert], col0, hidden);
+  w.x[0] = act + static_cast<int64_t>(u) * inter;
+  w.nm = 1;
+  float acc[C][1];
   ZeroAcc(acc);
-  TiledDot<KIND, kZero, 1, C, U, M>(w, acc);
+  TiledDot<KIND, kZero, 1, C, U, 1>(w, acc);
+  const float wgt = __ldg(weights + u);
 #pragma unroll
-  for (int j = 0; j < M; ++j) {
-    const int pair = j < unit.rows ? PairAt(order, unit.pos0 + j) : 0;
-    const float wgt = j < unit.rows ? __ldg(weights + pair) : 0.f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float d = WarpSum(acc[c][j]);
-      if (lane == 0 && j < unit.rows && c < w.live) slot_out[static_cast<int64_t>(pair) * hidden + col0 + c] = d * wgt;
-    }
+  for (int c = 0; c < C; ++c) {
+    const float d = WarpSum(acc[c][0]);
+    if (lane == 0 && c < w.live) slot_out[static_cast<int64_t>(u) * hidden + col0 + c] = d * wgt;
   }
 }
 
@@ -353,34 +318,24 @@ struct GemvOp {
 
 struct GateUpOp {
   template <int8_t KIND, bool kZero>
-  static void Run(const float* x, int hidden, int k, const int32_t* idx, const int32_t* order, const int4* units,
-                  const int32_t* num_units, int max_units, const QuantMatrix* experts, int E, int inter, float* act,
-                  cudaStream_t s) {
-    if (!units)
-      LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 4, 2, 1>, Blocks(int64_t{max_units} * ((inter + 3) / 4)),
-                   kWarps * 32, 0, s)(x, hidden, k, idx, order, units, num_units, experts, E, inter, max_units, act);
-    else
-      LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 1, 4, kQuantMoeUnitRows>, Blocks(int64_t{max_units} * inter),
-                   kWarps * 32, 0, s)(x, hidden, k, idx, order, units, num_units, experts, E, inter, max_units, act);
+  static void Run(const float* x, int hidden, int k, const int32_t* idx, int pairs, const QuantMatrix* experts, int E,
+                  int inter, float* act, cudaStream_t s) {
+    LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 4, 2>, Blocks(int64_t{pairs} * ((inter + 3) / 4)), kWarps * 32, 0,
+                 s)(x, hidden, k, idx, experts, E, inter, pairs, act);
   }
 };
 
 struct DownOp {
   template <int8_t KIND, bool kZero>
-  static void Run(const float* act, int inter, const int32_t* idx, const int32_t* order, const int4* units,
-                  const int32_t* num_units, int max_units, const float* weights, const QuantMatrix* experts, int E,
-                  int hidden, bool one_segment, float* slot_out, cudaStream_t s) {
-    const int64_t mu = max_units;
-    if (units)
-      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 2, 4, kQuantMoeUnitRows>, Blocks(mu * ((hidden + 1) / 2)),
-                   kWarps * 32, 0, s)(act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units,
-                                      slot_out);
-    else if (one_segment)
-      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 16, 1, 1>, Blocks(mu * ((hidden + 15) / 16)), kWarps * 32, 0, s)(
-          act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units, slot_out);
+  static void Run(const float* act, int inter, const int32_t* idx, int pairs, const float* weights,
+                  const QuantMatrix* experts, int E, int hidden, bool one_segment, float* slot_out, cudaStream_t s) {
+    const int64_t mu = pairs;
+    if (one_segment)
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 16, 1>, Blocks(mu * ((hidden + 15) / 16)), kWarps * 32, 0, s)(
+          act, inter, idx, weights, experts, E, hidden, pairs, slot_out);
     else
-      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 8, 2, 1>, Blocks(mu * ((hidden + 7) / 8)), kWarps * 32, 0, s)(
-          act, inter, idx, order, units, num_units, weights, experts, E, hidden, max_units, slot_out);
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 8, 2>, Blocks(mu * ((hidden + 7) / 8)), kWarps * 32, 0, s)(
+          act, inter, idx, weights, experts, E, hidden, pairs, slot_out);
   }
 };
 
@@ -393,21 +348,20 @@ void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
   ByKind<GemvOp>(*w, x, static_cast<int>(m), static_cast<int>(k), *w, static_cast<int>(n), y, accumulate, s);
 }
 
-void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, const int32_t* order,
-                         const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
-                         const QuantMatrix* first, int64_t E, int64_t inter, float* act, cudaStream_t s) {
-  if (max_units <= 0) return;
-  ByKind<GateUpOp>(*first, x, static_cast<int>(hidden), static_cast<int>(k), idx, order, units, num_units,
-                   static_cast<int>(max_units), experts, static_cast<int>(E), static_cast<int>(inter), act, s);
+void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, int64_t pairs,
+                         const QuantMatrix* experts, const QuantMatrix* first, int64_t E, int64_t inter, float* act,
+                         cudaStream_t s) {
+  if (pairs <= 0) return;
+  ByKind<GateUpOp>(*first, x, static_cast<int>(hidden), static_cast<int>(k), idx, static_cast<int>(pairs), experts,
+                   static_cast<int>(E), static_cast<int>(inter), act, s);
 }
 
-void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, const int32_t* order, const int4* units,
-                       const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
-                       const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, cudaStream_t s) {
-  if (max_units <= 0) return;
-  ByKind<DownOp>(*first, act, static_cast<int>(inter), idx, order, units, num_units, static_cast<int>(max_units),
-                 weights, experts, static_cast<int>(E), static_cast<int>(hidden), first->row_bytes <= 32 * 16,
-                 slot_out, s);
+void QuantMoeDownTiled(const float* act, int64_t inter, const int32_t* idx, int64_t pairs, const float* weights,
+                       const QuantMatrix* experts, const QuantMatrix* first, int64_t E, int64_t hidden,
+                       float* slot_out, cudaStream_t s) {
+  if (pairs <= 0) return;
+  ByKind<DownOp>(*first, act, static_cast<int>(inter), idx, static_cast<int>(pairs), weights, experts,
+                 static_cast<int>(E), static_cast<int>(hidden), first->row_bytes <= 32 * 16, slot_out, s);
 }
 
 }  // namespace tessera::cuda
