@@ -194,20 +194,22 @@ const cuda::QuantMatrix* CudaBackend::QuantView(const Tensor& w) {
 void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   const int64_t n = w.dim(0), k = w.dim(1);
   const cuda::QuantMatrix* q = QuantView(w);
-  if (m >= 1 && m <= cuda::kQuantGemvMaxRows && cuda::QuantTiledOk(*q) && k % 4 == 0 &&
-      (reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
+  // One row: the tiled GEMV (batch-1 decode). More: the tensor-core kernels, which won from 2 rows up
+  // (cuda_quant_tiled.cu); the staged GEMV and the f32-scratch GEMM take the shapes those refuse.
+  if (m == 1 && cuda::QuantTiledOk(*q) && k % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
     profiler_->Mark("MatMul quantized gemv tiled");
-    Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, m, k, q, n, y, accumulate, stream_);
+    Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q, n, y, accumulate, stream_);
     return;
   }
-  if (cuda::QuantGemvFits(m, k)) {
+  const bool mma = cuda::QuantMmaOk(*q, k);
+  if (cuda::QuantGemvFits(m, k) && !(m > 1 && mma)) {
     profiler_->Mark("MatMul quantized gemv");
     Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);
     return;
   }
-  // Larger products: tensor cores on the codes (cuda_quant_mma.cu), the input rounded / permuted
-  // first as the weight's scheme says.
-  if (cuda::QuantMmaOk(*q, k)) {
+  // Tensor cores on the codes (cuda_quant_mma.cu), the input rounded / permuted first as the
+  // weight's scheme says.
+  if (mma) {
     profiler_->Mark("MatMul quantized mma");
     DeviceBuffer xp;
     const float* xin = x;

@@ -59,9 +59,8 @@ bool QuantVecOk(const QuantMatrix& w);
 // They take weight-only matrices on the vector path (no act-order permutation, no W8A8 rounding) and
 // 16-byte aligned f32 inputs with rows of a multiple of 4; the staged kernels above take the rest.
 bool QuantTiledOk(const QuantMatrix& w);
-// QuantGemv on the tiled kernels (m <= kQuantGemvMaxRows).
-void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                    cudaStream_t s);
+// y[n] (+)= x[k] * dequant(w)^T for one row on the tiled kernels (2..8 rows take QuantGemmMma).
+void QuantGemvTiled(const float* x, const QuantMatrix* w, int64_t n, float* y, bool accumulate, cudaStream_t s);
 // Routed experts on the tiled kernels, per (row, expert) pair: pair u reads expert idx[u] (act and
 // slot_out indexed by pair); first: experts[0] on the host (every expert matrix shares its kind, zero
 // points and group). Up to kQuantMoePerPairMaxSlots pairs (at batch-1 / few-row decode no two pairs

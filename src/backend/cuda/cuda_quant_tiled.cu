@@ -10,9 +10,11 @@
 //     which run at a quarter of the FMA rate;
 //   - one scale (and zero point) multiply per chunk: acc += s * (sum(code * x) - z * sum(x)).
 // M input rows per warp: M = 1 keeps the row's chunk in registers and decodes each weight row once;
-// M = 4 or 8 (GEMV inputs of 2..8 rows) decodes a chunk once and reads the rows' values through L1.
-// Routed experts run per (row, expert) pair here (few-row decode); more pairs take the tensor-core
-// kernels of cuda_quant_mma.cu, grouped by expert.
+// (M > 1 decodes a chunk once and reads the rows' values through L1: GEMVs of 2..8 rows did so, and
+// lost to the tensor-core kernels of cuda_quant_mma.cu at every measured batch, H100, 2026-12-06,
+// Qwen3-30B-A3B: 4 sequences fp8 9.82 -> 7.36 ms a step, int4 12.36 -> 6.69; 8 sequences int4 19.65
+// -> 9.14.) So these kernels take one input row: batch-1 decode's products and the routed experts
+// per (row, expert) pair up to kQuantMoePerPairMaxSlots pairs.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -63,23 +65,22 @@ __device__ __forceinline__ void Decode16(const uint4 raw, float (&v)[kPer<KIND>]
 }
 
 // The rows a warp multiplies: R = NMAT x C weight rows, C consecutive rows (the first `live` of them
-// real) from each of NMAT matrices sharing row_bytes, groups and group size (gate and up), and M
-// input rows (f32, 16-byte aligned) of which the first nm are live. Row pointers are rebuilt from the
-// bases at each load (registers: a warp keeps 16 loads and up to 32 input values in flight).
-template <int NMAT, int C, int M>
+// real) from each of NMAT matrices sharing row_bytes, groups and group size (gate and up), by one
+// input row x (f32, 16-byte aligned). Row pointers are rebuilt from the bases at each load
+// (registers: a warp keeps 16 loads and up to 32 input values in flight).
+template <int NMAT, int C>
 struct WarpRows {
   const uint8_t* codes[NMAT];
   const float* scales[NMAT];
   const float* zeros[NMAT];
   int64_t row_bytes;
   int groups, group, live;
-  const float* x[M];
-  int nm;
+  const float* x;
 };
 
-// acc[i][m] += this lane's part of row i . input m (summed over the warp by the caller).
-template <int8_t KIND, bool kZero, int NMAT, int C, int U, int M>
-__device__ __forceinline__ void TiledDot(const WarpRows<NMAT, C, M>& w, float (&acc)[NMAT * C][M]) {
+// acc[i] += this lane's part of row i . x (summed over the warp by the caller).
+template <int8_t KIND, bool kZero, int NMAT, int C, int U>
+__device__ __forceinline__ void TiledDot(const WarpRows<NMAT, C>& w, float (&acc)[NMAT * C]) {
   constexpr int PER = kPer<KIND>, R = NMAT * C;
   const int lane = threadIdx.x & 31;
   const int chunks = static_cast<int>(w.row_bytes / 16);
@@ -107,82 +108,35 @@ __device__ __forceinline__ void TiledDot(const WarpRows<NMAT, C, M>& w, float (&
       const int ch = (s0 + u) * 32 + lane;
       if (ch >= chunks) continue;
       const int64_t c0 = static_cast<int64_t>(ch) * PER;
-      if constexpr (M == 1) {
-        float xv[PER];
-        const float4* xp = reinterpret_cast<const float4*>(w.x[0] + c0);
+      float xv[PER];
+      const float4* xp = reinterpret_cast<const float4*>(w.x + c0);
 #pragma unroll
-        for (int j = 0; j < PER / 4; ++j) {
-          const float4 f = __ldg(xp + j);
-          xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
-        }
-        float sx = 0.f;
-        if constexpr (kZero) {
+      for (int j = 0; j < PER / 4; ++j) {
+        const float4 f = __ldg(xp + j);
+        xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
+      }
+      float sx = 0.f;
+      if constexpr (kZero) {
 #pragma unroll
-          for (int j = 0; j < PER; ++j) sx += xv[j];
-        }
+        for (int j = 0; j < PER; ++j) sx += xv[j];
+      }
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-          float v[PER];
-          Decode16<KIND>(wv[u][i], v);
-          float part = 0.f;
+      for (int i = 0; i < R; ++i) {
+        float v[PER];
+        Decode16<KIND>(wv[u][i], v);
+        float part = 0.f;
 #pragma unroll
-          for (int j = 0; j < PER; ++j) part = fmaf(v[j], xv[j], part);
-          if constexpr (kZero) part -= zv[u][i] * sx;
-          acc[i][0] = fmaf(sv[u][i], part, acc[i][0]);
-        }
-      } else {
-        float sx[M];
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          sx[m] = 0.f;
-          if constexpr (kZero) {
-            if (m < w.nm) {
-              const float4* xp = reinterpret_cast<const float4*>(w.x[m] + c0);
-#pragma unroll
-              for (int j = 0; j < PER / 4; ++j) {
-                const float4 f = __ldg(xp + j);
-                sx[m] += (f.x + f.y) + (f.z + f.w);
-              }
-            }
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-          float v[PER];
-          Decode16<KIND>(wv[u][i], v);
-#pragma unroll
-          for (int m = 0; m < M; ++m) {
-            if (m >= w.nm) continue;
-            const float4* xp = reinterpret_cast<const float4*>(w.x[m] + c0);
-            float part = 0.f;
-#pragma unroll
-            for (int j = 0; j < PER / 4; ++j) {
-              const float4 f = __ldg(xp + j);
-              part = fmaf(v[4 * j], f.x, part);
-              part = fmaf(v[4 * j + 1], f.y, part);
-              part = fmaf(v[4 * j + 2], f.z, part);
-              part = fmaf(v[4 * j + 3], f.w, part);
-            }
-            if constexpr (kZero) part -= zv[u][i] * sx[m];
-            acc[i][m] = fmaf(sv[u][i], part, acc[i][m]);
-          }
-        }
+        for (int j = 0; j < PER; ++j) part = fmaf(v[j], xv[j], part);
+        if constexpr (kZero) part -= zv[u][i] * sx;
+        acc[i] = fmaf(sv[u][i], part, acc[i]);
       }
     }
   }
 }
 
-template <int R, int M>
-__device__ __forceinline__ void ZeroAcc(float (&acc)[R][M]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[i][m] = 0.f;
-}
-
 // Matrix `mat` of w: rows r0 .. r0 + C of q, those below n live (every matrix of w has the same n).
-template <int NMAT, int C, int M>
-__device__ __forceinline__ void SetMatrix(WarpRows<NMAT, C, M>& w, int mat, const QuantMatrix& q, int64_t r0,
+template <int NMAT, int C>
+__device__ __forceinline__ void SetMatrix(WarpRows<NMAT, C>& w, int mat, const QuantMatrix& q, int64_t r0,
                                           int64_t n) {
   w.codes[mat] = q.codes + r0 * q.row_bytes;
   w.scales[mat] = q.scales + r0 * q.groups;
@@ -193,32 +147,27 @@ __device__ __forceinline__ void SetMatrix(WarpRows<NMAT, C, M>& w, int mat, cons
   w.live = static_cast<int>(n - r0 < C ? n - r0 : C);
 }
 
-// y[m, r] (+)= x[m] . w[r] for C rows a warp, M (>= m) input rows.
-template <int8_t KIND, bool kZero, int C, int U, int M>
-__global__ void __launch_bounds__(kWarps * 32) GemvTiledKernel(const float* __restrict__ x, int m, int k, QuantMatrix q,
-                                                               int n, float* __restrict__ y, bool accumulate) {
+// y[r] (+)= x . w[r] for C rows a warp (one input row).
+template <int8_t KIND, bool kZero, int C, int U>
+__global__ void __launch_bounds__(kWarps * 32) GemvTiledKernel(const float* __restrict__ x, QuantMatrix q, int n,
+                                                               float* __restrict__ y, bool accumulate) {
   GridDependencyWait();
   const int r0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * C;
   if (r0 >= n) return;
-  WarpRows<1, C, M> w;
+  WarpRows<1, C> w;
   SetMatrix(w, 0, q, r0, n);
-#pragma unroll
-  for (int j = 0; j < M; ++j) w.x[j] = x + static_cast<int64_t>(j < m ? j : 0) * k;
-  w.nm = m;
-  float acc[C][M];
-  ZeroAcc(acc);
-  TiledDot<KIND, kZero, 1, C, U, M>(w, acc);
+  w.x = x;
+  float acc[C] = {};
+  TiledDot<KIND, kZero, 1, C, U>(w, acc);
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < C; ++i)
-#pragma unroll
-    for (int j = 0; j < M; ++j) {
-      const float v = WarpSum(acc[i][j]);
-      if (lane == 0 && j < m && i < w.live) {
-        float* o = y + static_cast<int64_t>(j) * n + r0 + i;
-        *o = accumulate ? *o + v : v;
-      }
+  for (int i = 0; i < C; ++i) {
+    const float v = WarpSum(acc[i]);
+    if (lane == 0 && i < w.live) {
+      float* o = y + r0 + i;
+      *o = accumulate ? *o + v : v;
     }
+  }
 }
 
 // act[pair, col] = silu(gate . x) * (up . x) for C columns of one (row, expert) pair a warp; a pair
@@ -236,18 +185,16 @@ __global__ void __launch_bounds__(kWarps * 32) MoeGateUpTiledKernel(const float*
   const int expert = __ldg(idx + u);
   if (expert < 0 || expert >= E) return;
   const int col0 = (gw - u * groups) * C;
-  WarpRows<2, C, 1> w;
+  WarpRows<2, C> w;
   SetMatrix(w, 0, experts[expert], col0, inter);
   SetMatrix(w, 1, experts[E + expert], col0, inter);
-  w.x[0] = x + static_cast<int64_t>(u / k) * hidden;
-  w.nm = 1;
-  float acc[2 * C][1];
-  ZeroAcc(acc);
-  TiledDot<KIND, kZero, 2, C, U, 1>(w, acc);
+  w.x = x + static_cast<int64_t>(u / k) * hidden;
+  float acc[2 * C] = {};
+  TiledDot<KIND, kZero, 2, C, U>(w, acc);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const float g = WarpSum(acc[c][0]), v = WarpSum(acc[C + c][0]);
+    const float g = WarpSum(acc[c]), v = WarpSum(acc[C + c]);
     if (lane == 0 && c < w.live) act[static_cast<int64_t>(u) * inter + col0 + c] = SiluF(g) * v;
   }
 }
@@ -272,17 +219,15 @@ __global__ void __launch_bounds__(kWarps * 32) MoeDownTiledKernel(const float* _
     if (lane < C && col0 + lane < hidden) slot_out[static_cast<int64_t>(u) * hidden + col0 + lane] = 0.f;
     return;
   }
-  WarpRows<1, C, 1> w;
+  WarpRows<1, C> w;
   SetMatrix(w, 0, experts[2 * E + expert], col0, hidden);
-  w.x[0] = act + static_cast<int64_t>(u) * inter;
-  w.nm = 1;
-  float acc[C][1];
-  ZeroAcc(acc);
-  TiledDot<KIND, kZero, 1, C, U, 1>(w, acc);
+  w.x = act + static_cast<int64_t>(u) * inter;
+  float acc[C] = {};
+  TiledDot<KIND, kZero, 1, C, U>(w, acc);
   const float wgt = __ldg(weights + u);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const float d = WarpSum(acc[c][0]);
+    const float d = WarpSum(acc[c]);
     if (lane == 0 && c < w.live) slot_out[static_cast<int64_t>(u) * hidden + col0 + c] = d * wgt;
   }
 }
@@ -302,17 +247,8 @@ unsigned Blocks(int64_t warps) { return static_cast<unsigned>((warps + kWarps - 
 
 struct GemvOp {
   template <int8_t KIND, bool kZero>
-  static void Run(const float* x, int m, int k, const QuantMatrix& q, int n, float* y, bool accumulate,
-                  cudaStream_t s) {
-    if (m == 1)
-      LaunchKernel(GemvTiledKernel<KIND, kZero, 8, 2, 1>, Blocks((n + 7) / 8), kWarps * 32, 0, s)(x, m, k, q, n, y,
-                                                                                                   accumulate);
-    else if (m <= 4)
-      LaunchKernel(GemvTiledKernel<KIND, kZero, 4, 2, 4>, Blocks((n + 3) / 4), kWarps * 32, 0, s)(x, m, k, q, n, y,
-                                                                                                   accumulate);
-    else
-      LaunchKernel(GemvTiledKernel<KIND, kZero, 2, 4, 8>, Blocks((n + 1) / 2), kWarps * 32, 0, s)(x, m, k, q, n, y,
-                                                                                                   accumulate);
+  static void Run(const float* x, const QuantMatrix& q, int n, float* y, bool accumulate, cudaStream_t s) {
+    LaunchKernel(GemvTiledKernel<KIND, kZero, 8, 2>, Blocks((n + 7) / 8), kWarps * 32, 0, s)(x, q, n, y, accumulate);
   }
 };
 
@@ -343,9 +279,8 @@ struct DownOp {
 
 bool QuantTiledOk(const QuantMatrix& w) { return w.perm == nullptr && w.act == 0 && QuantVecOk(w); }
 
-void QuantGemvTiled(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                    cudaStream_t s) {
-  ByKind<GemvOp>(*w, x, static_cast<int>(m), static_cast<int>(k), *w, static_cast<int>(n), y, accumulate, s);
+void QuantGemvTiled(const float* x, const QuantMatrix* w, int64_t n, float* y, bool accumulate, cudaStream_t s) {
+  ByKind<GemvOp>(*w, x, *w, static_cast<int>(n), y, accumulate, s);
 }
 
 void QuantMoeGateUpTiled(const float* x, int64_t hidden, int64_t k, const int32_t* idx, int64_t pairs,
