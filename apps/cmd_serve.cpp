@@ -152,7 +152,7 @@ int64_t KvCacheBudget(const ServerConfig& cfg, Model& model, const tessera::Engi
   const GpuMemoryPlan plan =
       PlanGpuMemory(total_bytes, cfg.engine.gpu_memory_utilization, total_bytes - free_bytes,
                     model.KvBytesPerTokenPerRank(), PlanState(ec, mc, model.StateBytesPerSequencePerRank()).bytes(),
-                    ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs));
+                    ActivationReserveBytes(mc, ec.max_num_batched_tokens, ec.max_num_seqs, ec.force_diffusion));
   spdlog::info("{}, {} KV cache{}", DescribeGpuMemoryPlan(plan), DTypeName(model.KvCacheDType()),
                ranks > 1 ? fmt::format(", per GPU, {} GPUs", ranks) : "");
   if (plan.kv_pool_bytes < model.KvBytesPerTokenPerRank() * ec.page_size)

@@ -37,9 +37,9 @@ std::string HumanBytes(double bytes) {
   return fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
-int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs) {
+int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                               bool block_diffusion) {
   const int64_t H = mc.hidden_size, k = std::max<int64_t>(1, mc.num_experts_per_tok);
-  const int64_t inter = std::max(mc.moe_intermediate_size, mc.intermediate_size);
   // The widest attention layer's buffers (families with per-layer shapes: Gemma's 512-dim global heads).
   int64_t q = mc.num_heads * mc.head_dim * (mc.attn_output_gate ? 2 : 1);
   int64_t kv = mc.num_kv_heads * mc.head_dim;
@@ -53,23 +53,36 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   // floats a token and value head, cuda_gdn_chunked.cuh).
   const int64_t vh = mc.linear_num_value_heads, dk = mc.linear_key_head_dim, dv = mc.linear_value_head_dim;
   const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * vh * dv) + 2 * mc.linear_num_key_heads * dk + vh * (dk + dv + 65);
-  // Routed slots: slot outputs, activations, and the host-grouped path's gathered copies.
-  const int64_t moe = mc.num_experts + k * (3 * H + 3 * inter);
+  // Feed-forward: the routed slots (slot outputs, activations, the host-grouped path's gathered
+  // copies) at the experts' width, the shared expert's gate / up / product, and a dense MLP's where a
+  // layer runs one (DiffusionGemma: every layer, beside its experts; the Qwen families: layers off the
+  // sparse step or in mlp_only_layers). Counting the dense width for the routed slots (Qwen3 MoE
+  // configs carry an unused intermediate_size of 8x the experts') had tripled this term.
+  bool dense_mlp = mc.family == ModelFamily::kDiffusionGemma || mc.num_experts <= 0;
+  for (int64_t l = 0; l < mc.num_layers && !dense_mlp; ++l) dense_mlp = !mc.IsMoeLayer(l);
+  const int64_t moe = (mc.num_experts > 0 ? mc.num_experts + k * (3 * H + 3 * mc.moe_intermediate_size) : 0) +
+                      3 * mc.shared_expert_intermediate_size + (dense_mlp ? 3 * mc.intermediate_size : 0);
   const int64_t per_row = 4 * H + std::max({attention, gdn, moe});
-  // Logits rows of a step: up to 32 a sequence (decode rows, a diffusion block), or a whole canvas a
-  // sequence for canvas models (DiffusionGemma), whose self-conditioning product then takes the same
-  // rows again: their softmax reuses the logits' block, the split copy (bf16 hi + lo) is a second one.
-  // The forward computes them Model::kLogitsChunkRows at a time.
-  const int64_t logits_rows = std::min({max_num_batched_tokens,
-                                        max_num_seqs * std::max<int64_t>(32, mc.canvas_length), Model::kLogitsChunkRows});
+  // Logits rows of a step: one a sequence for autoregressive models (its decode row, or its prompt's
+  // last), a block of up to 32 for block diffusion, or a whole canvas for canvas models
+  // (DiffusionGemma), whose self-conditioning product then takes the same rows again: their softmax
+  // reuses the logits' block, the split copy (bf16 hi + lo) is a second one. The forward computes them
+  // Model::kLogitsChunkRows at a time.
+  const int64_t rows_per_sequence = mc.canvas_length > 0                   ? mc.canvas_length
+                                    : mc.diffusion || block_diffusion ? std::max<int64_t>(32, mc.block_size)
+                                                                          : 1;
+  const int64_t logits_rows =
+      std::min({max_num_batched_tokens, max_num_seqs * rows_per_sequence, Model::kLogitsChunkRows});
   const int64_t logits_copies = mc.canvas_length > 0 ? 2 : 1;
   const int64_t floats = max_num_batched_tokens * per_row + logits_copies * logits_rows * mc.vocab_size;
-  // Quantized weights (CUDA): a product of more than a few rows dequantizes its weight into f32
-  // scratch first (cuda_quant.h), the largest quantized matrix at a time.
+  // Quantized weights (CUDA): products of several rows run on the codes (cuda_quant_mma.cu, k a
+  // multiple of 32); a matrix whose k is not dequantizes into f32 scratch first, the largest such
+  // matrix at a time.
   int64_t quant_scratch = 0;
   if (mc.quant.quantized() || mc.load_quant != QuantKind::kNone)
     for (const ExpectedTensor& t : ExpectedTensors(mc))
-      if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
+      if (t.shape.size() == 2 && t.shape[1] % 32 != 0 && t.name.find("embed_tokens") == std::string::npos &&
+          t.name != "lm_head.weight")
         quant_scratch = std::max(quant_scratch, 4 * t.shape[0] * t.shape[1]);
   // Canvas models: every sequence's next self-conditioning input, kept by the model between steps
   // ([C, hidden] f32, Segment::canvas_state).

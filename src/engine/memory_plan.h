@@ -51,9 +51,13 @@ std::string DescribeStatePlan(const StatePlan& s);
 std::string HumanBytes(double bytes);
 
 // Activation reserve of a step of max_num_batched_tokens rows: the per-row buffers of the largest
-// layer kind (attention, Gated DeltaNet, MoE slots and their grouped-path copies), the logits of up
-// to max_num_seqs x 32 rows, twice over for the caching allocator's rounding and reuse, plus 256 MiB.
-int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs);
+// layer kind (attention, Gated DeltaNet, the feed-forward's slots and their grouped-path copies), the
+// logits rows of a step (one a sequence for autoregressive models, a block of up to 32 for block
+// diffusion, a canvas for canvas models), twice over for the caching allocator's rounding and reuse,
+// plus 256 MiB. block_diffusion: the engine runs the model as a block-diffusion model though its
+// config does not declare one (EngineConfig::force_diffusion).
+int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                               bool block_diffusion = false);
 
 // The plan for one device (one rank): per-token KV and per-slot state bytes as that rank holds them.
 GpuMemoryPlan PlanGpuMemory(int64_t total_bytes, double utilization, int64_t in_use_bytes, int64_t kv_bytes_per_token,

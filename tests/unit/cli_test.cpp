@@ -321,12 +321,13 @@ TEST(CliInspect, GpuMemoryPlanAddsUp) {
 // embedding, lm_head and routers bf16). Qwen3-30B-A3B: 30.5B parameters, of which 2 x 151936 x 2048
 // (embedding and lm_head, 1.24 GB in bf16) and the routers stay bf16; the rest is int4 with one 4-byte
 // scale per 128 columns (0.53125 bytes a parameter): about 16.7 GB. It fits a 24 GiB card with a
-// 32K-token bf16 KV cache (98,304 bytes a token) when the step budget is sized for the card (512
-// tokens, 16 sequences: the activation reserve of 4096-token steps alone is ~9 GiB).
+// 32K-token bf16 KV cache (98,304 bytes a token) with 2,048-token steps and the default 64 sequences
+// (37K tokens: the activation reserve counts one logits row a sequence and the experts' width; the
+// default 4,096-token steps leave 24K).
 TEST(CliInspect, Int4Qwen3_30BFitsA24GiBCardWith32KTokens) {
   auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")) +
                       " --json --quantization int4 --kv-cache-dtype bf16 --gpu-memory 24GiB"
-                      " --max-num-batched-tokens 512 --max-num-seqs 16");
+                      " --max-num-batched-tokens 2048");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json j = json::parse(r.out);
   const int64_t w = j["weight_bytes"]["format"].get<int64_t>();

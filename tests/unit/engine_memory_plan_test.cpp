@@ -60,5 +60,25 @@ TEST(MemoryPlan, CanvasModelsReserveTheirCanvasLogits) {
   EXPECT_EQ(one, 2 * 2 * int64_t{256} * mc.vocab_size * 4 + int64_t{256} * mc.hidden_size * 4);
 }
 
+// An autoregressive step's logits are one row a sequence (its decode row or its prompt's last), a
+// block-diffusion step's a block of 32; the feed-forward rows are the experts' width (768 for
+// Qwen3-30B-A3B), not the config's dense intermediate_size (6,144, unused: every layer is MoE).
+TEST(MemoryPlan, AutoregressiveStepsReserveOneLogitsRowASequenceAndTheExpertsWidth) {
+  const ModelConfig mc =
+      ModelConfig::FromHf(LoadHfModelDir(std::string(TESSERA_SOURCE_DIR) + "/tests/data/configs/qwen3-30b-a3b"));
+  ASSERT_EQ(mc.vocab_size, 151936);
+  ASSERT_EQ(mc.moe_intermediate_size, 768);
+  ASSERT_EQ(mc.intermediate_size, 6144);
+  const int64_t doubled_f32 = 2 * 4;
+  EXPECT_EQ(ActivationReserveBytes(mc, 2048, 64) - ActivationReserveBytes(mc, 2048, 63), doubled_f32 * 151936);
+  EXPECT_EQ(ActivationReserveBytes(mc, 2048, 64, /*block_diffusion=*/true) -
+                ActivationReserveBytes(mc, 2048, 63, /*block_diffusion=*/true),
+            doubled_f32 * 32 * 151936);
+  // One more token row (no sequences: no logits): 4 x hidden, then the router's 128 logits and 8
+  // slots of 3 x hidden + 3 x 768 (the MoE term is the widest: attention's is 2 x 4096 + 2 x 512).
+  EXPECT_EQ(ActivationReserveBytes(mc, 2049, 0) - ActivationReserveBytes(mc, 2048, 0),
+            doubled_f32 * (4 * 2048 + 128 + 8 * (3 * 2048 + 3 * 768)));
+}
+
 }  // namespace
 }  // namespace tessera
