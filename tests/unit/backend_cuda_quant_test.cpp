@@ -100,7 +100,7 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
   uint64_t seed = 100;
   for (const Case& c : cases) {
     auto p = Make(c.kind, c.n, c.k, c.zeros, c.perm, c.act, ++seed, c.group, c.spread);
-    for (int64_t m : {1, 3, 8, 9, 40, 130}) {
+    for (int64_t m : {1, 3, 8, 9, 40, 130, 300}) {  // 300: the wgmma kernel where it takes the matrix
       const std::vector<float> x = Rand(m * c.k, -1.f, 1.f, seed * 7 + m);
       std::vector<float> want(m * c.n);
       cpu_->MatMul(x.data(), m, p->host, want.data());
@@ -112,6 +112,60 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
       Report(name.c_str(), RelErr(Host(dy, m * c.n), want), c.act != ActQuant::kNone ? 1e-3 : kTol);
     }
   }
+}
+
+// bf16 activations (SetActivationPrecision(kBF16)): the tensor-core products multiply x rounded to
+// bf16, i.e. the CPU's product of the rounded x, on the mma.sync kernel (40 rows) and the wgmma
+// kernel (300 rows); one row (the tiled GEMV) keeps f32 x. A kernel that ignored the setting would
+// give the f32 product, more than 3 kTol away (checked). Experts grouped on tensor cores round x and
+// their gate/up output alike (no CPU op does): held to bf16's error, and they must differ from f32.
+TEST_F(CudaQuant, Bf16ActivationsMultiplyTheRoundedInput) {
+  gpu_->SetActivationPrecision(DType::kBF16);
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = Bf16ToF32(F32ToBf16(v[i]));
+    return r;
+  };
+  uint64_t seed = 300;
+  for (const QuantKind kind : {QuantKind::kInt4, QuantKind::kInt8, QuantKind::kFp8}) {
+    const int64_t n = 320, k = 1024;
+    auto p = Make(kind, n, k, false, false, ActQuant::kNone, ++seed);
+    for (int64_t m : {1, 40, 300}) {
+      const std::vector<float> x = Rand(m * k, -1.f, 1.f, seed * 3 + m);
+      std::vector<float> exact(m * n), round(m * n);
+      cpu_->MatMul(x.data(), m, p->host, exact.data());
+      cpu_->MatMul(rounded(x).data(), m, p->host, round.data());
+      float* dy = Dev(std::vector<float>(m * n, 0.f));
+      gpu_->MatMul(Dev(x), m, p->dev, dy);
+      const std::string name = std::string("quant matmul bf16 activations ") + QuantKindName(kind) + " m" +
+                               std::to_string(m);
+      Report(name.c_str(), RelErr(Host(dy, m * n), m == 1 ? exact : round));
+      if (m > 1) {
+        EXPECT_GT(RelErr(exact, round), 3 * kTol) << name;
+      }
+    }
+  }
+  const int64_t E = 8, hidden = 512, inter = 256, k = 2, rows = 300;
+  std::vector<std::unique_ptr<Pair>> keep;
+  std::vector<ExpertWeights> host(E), dev(E);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int j = 0; j < 3; ++j)
+      keep.push_back(Make(QuantKind::kInt4, j == 2 ? hidden : inter, j == 2 ? inter : hidden, false, false,
+                          ActQuant::kNone, 500 + 3 * e + j));
+    host[e] = {keep[3 * e]->host, keep[3 * e + 1]->host, keep[3 * e + 2]->host};
+    dev[e] = {keep[3 * e]->dev, keep[3 * e + 1]->dev, keep[3 * e + 2]->dev};
+  }
+  const std::vector<float> x = Rand(rows * hidden, -1.f, 1.f, 600);
+  std::vector<int32_t> idx(rows * k);
+  std::vector<float> wts(rows * k, 0.5f);
+  for (int64_t i = 0; i < rows * k; ++i) idx[i] = static_cast<int32_t>((i * 5 + i / k) % E);
+  std::vector<float> want(rows * hidden);
+  cpu_->MoeExperts(x.data(), rows, hidden, idx.data(), wts.data(), k, host, want.data());
+  float* dout = Dev(std::vector<float>(rows * hidden, 0.f));
+  gpu_->MoeExperts(Dev(x), rows, hidden, Dev(idx), Dev(wts), k, dev, dout);
+  const double err = RelErr(Host(dout, rows * hidden), want);
+  Report("quant moe bf16 activations int4 rows300", err, 1e-2);
+  EXPECT_GT(err, 1e-5) << "the rounding took effect";
 }
 
 // Zero points on the gate only (the staged per-pair kernels and host-grouped products: the tiled

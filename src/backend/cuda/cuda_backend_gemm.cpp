@@ -207,10 +207,9 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
     Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);
     return;
   }
-  // Tensor cores on the codes (cuda_quant_mma.cu), the input rounded / permuted first as the
-  // weight's scheme says.
+  // Tensor cores on the codes, the input rounded / permuted first as the weight's scheme says: wgmma
+  // for many rows (cuda_quant_wgmma.cu), mma.sync otherwise (cuda_quant_mma.cu).
   if (mma) {
-    profiler_->Mark("MatMul quantized mma");
     DeviceBuffer xp;
     const float* xin = x;
     if (w.quant.act != ActQuant::kNone || w.quant.perm || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
@@ -218,6 +217,15 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
       Enqueue("QuantPrepareInput", cuda::QuantPrepareInput, x, m, k, q, xp.f32(), stream_);
       xin = xp.f32();
     }
+    if (cuda::QuantWgmmaOk(*q, m, k)) {
+      profiler_->Mark("MatMul quantized wgmma");
+      const bool exact = ExactActivations();
+      DeviceBuffer split(*this, (exact ? 2 : 1) * m * k * static_cast<int64_t>(sizeof(uint16_t)));
+      Enqueue("QuantGemmWgmma", cuda::QuantGemmWgmma, xin, m, k, q, n, y, accumulate,
+              static_cast<uint16_t*>(split.data()), exact, stream_);
+      return;
+    }
+    profiler_->Mark("MatMul quantized mma");
     DeviceBuffer partial;
     if (const int64_t floats = cuda::QuantGemmMmaScratch(m, n, k); floats > 0)
       partial = DeviceBuffer::Floats(*this, floats);
@@ -225,8 +233,8 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
             stream_);
     return;
   }
-  // Shapes the tensor-core kernels do not take: the weight dequantized to f32 scratch, the input rounded / permuted as the
-  // weight's scheme says, cuBLASLt's f32 GEMM (the same values the CPU backend multiplies).
+  // Shapes the tensor-core kernels do not take: the weight dequantized to f32 scratch, the input
+  // rounded / permuted as the weight's scheme says, cuBLASLt's f32 GEMM (the CPU backend's values).
   profiler_->Mark("MatMul quantized gemm");
   DeviceBuffer wf = DeviceBuffer::Floats(*this, n * k);
   Enqueue("QuantDequantF32", cuda::QuantDequantF32, q, n, k, wf.f32(), stream_);

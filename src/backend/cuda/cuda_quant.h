@@ -82,10 +82,22 @@ constexpr int kQuantMmaRows = 64;     // activation rows a block (and a MoE unit
 constexpr int kQuantMmaFewRows = 16;  // ... for experts of few rows each (batched decode)
 bool QuantMmaOk(const QuantMatrix& w, int64_t k);
 // y[m, n] (+)= x[m, k] * dequant(w)^T. Products of few row and column tiles split k over the blocks:
-// scratch holds QuantGemmMmaScratch(m, n, k) floats (0: no split, scratch unused).
+// scratch holds QuantGemmMmaScratch(m, n, k) floats (0: no split, scratch unused; null: k not split).
 int64_t QuantGemmMmaScratch(int64_t m, int64_t n, int64_t k);
 void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                   bool exact, float* scratch, cudaStream_t s);
+// Dense products of kQuantWgmmaMinRows rows or more on Hopper's wgmma (cuda_quant_wgmma.cu, sm_90a
+// builds): symmetric weight-only codes (no zero points), k % 64 == 0, groups of a multiple of 64 (or
+// one a row), and the tensor-core kernels' other conditions (QuantMmaOk). split: scratch of
+// (exact ? 2 : 1) x m x k bf16 where x goes split into hi (and lo) for the launch.
+constexpr int64_t kQuantWgmmaMinRows = 256;
+bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k);
+void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+                    uint16_t* split, bool exact, cudaStream_t s);
+// x [rows, k] f32 -> hi (and lo, when not null) bf16 [rows, k], each 32-wide chunk permuted for the
+// consuming weight's kind (cuda_quant_decode.cuh, PermutedK).
+void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,
+                           cudaStream_t s);
 // Routed experts grouped by expert (MoeGroupByExpert with unit_rows = QuantMoeMmaUnitRows rows a
 // unit), the contracts of MoeGroupedGateUp / MoeGroupedDown (any activation); first: experts[0] on
 // the host (every gate / up matrix shares its kind, group and zero points, as every down matrix does).

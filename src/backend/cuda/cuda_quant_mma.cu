@@ -28,16 +28,16 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma_util.cuh"
 #include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_quant_decode.cuh"
 
 namespace tessera::cuda {
 
 namespace {
 
-enum : int8_t { kFp8 = 1, kInt8 = 2, kInt4 = 3 };
 enum Mode : int { kDense, kGateUp, kDown };
 
 constexpr int kCols = 128;  // weight rows of a block
-constexpr int kKt = 64;     // k per stage
+constexpr int kKt = kQuantStageK;  // k per stage
 constexpr int kThreads = 128;
 constexpr int kAStride = kKt + 4;           // floats per staged activation row
 constexpr int kSStage = kCols * 2 * 2 * 4;  // scales [kCols][2] then zero points [kCols][2], f32
@@ -59,8 +59,6 @@ struct Tile {
   static constexpr int kACopies = ROWS * (kKt / 4) / kThreads;
 };
 
-template <int8_t KIND>
-constexpr int kBRowBytes = KIND == kInt4 ? kKt / 2 : kKt;  // code bytes of a weight row a stage
 template <int8_t KIND>
 constexpr int kBStage = kCols * kBRowBytes<KIND>;
 template <int8_t KIND, int ROWS>
@@ -86,68 +84,8 @@ struct Args {
   float* partial;
 };
 
-// 16-byte unit u of weight row w's staged codes, swizzled: a quarter warp's (int4: a warp's) loads
-// of one chunk land on distinct banks (row strides of 64 / 32 bytes would put rows g and g + 2 /
-// g + 4 on the same ones).
-template <int8_t KIND>
-__device__ __forceinline__ int UnitOffset(int w, int u) {
-  if constexpr (KIND == kInt4) return w * kBRowBytes<KIND> + ((u ^ ((w >> 2) & 1)) << 4);
-  return w * kBRowBytes<KIND> + ((u ^ (((w >> 1) & 1) << 1)) << 4);
-}
-
-__device__ __forceinline__ uint32_t Bf16Pair(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// The B fragment of one 32-wide chunk for this lane: its codes of the chunk as 8 exact bf16.
-// int8 / fp8: 8 codes (physical k 8q..8q+7) in order. int4: 8 nibbles as pairs (0,4) (1,5) (2,6)
-// (3,7), the order LoadPermutedA gives the activations.
-template <int8_t KIND>
-__device__ __forceinline__ uint4 LoadB(const unsigned char* stage, int row, int kk, int q) {
-  uint32_t r[4];
-  if constexpr (KIND == kInt4) {
-    const uint32_t raw =
-        *reinterpret_cast<const uint32_t*>(stage + UnitOffset<KIND>(row, kk) + 4 * q) ^ 0x88888888u;  // n + 8
-    const __nv_bfloat162 bias = __float2bfloat162_rn(136.f);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // 0x4300 | u is the bf16 128 + u (u < 16 < 128 mantissa steps of 1).
-      const uint32_t v = ((raw >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
-      const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), bias);
-      r[i] = *reinterpret_cast<const uint32_t*>(&d);
-    }
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(stage + UnitOffset<KIND>(row, 2 * kk + (q >> 1)) + 8 * (q & 1));
-    const uint32_t w[2] = {raw.x, raw.y};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (KIND == kInt8) {
-        const uint32_t u = w[h] ^ 0x80808080u;  // n + 128; 0x4B0000uu is the f32 2^23 + u
-        float f[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) f[j] = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7650 + j)) - 8388736.f;
-        r[2 * h] = Bf16Pair(f[0], f[1]);
-        r[2 * h + 1] = Bf16Pair(f[2], f[3]);
-      } else {
-        // e4m3 s.eeee.mmm -> bf16 s.0000eeee.mmm0000 is the value times 2^-120 (subnormals included);
-        // the bf16 multiply by 2^120 is exact.
-        const __nv_bfloat162 scale = __float2bfloat162_rn(1.329228e36f);  // 2^120
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const uint32_t x = __byte_perm(w[h], 0, p == 0 ? 0x4140 : 0x4342);  // bytes 2p, 2p + 1 at 0 and 16
-          const uint32_t bits = ((x << 4) & 0x07F007F0u) | ((x << 8) & 0x80008000u);
-          const __nv_bfloat162 d = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), scale);
-          r[2 * h + p] = *reinterpret_cast<const uint32_t*>(&d);
-        }
-      }
-    }
-  }
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
 // A fragments of one chunk from staged rows r0 (row g) and r1 (row g + 8) at the lane's 8 floats;
-// int4 pairs physical k (0,4) (1,5) (2,6) (3,7) as LoadB does.
+// int4 pairs physical k (0,4) (1,5) (2,6) (3,7) as LoadCodes does.
 template <int8_t KIND>
 __device__ __forceinline__ void LoadA(const float* r0, const float* r1, uint32_t (&hi)[2][4], uint32_t (&lo)[2][4]) {
   float4 a = *reinterpret_cast<const float4*>(r0), b = *reinterpret_cast<const float4*>(r0 + 4);
@@ -262,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, Tile<ROWS>::kBlocksPerSm) QuantMmaKe
       const int w = t / kUnits + (kThreads / kUnits) * i, u = t % kUnits;
       const int64_t byte = (KIND == kInt4 ? k0 / 2 : k0) + 16 * u;
       const bool ok = brow[i] && (KIND == kInt4 ? 2 * byte : byte) < k_end;
-      CpAsync16(b + UnitOffset<KIND>(w, u), ok ? brow[i] + byte : reinterpret_cast<const uint8_t*>(fill_src), ok);
+      CpAsync16(b + QuantUnitOffset<KIND>(w, u), ok ? brow[i] + byte : reinterpret_cast<const uint8_t*>(fill_src), ok);
     }
     const int g0 = k0 / p.group;
 #pragma unroll
@@ -315,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, Tile<ROWS>::kBlocksPerSm) QuantMmaKe
         }
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
-        const uint4 bw = LoadB<KIND>(b, kWarpW * wc + 8 * j + g, kk, q);
+        const uint4 bw = LoadCodes<KIND>(b, kWarpW * wc + 8 * j + g, kk, q);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt)
           if (mt < mts) MmaChunk(part[mt][j], hi[mt], lo[mt], bw, p.exact);
@@ -462,7 +400,7 @@ void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, in
   a.in = x, a.K = static_cast<int>(k), a.n = static_cast<int>(n), a.top_k = 1, a.m = m;
   a.dense = *w, a.group = w->group, a.zeros = w->zeros != nullptr;
   a.accumulate = accumulate, a.exact = exact, a.out = y;
-  a.k_split = KSplit(m, n, k);
+  a.k_split = scratch ? KSplit(m, n, k) : static_cast<int>(k);
   const int splits = static_cast<int>((k + a.k_split - 1) / a.k_split);
   if (splits > 1) a.partial = scratch;
   const int rows = m <= kQuantMmaFewRows ? kQuantMmaFewRows : kQuantMmaRows;

@@ -1,0 +1,257 @@
+// tessera cuda backend: dense products of many rows (prompt chunks, canvases) with quantized weights
+// on Hopper's warpgroup MMA (sm_90a builds). Why: the mma.sync kernels of cuda_quant_mma.cu decode
+// each lane's codes and split its activations before every MMA, two blocks of 4 warps an SM: ncu
+// (H100, 4K x 4096 x 2048 fp8) 0.41 instructions a cycle a scheduler, the SM 40% busy, ~56 TFLOP/s.
+//
+// Here the roles are swapped: y^T = W x^T. A block is one warpgroup; its 64 weight rows are the
+// wgmma's A operand, decoded from codes staged in shared memory straight into registers
+// (LoadCodes: each warp's 16 rows, a lane's rows g and g + 8), and 128 activation rows are the B
+// operand, read by the wgmma itself from shared memory: QuantSplitActivations writes them once as bf16
+// hi and lo, each 32-wide chunk permuted for the codes' fragment order (PermutedK), and TMA brings
+// boxes of 64 k x 128 rows in the 128-byte swizzle. A stage is 64 of k: four k16 steps of one m64n128
+// wgmma (two with f32 activations: hi and lo) into a group accumulator, scaled into the result in f32
+// at the end of each scale group (group % 64 == 0, or one a row: at the end), as the mma.sync kernels
+// do. Symmetric weight-only codes only (no zero points: those stay on cuda_quant_mma.cu).
+//
+// Pipeline (as cuda_skinny_wgmma.cu's register-A form): kStages buffers, stage s + kStages - 2 loads
+// while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
+// between two sets for that reason; a group's end waits for all wgmmas before scaling.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_device_util.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_mma_util.cuh"
+#include "backend/cuda/cuda_quant.h"
+#include "backend/cuda/cuda_quant_decode.cuh"
+#include "backend/cuda/cuda_wgmma_util.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kWRows = 64;    // weight rows of a block (the wgmma's M)
+constexpr int kTok = 128;     // activation rows of a block (the wgmma's N)
+constexpr int kKt = kQuantStageK;
+constexpr int kStages = 4;
+constexpr int kThreads = 128;
+constexpr int kXBox = kTok * 128;  // bytes: a TMA box of 128 rows x 64 bf16 (hi or lo)
+constexpr int kXStage = 2 * kXBox;
+template <int8_t KIND>
+constexpr int kCStage = kWRows * kBRowBytes<KIND>;  // code bytes a stage
+constexpr int kSStage = kWRows * 4;                  // the stage's scale of each weight row
+template <int8_t KIND>
+constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND> + kSStage) + 8 * kStages + 1024;
+static_assert(kWRows * kTok / kThreads == kWgmmaN128Accs, "an m64n128 tile a warpgroup");
+
+// x [size] f32 (rows of a multiple of 32) -> hi (and lo) bf16, each 32-wide chunk permuted for `kind`.
+__global__ void SplitKernel(const float* x, int64_t size, int8_t kind, uint16_t* hi, uint16_t* lo) {
+  GridDependencyWait();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < size;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = (i & ~int64_t{31}) + PermutedK(kind, static_cast<int>(i & 31));
+    const float v = x[i];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[at] = __bfloat16_as_ushort(h);
+    if (lo) lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+  }
+}
+
+template <int8_t KIND, bool kExact>
+__global__ void __launch_bounds__(kThreads, 1)
+    QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
+                     float* y, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);  // TMA's swizzled tiles: 1024-aligned
+  unsigned char* sx = smem;                                         // [ST][hi, lo][128 rows][128 B]
+  unsigned char* sc = sx + kStages * kXStage;                       // [ST][64 rows][kBRowBytes]
+  float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND>);  // [ST][64]
+  const auto bars = static_cast<uint32_t>(__cvta_generic_to_shared(ss + kStages * kWRows));  // [ST] mbarriers
+
+  const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
+  const int row0 = static_cast<int>(blockIdx.x) * kWRows, tok0 = static_cast<int>(blockIdx.y) * kTok;
+  const int stages = (K + kKt - 1) / kKt;
+
+  // This thread's code copies: 16-byte unit t % kUnits of rows t / kUnits + (kThreads / kUnits) i.
+  constexpr int kUnits = kBRowBytes<KIND> / 16;
+  constexpr int kCopies = kWRows * kUnits / kThreads;
+  const uint8_t* crow[kCopies];
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    const int r = row0 + t / kUnits + (kThreads / kUnits) * i;
+    crow[i] = r < n ? w.codes + static_cast<int64_t>(r) * w.row_bytes : nullptr;
+  }
+  const float* srow = t < kWRows && row0 + t < n ? w.scales + static_cast<int64_t>(row0 + t) * w.groups : nullptr;
+
+  // Stage s into buffer s % ST: the codes and scales by every thread (cp.async, one group), the
+  // activations by thread 0 (TMA, completing on the stage's mbarrier; rows and k past x as zeros).
+  auto issue = [&](int s) {
+    const int k0 = s * kKt;
+    unsigned char* c = sc + (s % kStages) * kCStage<KIND>;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int wr = t / kUnits + (kThreads / kUnits) * i, u = t % kUnits;
+      const int64_t byte = (KIND == kInt4 ? k0 / 2 : k0) + 16 * u;
+      const bool ok = crow[i] && (KIND == kInt4 ? 2 * byte : byte) < K;
+      CpAsync16(c + QuantUnitOffset<KIND>(wr, u), ok ? crow[i] + byte : w.codes, ok);
+    }
+    if (t < kWRows) {
+      const bool ok = srow != nullptr && k0 / group < w.groups;
+      CpAsync4(ss + (s % kStages) * kWRows + t, ok ? srow + k0 / group : w.scales, ok);
+    }
+    if (t == 0) {
+      const uint32_t bar = bars + 8 * (s % kStages);
+      const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage));
+      MbarExpectTx(bar, kExact ? kXStage : kXBox);
+      TmaLoad3d(a, &xmap, k0, tok0, 0, bar);
+      if constexpr (kExact) TmaLoad3d(a + kXBox, &xmap, k0, tok0, 1, bar);
+    }
+  };
+
+  float part[kWgmmaN128Accs], acc[kWgmmaN128Accs];
+#pragma unroll
+  for (int i = 0; i < kWgmmaN128Accs; ++i) part[i] = acc[i] = 0.0f;
+
+  if (t == 0) {
+    for (int i = 0; i < kStages; ++i) MbarInit(bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  __syncthreads();       // the mbarriers are initialised before any thread waits on them
+  GridDependencyWait();  // x's split is the previous kernel's output
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < stages) issue(s);
+    CpAsyncCommit();
+  }
+
+  // Stage s with its A fragments in a (a register set the wgmmas of stage s - 2 read: complete, as
+  // every stage ends waiting for all but its own group).
+  auto stage = [&](int s, uint32_t(&a)[4][4]) {
+    CpAsyncWait<kStages - 3>();  // this thread's codes and scales of stage s have landed
+    __syncthreads();             // everyone's have; stage s - 2's buffers are free
+    MbarWait(bars + 8 * (s % kStages), (s / kStages) & 1);
+    if (s + kStages - 2 < stages) issue(s + kStages - 2);
+    CpAsyncCommit();
+    const unsigned char* c = sc + (s % kStages) * kCStage<KIND>;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint4 r0 = LoadCodes<KIND>(c, 16 * warp + g, kk, q), r1 = LoadCodes<KIND>(c, 16 * warp + 8 + g, kk, q);
+      a[2 * kk][0] = r0.x, a[2 * kk][1] = r1.x, a[2 * kk][2] = r0.y, a[2 * kk][3] = r1.y;
+      a[2 * kk + 1][0] = r0.z, a[2 * kk + 1][1] = r1.z, a[2 * kk + 1][2] = r0.w, a[2 * kk + 1][3] = r1.w;
+    }
+    WgmmaFence();  // the A registers (and the zeroed or scaled accumulators) before the wgmmas read them
+    const auto x = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // k step j starts 32 j bytes into each 128-byte row
+      Wgmma64x128(part, a[j], WgmmaDescriptor(x + 32 * j));
+      if constexpr (kExact) Wgmma64x128(part, a[j], WgmmaDescriptor(x + kXBox + 32 * j));
+    }
+    WgmmaCommit();
+    const int k_end = (s + 1) * kKt;
+    if (k_end % group != 0 && k_end < K) {
+      WgmmaWait<1>();
+      return;
+    }
+    // The end of a scale group: every wgmma done, this group's sums scaled into the result. Element i
+    // of the tile: weight row 16 warp + g (+ 8 for i % 4 >= 2), activation row 8 (i / 4) + 2 q (+ 1).
+    WgmmaWait<0>();
+#pragma unroll
+    for (int i = 0; i < kWgmmaN128Accs; ++i) asm volatile("" : "+f"(part[i])::"memory");  // after the wait
+    const float* scale = ss + (s % kStages) * kWRows + 16 * warp + g;
+    const float s0 = scale[0], s8 = scale[8];
+#pragma unroll
+    for (int i = 0; i < kWgmmaN128Accs; ++i) {
+      acc[i] += ((i & 2) ? s8 : s0) * part[i];
+      part[i] = 0.0f;
+    }
+  };
+  uint32_t a0[4][4], a1[4][4];
+  int s = 0;
+  for (; s + 1 < stages; s += 2) {
+    stage(s, a0);
+    stage(s + 1, a1);
+  }
+  if (s < stages) stage(s, a0);
+  WgmmaWait<0>();
+  CpAsyncWait<0>();
+
+#pragma unroll
+  for (int i = 0; i < kWgmmaN128Accs; ++i) {
+    const int r = row0 + 16 * warp + g + ((i & 2) ? 8 : 0);
+    const int tok = tok0 + 8 * (i >> 2) + 2 * q + (i & 1);
+    if (r >= n || tok >= m) continue;
+    float* out = y + static_cast<int64_t>(tok) * n + r;
+    *out = (accumulate ? *out : 0.0f) + acc[i];
+  }
+#else
+  __trap();  // not built for sm_90a: QuantWgmmaOk is false and nothing launches this
+#endif
+}
+
+int SmCount() {
+  static int sms = [] {
+    int dev = 0, count = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    return count > 0 ? count : 1;
+  }();
+  return sms;
+}
+
+}  // namespace
+
+void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,
+                           cudaStream_t s) {
+  const int64_t size = rows * k;
+  if (size <= 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 8 * SmCount()));
+  LaunchKernel(SplitKernel, blocks, 256, 0, s)(x, size, kind, hi, lo);
+}
+
+bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k) {
+#if defined(TESSERA_CUDA_SM90A)
+  return m >= kQuantWgmmaMinRows && QuantMmaOk(w, k) && w.zeros == nullptr && k % kKt == 0 &&
+         (w.group % kKt == 0 || w.group >= k);
+#else
+  (void)w, (void)m, (void)k;
+  return false;
+#endif
+}
+
+void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
+                    uint16_t* split, bool exact, cudaStream_t s) {
+  if (m <= 0 || n <= 0) return;
+  const int parts = exact ? 2 : 1;
+  // x split into bf16 [parts][m][k] (hi, then lo), read in boxes of 64 k x 128 rows x 1.
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m), static_cast<cuuint64_t>(parts)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(m * k) * 2};
+  const cuuint32_t box[3] = {kKt, kTok, 1};
+  CUtensorMap map;
+  if (!EncodeSwizzled128(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split, dims, strides, box)) {
+    // A driver without cuTensorMapEncodeTiled: the mma.sync kernel (k not split: no scratch here).
+    QuantGemmMma(x, m, k, w, n, y, accumulate, exact, nullptr, s);
+    return;
+  }
+  QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
+  const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
+  auto go = [&](auto kernel, size_t smem) {
+    KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
+    LaunchKernel(kernel, grid, kThreads, smem, s)(map, *w, static_cast<int>(m), static_cast<int>(n),
+                                                  static_cast<int>(k), static_cast<int>(std::min<int64_t>(w->group, k)),
+                                                  y, accumulate);
+  };
+  if (w->kind == kInt4)
+    exact ? go(QuantWgmmaKernel<kInt4, true>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false>, kSmem<kInt4>);
+  else if (w->kind == kInt8)
+    exact ? go(QuantWgmmaKernel<kInt8, true>, kSmem<kInt8>) : go(QuantWgmmaKernel<kInt8, false>, kSmem<kInt8>);
+  else
+    exact ? go(QuantWgmmaKernel<kFp8, true>, kSmem<kFp8>) : go(QuantWgmmaKernel<kFp8, false>, kSmem<kFp8>);
+}
+
+}  // namespace tessera::cuda
