@@ -481,5 +481,63 @@ TEST(BackendOps, MatMulBf16MatchesF32OfSameValues) {
   EXPECT_LT(MaxDiff(y, ref), 1e-4);
 }
 
+// MatMulMulti runs its products as one parallel loop (bf16 ones, or quantized ones); each output
+// must equal its own MatMul bit for bit, on one thread and on 16, for decode and prompt row counts;
+// a mix of bf16 and f32 weights takes the default (one MatMul each).
+TEST(BackendOps, MatMulMultiEqualsEachMatMulBitForBit) {
+  const int64_t k = 256;
+  const std::vector<int64_t> widths = {512, 64, 64};
+  std::vector<std::vector<uint16_t>> bf16(widths.size());
+  std::vector<QuantizedMatrix> quant;
+  std::vector<Tensor> tb, tq;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const auto v = Rand(widths[i] * k, static_cast<uint32_t>(700 + i), -0.2f, 0.2f);
+    bf16[i].resize(v.size());
+    for (size_t j = 0; j < v.size(); ++j) bf16[i][j] = F32ToBf16(v[j]);
+    quant.push_back(QuantizeMatrix(i == 0 ? QuantKind::kInt4 : QuantKind::kFp8, DType::kF32, v.data(), widths[i], k));
+  }
+  for (size_t i = 0; i < widths.size(); ++i) {
+    tb.push_back(Tensor{bf16[i].data(), DType::kBF16, {widths[i], k}, {}});
+    Tensor t{quant[i].codes.data(), DType::kU8, {widths[i], k}, {}};
+    t.quant = quant[i].meta;
+    t.quant.scales = quant[i].scales.data();
+    tq.push_back(t);
+  }
+  std::vector<float> wf(64 * k);
+  const auto wf_src = Rand(64 * k, 710);
+  std::copy(wf_src.begin(), wf_src.end(), wf.begin());
+  const Tensor tf = F32Weight(wf, 64, k);
+  for (const int threads : {1, 16}) {
+    ThreadPool::SetGlobalThreads(threads);
+    CpuBackend be;
+    for (const int64_t m : {1, 5, 64}) {
+      const auto x = Rand(m * k, static_cast<uint32_t>(720 + m));
+      for (const std::vector<Tensor>* ws : {&tb, &tq}) {
+        std::vector<std::vector<float>> multi(ws->size()), single(ws->size());
+        std::vector<Backend::MatMulOut> outs;
+        for (size_t i = 0; i < ws->size(); ++i) {
+          multi[i].assign(m * widths[i], -1.0f);
+          single[i].assign(m * widths[i], -2.0f);
+          outs.push_back({&(*ws)[i], multi[i].data()});
+        }
+        be.MatMulMulti(x.data(), m, outs);
+        for (size_t i = 0; i < ws->size(); ++i) {
+          be.MatMul(x.data(), m, (*ws)[i], single[i].data(), false);
+          EXPECT_EQ(std::memcmp(multi[i].data(), single[i].data(), multi[i].size() * sizeof(float)), 0)
+              << (ws == &tb ? "bf16" : "quantized") << " product " << i << " m=" << m << " threads=" << threads;
+        }
+      }
+      // bf16 and f32 weights in one call: the default path, still each its MatMul.
+      std::vector<float> a(m * 512, -1.0f), b(m * 64, -1.0f), a1(m * 512), b1(m * 64);
+      be.MatMulMulti(x.data(), m, {{&tb[0], a.data()}, {&tf, b.data()}});
+      be.MatMul(x.data(), m, tb[0], a1.data(), false);
+      be.MatMul(x.data(), m, tf, b1.data(), false);
+      EXPECT_EQ(a, a1);
+      EXPECT_EQ(b, b1);
+    }
+  }
+  ThreadPool::SetGlobalThreads(static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -41,26 +41,26 @@ bool AllQuantized(const std::vector<ExpertWeights>& experts, const std::vector<i
   return true;
 }
 
-// One product of the batched expert loop: y [m, n] = x [m, k] w^T, w [n, k] bf16 or quantized (the
-// whole batch one or the other).
-struct ExpertProduct {
+// One product of a batched loop (a decode step's experts, MatMulMulti's projections): y [m, n] =
+// x [m, k] w^T, w [n, k] bf16 or quantized (the whole batch one or the other).
+struct BatchedProduct {
   const float* x;
   int64_t m;
   const Tensor* w;
   float* y;
 };
 
-void RunExpertProducts(const std::vector<ExpertProduct>& products, ThreadPool* pool) {
+void RunProducts(const std::vector<BatchedProduct>& products, ThreadPool* pool) {
   if (products.empty()) return;
   if (products[0].w->quantized()) {
     std::vector<GemmQuantJob> jobs;
-    for (const ExpertProduct& p : products)
+    for (const BatchedProduct& p : products)
       jobs.push_back({p.x, p.m, p.w->dim(1), p.w->data, &p.w->quant, p.w->dim(0), p.y});
     GemmF32xQuantBatch(jobs.data(), static_cast<int>(jobs.size()), pool);
     return;
   }
   std::vector<GemmBf16Job> jobs;
-  for (const ExpertProduct& p : products)
+  for (const BatchedProduct& p : products)
     jobs.push_back({p.x, p.m, p.w->dim(1), static_cast<const uint16_t*>(p.w->data), p.w->dim(0), p.y});
   GemmF32xBf16Batch(jobs.data(), static_cast<int>(jobs.size()), pool);
 }
@@ -89,6 +89,24 @@ std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(
 void CpuBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   if (m == 0) return;
   MatMulOn(x, m, w, y, accumulate, pool_);
+}
+
+// One parallel loop over every product's column blocks (q / k / v; the router with the shared
+// expert's gate / up): as separate MatMuls each paid the pool's hand-off (a barrier a product) and
+// split its few columns over every thread, which at 16 threads left decode at half the read floor
+// (docs/PERFORMANCE.md, issue 35). Each output is the same sequence of operations as its MatMul's.
+void CpuBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
+  if (m == 0 || outs.empty()) return;
+  bool bf16 = true, quantized = true;
+  std::vector<BatchedProduct> products;
+  for (const MatMulOut& o : outs) {
+    const Tensor& w = *o.w;
+    bf16 = bf16 && !w.quantized() && w.dtype == DType::kBF16 && w.shape.size() == 2;
+    quantized = quantized && w.quantized() && w.shape.size() == 2;
+    products.push_back({x, m, o.w, o.y});
+  }
+  if (!bf16 && !quantized) return Backend::MatMulMulti(x, m, outs);
+  RunProducts(products, pool_);
 }
 
 void CpuBackend::MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) {
@@ -375,7 +393,7 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       std::vector<float> xs, g, u, d;
     };
     std::vector<Bufs> bufs(active.size());
-    std::vector<ExpertProduct> products;
+    std::vector<BatchedProduct> products;
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
       Bufs& b = bufs[a];
@@ -385,7 +403,7 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       products.push_back({b.xs.data(), m, &experts[e].gate, b.g.data()});
       products.push_back({b.xs.data(), m, &experts[e].up, b.u.data()});
     }
-    RunExpertProducts(products, pool_);
+    RunProducts(products, pool_);
     products.clear();
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
@@ -394,7 +412,7 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
         b.g[i] = (act == GluAct::kSilu ? Silu(b.g[i]) : GeluTanh(b.g[i])) * b.u[i];
       products.push_back({b.g.data(), m, &experts[e].down, b.d.data()});
     }
-    RunExpertProducts(products, pool_);
+    RunProducts(products, pool_);
     for (size_t a = 0; a < active.size(); ++a) {
       const auto& rowsel = assigned[active[a]];
       for (size_t i = 0; i < rowsel.size(); ++i) {

@@ -15,6 +15,7 @@ class CpuBackend : public Backend {
   const char* Name() const override { return "cpu"; }
 
   void MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) override;
+  void MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) override;
   void MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) override;
   void Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override;
   void RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w, float eps,
