@@ -104,6 +104,17 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The current device's SM count, read once (host code: launchers sizing grids and k splits).
+inline int DeviceSmCount() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  return sms;
+}
+
 struct Residency {
   int64_t sms = 1, blocks = 1;  // SMs, blocks resident at once
 };

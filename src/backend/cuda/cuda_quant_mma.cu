@@ -343,21 +343,11 @@ __global__ void SumPartialsKernel(const float* partial, int splits, int64_t size
   }
 }
 
-int SmCount() {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 1;
-  }();
-  return sms;
-}
-
 // Columns of k a block of a dense product sums: all of k, unless the (row, column) tiles fill less
 // than two blocks an SM; then k is split so that they do, each split at least 4 stages long.
 int KSplit(int64_t m, int64_t n, int64_t k) {
   const int64_t tiles = ((n + kCols - 1) / kCols) * ((m + kQuantMmaRows - 1) / kQuantMmaRows);
-  const int64_t splits = std::min<int64_t>(2 * SmCount() / tiles, k / (4 * kKt));
+  const int64_t splits = std::min<int64_t>(2 * DeviceSmCount() / tiles, k / (4 * kKt));
   if (splits <= 1) return static_cast<int>(k);
   return static_cast<int>(((k + splits - 1) / splits + kKt - 1) / kKt * kKt);
 }
@@ -407,7 +397,7 @@ void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, in
   Launch<kDense>(w->kind, rows, a, (m + rows - 1) / rows, s);
   if (splits > 1) {
     const int64_t size = m * n;
-    const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 4 * SmCount()));
+    const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 4 * DeviceSmCount()));
     LaunchKernel(SumPartialsKernel, blocks, 256, 0, s)(static_cast<const float*>(scratch), splits, size, accumulate,
                                                         y);
   }

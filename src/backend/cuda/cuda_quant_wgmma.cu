@@ -194,23 +194,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-int SmCount() {
-  static int sms = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return count > 0 ? count : 1;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,
                            cudaStream_t s) {
   const int64_t size = rows * k;
   if (size <= 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 8 * SmCount()));
+  const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 8 * DeviceSmCount()));
   LaunchKernel(SplitKernel, blocks, 256, 0, s)(x, size, kind, hi, lo);
 }
 
