@@ -229,11 +229,14 @@ class CudaBackend : public Backend {
     cuda::QuantMatrix gate0, down0;
   };
   const QuantExpertTable& QuantExperts(const std::vector<ExpertWeights>& experts);
-  bool QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
-                         int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual);
-  bool QuantMmaExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
-                       int64_t k, const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual,
-                       bool gelu);
+  // The quantized expert paths of ExpertsInto, on the layer's table (QuantExperts); false: nothing
+  // queued, the matrices or the input do not suit the path.
+  bool QuantTiledExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                         const float* weights, int64_t k, const std::vector<ExpertWeights>& experts, float* out,
+                         const ResidualNorm* residual);
+  bool QuantMmaExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
+                       const float* weights, int64_t k, const std::vector<ExpertWeights>& experts, float* out,
+                       const ResidualNorm* residual, bool gelu);
   void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                           int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out, bool gelu = false);
   std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;

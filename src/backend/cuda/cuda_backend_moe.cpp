@@ -102,17 +102,18 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
   // Quantized: per pair on the tiled kernels (few rows), else grouped by expert on tensor cores; the
   // staged per-pair kernels and the host-grouped products take the matrices those do not. The tiled
   // and staged kernels know SiLU only: gelu-tanh experts take the tensor cores or the host-grouped path.
-  if (quantized && !gelu && QuantTiledExperts(x, rows, hidden, idx, weights, k, experts, out, residual)) return;
-  if (quantized && QuantMmaExperts(x, rows, hidden, idx, weights, k, experts, out, residual, gelu)) return;
+  // The layer's table is looked up (and its 3 E matrices compared) once a call, for every path.
+  const QuantExpertTable* qt = quantized ? &QuantExperts(experts) : nullptr;
+  if (quantized && !gelu && QuantTiledExperts(*qt, x, rows, hidden, idx, weights, k, experts, out, residual)) return;
+  if (quantized && QuantMmaExperts(*qt, x, rows, hidden, idx, weights, k, experts, out, residual, gelu)) return;
   if (quantized && !gelu && slots <= cuda::kQuantMoeMaxSlots && 2 * hidden * 4 <= (200 << 10) &&
       inter * 4 <= (200 << 10)) {
     profiler_->Mark("MoeExperts quantized per-pair");
-    const QuantExpertTable& qt = QuantExperts(experts);
-    const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
+    const auto* table = static_cast<const cuda::QuantMatrix*>(qt->dev.data());
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-    Enqueue("QuantMoeGateUp", cuda::QuantMoeGateUp, x, hidden, idx, slots, k, table, E, inter, qt.vec, act.f32(),
+    Enqueue("QuantMoeGateUp", cuda::QuantMoeGateUp, x, hidden, idx, slots, k, table, E, inter, qt->vec, act.f32(),
             stream_);
-    Enqueue("QuantMoeDown", cuda::QuantMoeDown, act.f32(), inter, idx, weights, slots, table, E, hidden, qt.vec,
+    Enqueue("QuantMoeDown", cuda::QuantMoeDown, act.f32(), inter, idx, weights, slots, table, E, hidden, qt->vec,
             slot_out.f32(), stream_);
     SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
     return;
@@ -164,12 +165,12 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
 // them, or for more pairs: the tiled kernels multiply on CUDA cores; grouped by expert (8-row units)
 // they had lost to the tensor-core kernels from 256 pairs up (H100, 2026-12-06, Qwen3-30B-A3B fp8: a
 // 32-row block 47.6 -> 12.0 ms a step, 64 sequences 93.3 -> 31.5 ms).
-bool CudaBackend::QuantTiledExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
-                                    const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
-                                    float* out, const ResidualNorm* residual) {
+bool CudaBackend::QuantTiledExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden,
+                                    const int32_t* idx, const float* weights, int64_t k,
+                                    const std::vector<ExpertWeights>& experts, float* out,
+                                    const ResidualNorm* residual) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts[0].gate.dim(0);
-  const QuantExpertTable& qt = QuantExperts(experts);
   if (!qt.tiled || slots > cuda::kQuantMoePerPairMaxSlots || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 ||
       hidden % 4 != 0 || inter % 4 != 0)
     return false;
@@ -185,13 +186,14 @@ bool CudaBackend::QuantTiledExperts(const float* x, int64_t rows, int64_t hidden
 }
 
 // Quantized experts grouped by expert on the device (units of QuantMoeMmaUnitRows rows), on the
-// tensor-core kernels of cuda_quant_mma.cu. False (nothing queued) where a matrix or the input cannot take them.
-bool CudaBackend::QuantMmaExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
-                                  const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
-                                  float* out, const ResidualNorm* residual, bool gelu) {
+// tensor-core kernels of cuda_quant_mma.cu. False (nothing queued) where a matrix or the input cannot
+// take them.
+bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden,
+                                  const int32_t* idx, const float* weights, int64_t k,
+                                  const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual,
+                                  bool gelu) {
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts[0].gate.dim(0);
-  const QuantExpertTable& qt = QuantExperts(experts);
   if (!qt.mma || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) return false;
   profiler_->Mark("MoeExperts quantized mma");
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
@@ -205,10 +207,10 @@ bool CudaBackend::QuantMmaExperts(const float* x, int64_t rows, int64_t hidden, 
   Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
           static_cast<int4*>(units.data()), num_units.i32(), stream_);
   const auto* u = static_cast<const int4*>(units.data());
-  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
-          table, &qt.gate0, E, inter, act.f32(), ExactActivations(), gelu, stream_);
-  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
-          weights, table, &qt.down0, E, hidden, slot_out.f32(), ExactActivations(), stream_);
+  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(),
+          max_units, table, &qt.gate0, E, inter, act.f32(), ExactActivations(), gelu, stream_);
+  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(),
+          max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), ExactActivations(), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
   return true;
 }
