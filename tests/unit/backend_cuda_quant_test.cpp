@@ -199,8 +199,9 @@ TEST_F(CudaQuant, RoutedExpertsMatchTheCpu) {
       dev[e] = {keep[3 * e]->dev, keep[3 * e + 1]->dev, keep[3 * e + 2]->dev};
     }
     // Per pair (tiled), then grouped by expert on tensor cores past 64 pairs (units of 16 rows at 80
-    // pairs, of 64 at 600); the staged per-pair kernels, then host-grouped past 512 pairs.
-    for (int64_t rows : {1, 5, 40, 300}) {
+    // pairs; from 64 pairs an expert, 600 and 2,000, the wgmma kernel's units of 128 where every matrix
+    // takes it, else mma.sync units of 64); the staged per-pair kernels, then host-grouped past 512.
+    for (int64_t rows : {1, 5, 40, 300, 1000}) {
       const std::vector<float> x = Rand(rows * hidden, -1.f, 1.f, 77 + rows);
       std::vector<int32_t> idx(rows * k);
       std::vector<float> wts(rows * k);

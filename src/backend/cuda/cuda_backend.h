@@ -226,6 +226,8 @@ class CudaBackend : public Backend {
     // Every matrix takes the tensor-core kernels (cuda::QuantMmaOk, weight-only), gate and up share
     // expert 0's kind, zero points and group, as the down matrices share expert 0's.
     bool mma = false;
+    // ... and the wgmma kernel (cuda::QuantWgmmaOk at a prompt's rows).
+    bool wgmma = false;
     cuda::QuantMatrix gate0, down0;
   };
   const QuantExpertTable& QuantExperts(const std::vector<ExpertWeights>& experts);

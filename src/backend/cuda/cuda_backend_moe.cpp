@@ -195,8 +195,30 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts[0].gate.dim(0);
   if (!qt.mma || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) return false;
-  profiler_->Mark("MoeExperts quantized mma");
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
+  if (qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E) {
+    // Prompt-sized batches: the wgmma kernel, units of kQuantWgmmaUnitRows rows.
+    profiler_->Mark("MoeExperts quantized wgmma");
+    const int unit_rows = cuda::kQuantWgmmaUnitRows;
+    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
+    const bool exact = ExactActivations();
+    const int64_t parts = exact ? 2 : 1;
+    DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
+    DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
+    DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+        num_units(*this, sizeof(int32_t));
+    Zero(slot_out.data(), slot_out.bytes());  // a pair in no unit (an out-of-range id) sums as zero
+    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
+            static_cast<int4*>(units.data()), num_units.i32(), stream_);
+    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, x, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
+            static_cast<const int4*>(units.data()), static_cast<const int32_t*>(num_units.i32()), max_units, table,
+            &qt.gate0, &qt.down0, E, inter, gelu, weights, static_cast<uint16_t*>(xs.data()),
+            static_cast<uint16_t*>(as.data()), exact, slot_out.f32(), stream_);
+    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+    return true;
+  }
+  profiler_->Mark("MoeExperts quantized mma");
   const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
   const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
@@ -265,7 +287,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
   const int64_t E = static_cast<int64_t>(experts.size());
   std::vector<const void*> codes(3 * E);
   std::vector<cuda::QuantMatrix> mats(3 * E);
-  bool vec = true, tiled = E > 0, mma = E > 0;
+  bool vec = true, tiled = E > 0, mma = E > 0, wgmma = E > 0;
   for (int64_t e = 0; e < E; ++e) {
     const Tensor* t[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
     for (int j = 0; j < 3; ++j) {
@@ -278,6 +300,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
               q.group == ref.group && q.row_bytes == ref.row_bytes;
       mma = mma && cuda::QuantMmaOk(q, t[j]->dim(1)) && q.perm == nullptr && q.act == 0 && q.kind == ref.kind &&
             (q.zeros == nullptr) == (ref.zeros == nullptr) && q.group == ref.group;
+      wgmma = wgmma && cuda::QuantWgmmaOk(q, cuda::kQuantWgmmaMinRows, t[j]->dim(1));
     }
   }
   auto& slot = quant_expert_tables_[experts.data()];
@@ -286,6 +309,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
     slot->codes = codes;
     slot->vec = vec;
     slot->mma = mma;
+    slot->wgmma = mma && wgmma;
     slot->tiled = tiled && mats[0].kind == mats[2 * E].kind &&
                   (mats[0].zeros == nullptr) == (mats[2 * E].zeros == nullptr);
     if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];

@@ -94,6 +94,19 @@ constexpr int64_t kQuantWgmmaMinRows = 256;
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k);
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                     uint16_t* split, bool exact, cudaStream_t s);
+// Routed experts of prompt-sized batches on the wgmma kernel: MoeGroupByExpert with
+// kQuantWgmmaUnitRows rows a unit, x gathered into x_split in sorted order (each unit's rows
+// contiguous for TMA), gate/up into act_split (split for the down matrices), down into slot_out
+// weighted (pairs in no unit untouched). Every gate / up / down matrix takes QuantWgmmaOk; gate0 /
+// down0 on the host as for QuantMoeMmaGateUp. x_split: (exact ? 2 : 1) x pairs x hidden bf16,
+// act_split the same x inter. Taken from kQuantWgmmaMinRowsPerExpert rows an expert on average.
+constexpr int kQuantWgmmaUnitRows = 128;
+constexpr int64_t kQuantWgmmaMinRowsPerExpert = 64;
+void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
+                   const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
+                   const QuantMatrix* gate0, const QuantMatrix* down0, int64_t E, int64_t inter, bool gelu,
+                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, float* slot_out,
+                   cudaStream_t s);
 // x [rows, k] f32 -> hi (and lo, when not null) bf16 [rows, k], each 32-wide chunk permuted for the
 // consuming weight's kind (cuda_quant_decode.cuh, PermutedK).
 void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -47,6 +49,7 @@ constexpr int kSStage = kWRows * 4;                  // the stage's scale of eac
 template <int8_t KIND>
 constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND> + kSStage) + 8 * kStages + 1024;
 static_assert(kWRows * kTok / kThreads == kWgmmaN128Accs, "an m64n128 tile a warpgroup");
+static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
 // x [size] f32 (rows of a multiple of 32) -> hi (and lo) bf16, each 32-wide chunk permuted for `kind`.
 __global__ void SplitKernel(const float* x, int64_t size, int8_t kind, uint16_t* hi, uint16_t* lo) {
@@ -61,10 +64,47 @@ __global__ void SplitKernel(const float* x, int64_t size, int8_t kind, uint16_t*
   }
 }
 
-template <int8_t KIND, bool kExact>
+// x [rows of order, k = top_k] gathered in sorted order: out[pos] = x[order[pos] / top_k] split as
+// SplitKernel does (the routed experts' B operand: each unit's rows contiguous for TMA).
+__global__ void GatherSplitKernel(const float* x, const int32_t* order, int top_k, int64_t pairs, int64_t k,
+                                  int8_t kind, uint16_t* hi, uint16_t* lo) {
+  GridDependencyWait();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pairs * k;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pos = i / k, c = i - pos * k;
+    const int64_t at = pos * k + (c & ~int64_t{31}) + PermutedK(kind, static_cast<int>(c & 31));
+    const float v = x[static_cast<int64_t>(order[pos] / top_k) * k + c];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[at] = __bfloat16_as_ushort(h);
+    if (lo) lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+  }
+}
+
+enum Mode : int { kDense, kGateUp, kDown };
+
+// The routed experts' launches (kGateUp, kDown): units of up to kTok rows of one expert
+// (MoeGroupByExpert), the B operand's rows at their sorted positions; table: [3 E] on the device.
+struct MoeArgs {
+  const int32_t* order = nullptr;
+  const int4* units = nullptr;
+  const int32_t* num_units = nullptr;
+  const float* weights = nullptr;  // kDown: routing weights by pair
+  const QuantMatrix* table = nullptr;
+  int64_t E = 0;
+  uint16_t* act_hi = nullptr;  // kGateUp: act [pairs, n] split for the down matrices (act_kind)
+  uint16_t* act_lo = nullptr;
+  int8_t act_kind = 0;
+  bool gelu = false;
+};
+
+// A block: weight rows (A) x kTok activation rows (B). kDense and kDown: weight rows row0 .. + 63 of
+// one matrix. kGateUp: 32 output columns c0 ..: warp w's 16 rows are the gate rows of columns c0 + 8 w
+// .. + 7 then the up rows of the same columns, so a lane holds gate (row g) and up (row g + 8) of one
+// column and token and writes silu(g) * u (or gelu-tanh) itself.
+template <int8_t KIND, bool kExact, int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
-                     float* y, bool accumulate) {
+                     float* y, bool accumulate, const MoeArgs moe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -75,19 +115,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto bars = static_cast<uint32_t>(__cvta_generic_to_shared(ss + kStages * kWRows));  // [ST] mbarriers
 
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
-  const int row0 = static_cast<int>(blockIdx.x) * kWRows, tok0 = static_cast<int>(blockIdx.y) * kTok;
+  int4 unit = make_int4(0, static_cast<int>(blockIdx.y) * kTok, 0, 0);  // (expert, first row of B, rows)
+  if constexpr (MODE == kDense) {
+    unit.z = min(kTok, m - unit.y);
+  } else {
+    if (static_cast<int32_t>(blockIdx.y) >= *moe.num_units) return;
+    unit = moe.units[blockIdx.y];
+  }
+  const int tok0 = unit.y;
+  const int row0 = static_cast<int>(blockIdx.x) * (MODE == kGateUp ? kWRows / 2 : kWRows);
   const int stages = (K + kKt - 1) / kKt;
 
+  // Staged weight row r: its matrix and output column (-1 past n).
+  auto weight_row = [&](int r, int& col) -> const QuantMatrix* {
+    if constexpr (MODE == kGateUp) {
+      const int within = r & 15;
+      col = row0 + 8 * (r >> 4) + (within & 7);
+      if (col >= n) col = -1;
+      return &moe.table[(within >= 8 ? moe.E : 0) + unit.x];
+    } else {
+      col = row0 + r < n ? row0 + r : -1;
+      if constexpr (MODE == kDown) return &moe.table[2 * moe.E + unit.x];
+      return nullptr;
+    }
+  };
   // This thread's code copies: 16-byte unit t % kUnits of rows t / kUnits + (kThreads / kUnits) i.
   constexpr int kUnits = kBRowBytes<KIND> / 16;
   constexpr int kCopies = kWRows * kUnits / kThreads;
   const uint8_t* crow[kCopies];
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
-    const int r = row0 + t / kUnits + (kThreads / kUnits) * i;
-    crow[i] = r < n ? w.codes + static_cast<int64_t>(r) * w.row_bytes : nullptr;
+    int col;
+    const QuantMatrix* mat = weight_row(t / kUnits + (kThreads / kUnits) * i, col);
+    const uint8_t* codes = mat ? mat->codes : w.codes;
+    const int64_t row_bytes = mat ? mat->row_bytes : w.row_bytes;
+    crow[i] = col >= 0 ? codes + static_cast<int64_t>(col) * row_bytes : nullptr;
   }
-  const float* srow = t < kWRows && row0 + t < n ? w.scales + static_cast<int64_t>(row0 + t) * w.groups : nullptr;
+  const float* srow = nullptr;
+  int groups = 0;
+  if (t < kWRows) {
+    int col;
+    const QuantMatrix* mat = weight_row(t, col);
+    groups = mat ? mat->groups : w.groups;
+    if (col >= 0) srow = (mat ? mat->scales : w.scales) + static_cast<int64_t>(col) * groups;
+  }
 
   // Stage s into buffer s % ST: the codes and scales by every thread (cp.async, one group), the
   // activations by thread 0 (TMA, completing on the stage's mbarrier; rows and k past x as zeros).
@@ -102,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       CpAsync16(c + QuantUnitOffset<KIND>(wr, u), ok ? crow[i] + byte : w.codes, ok);
     }
     if (t < kWRows) {
-      const bool ok = srow != nullptr && k0 / group < w.groups;
+      const bool ok = srow != nullptr && k0 / group < groups;
       CpAsync4(ss + (s % kStages) * kWRows + t, ok ? srow + k0 / group : w.scales, ok);
     }
     if (t == 0) {
@@ -181,13 +252,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   WgmmaWait<0>();
   CpAsyncWait<0>();
 
+  // Element i: weight row 16 warp + g (+ 8 for i % 4 >= 2), activation row 8 (i / 4) + 2 q (+ 1).
+  if constexpr (MODE == kGateUp) {
+    const int col = row0 + 8 * warp + g;
 #pragma unroll
-  for (int i = 0; i < kWgmmaN128Accs; ++i) {
-    const int r = row0 + 16 * warp + g + ((i & 2) ? 8 : 0);
-    const int tok = tok0 + 8 * (i >> 2) + 2 * q + (i & 1);
-    if (r >= n || tok >= m) continue;
-    float* out = y + static_cast<int64_t>(tok) * n + r;
-    *out = (accumulate ? *out : 0.0f) + acc[i];
+    for (int i = 0; i < kWgmmaN128Accs; ++i) {
+      if (i & 2) continue;  // (gate, up) = elements i and i + 2
+      const int tok = 8 * (i >> 2) + 2 * q + (i & 1);
+      if (col >= n || tok >= unit.z) continue;
+      const int64_t at = static_cast<int64_t>(tok0 + tok) * n + (col & ~31) + PermutedK(moe.act_kind, col & 31);
+      const float v = GatedActF(acc[i], acc[i + 2], moe.gelu);
+      const __nv_bfloat16 h = __float2bfloat16_rn(v);
+      moe.act_hi[at] = __bfloat16_as_ushort(h);
+      if (moe.act_lo) moe.act_lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWgmmaN128Accs; ++i) {
+      const int r = row0 + 16 * warp + g + ((i & 2) ? 8 : 0);
+      const int tok = 8 * (i >> 2) + 2 * q + (i & 1);
+      if (r >= n || tok >= unit.z) continue;
+      if constexpr (MODE == kDown) {
+        const int32_t pair = moe.order[tok0 + tok];
+        y[static_cast<int64_t>(pair) * n + r] = acc[i] * moe.weights[pair];
+      } else {
+        float* out = y + static_cast<int64_t>(tok0 + tok) * n + r;
+        *out = (accumulate ? *out : 0.0f) + acc[i];
+      }
+    }
   }
 #else
   __trap();  // not built for sm_90a: QuantWgmmaOk is false and nothing launches this
@@ -207,41 +299,81 @@ void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind,
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k) {
 #if defined(TESSERA_CUDA_SM90A)
   return m >= kQuantWgmmaMinRows && QuantMmaOk(w, k) && w.zeros == nullptr && k % kKt == 0 &&
-         (w.group % kKt == 0 || w.group >= k);
+         (w.group % kKt == 0 || w.group >= k) && TensorMapEncoderAvailable();
 #else
   (void)w, (void)m, (void)k;
   return false;
 #endif
 }
 
+namespace {
+
+// The tensor map of an activation split [parts][rows][k] bf16 in boxes of 64 k x kTok rows x 1.
+bool SplitMap(const uint16_t* split, int64_t rows, int64_t k, int parts, CUtensorMap* map) {
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(parts)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(rows * k) * 2};
+  const cuuint32_t box[3] = {kKt, kTok, 1};
+  return EncodeSwizzled128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split, dims, strides, box);
+}
+
+template <int MODE>
+void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& kind_of, const QuantMatrix& w, int64_t m, int64_t n,
+                 int64_t k, float* y, bool accumulate, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
+  auto go = [&](auto kernel, size_t smem) {
+    KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
+    LaunchKernel(kernel, grid, kThreads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
+                                                  static_cast<int>(k),
+                                                  static_cast<int>(std::min<int64_t>(kind_of.group, k)), y,
+                                                  accumulate, moe);
+  };
+  if (kind_of.kind == kInt4)
+    exact ? go(QuantWgmmaKernel<kInt4, true, MODE>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false, MODE>, kSmem<kInt4>);
+  else if (kind_of.kind == kInt8)
+    exact ? go(QuantWgmmaKernel<kInt8, true, MODE>, kSmem<kInt8>) : go(QuantWgmmaKernel<kInt8, false, MODE>, kSmem<kInt8>);
+  else
+    exact ? go(QuantWgmmaKernel<kFp8, true, MODE>, kSmem<kFp8>) : go(QuantWgmmaKernel<kFp8, false, MODE>, kSmem<kFp8>);
+}
+
+}  // namespace
+
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                     uint16_t* split, bool exact, cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
-  const int parts = exact ? 2 : 1;
-  // x split into bf16 [parts][m][k] (hi, then lo), read in boxes of 64 k x 128 rows x 1.
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m), static_cast<cuuint64_t>(parts)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(m * k) * 2};
-  const cuuint32_t box[3] = {kKt, kTok, 1};
   CUtensorMap map;
-  if (!EncodeSwizzled128(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split, dims, strides, box)) {
+  if (!SplitMap(split, m, k, exact ? 2 : 1, &map)) {
     // A driver without cuTensorMapEncodeTiled: the mma.sync kernel (k not split: no scratch here).
     QuantGemmMma(x, m, k, w, n, y, accumulate, exact, nullptr, s);
     return;
   }
   QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
   const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
-  auto go = [&](auto kernel, size_t smem) {
-    KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
-    LaunchKernel(kernel, grid, kThreads, smem, s)(map, *w, static_cast<int>(m), static_cast<int>(n),
-                                                  static_cast<int>(k), static_cast<int>(std::min<int64_t>(w->group, k)),
-                                                  y, accumulate);
-  };
-  if (w->kind == kInt4)
-    exact ? go(QuantWgmmaKernel<kInt4, true>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false>, kSmem<kInt4>);
-  else if (w->kind == kInt8)
-    exact ? go(QuantWgmmaKernel<kInt8, true>, kSmem<kInt8>) : go(QuantWgmmaKernel<kInt8, false>, kSmem<kInt8>);
-  else
-    exact ? go(QuantWgmmaKernel<kFp8, true>, kSmem<kFp8>) : go(QuantWgmmaKernel<kFp8, false>, kSmem<kFp8>);
+  LaunchWgmma<kDense>(map, *w, *w, m, n, k, y, accumulate, MoeArgs{}, exact, grid, s);
+}
+
+void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
+                   const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
+                   const QuantMatrix* gate0, const QuantMatrix* down0, int64_t E, int64_t inter, bool gelu,
+                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, float* slot_out,
+                   cudaStream_t s) {
+  if (max_units <= 0 || pairs <= 0) return;
+  const int parts = exact ? 2 : 1;
+  CUtensorMap xmap, amap;
+  if (!SplitMap(x_split, pairs, hidden, parts, &xmap) || !SplitMap(act_split, pairs, inter, parts, &amap)) {
+    std::fprintf(stderr, "tessera: cuTensorMapEncodeTiled refused an activation split's layout\n");
+    std::abort();  // QuantWgmmaOk checked the encoder; a layout it refuses is a bug here
+  }
+  const int blocks = static_cast<int>(std::min<int64_t>((pairs * hidden + 255) / 256, 8 * DeviceSmCount()));
+  LaunchKernel(GatherSplitKernel, blocks, 256, 0, s)(x, order, static_cast<int>(top_k), pairs, hidden, gate0->kind,
+                                                     x_split, exact ? x_split + pairs * hidden : nullptr);
+  MoeArgs moe;
+  moe.order = order, moe.units = units, moe.num_units = num_units, moe.weights = weights, moe.table = experts;
+  moe.E = E, moe.act_hi = act_split, moe.act_lo = exact ? act_split + pairs * inter : nullptr;
+  moe.act_kind = down0->kind, moe.gelu = gelu;
+  const dim3 up_grid(static_cast<unsigned>((inter + kWRows / 2 - 1) / (kWRows / 2)), static_cast<unsigned>(max_units));
+  LaunchWgmma<kGateUp>(xmap, *gate0, *gate0, pairs, inter, hidden, nullptr, false, moe, exact, up_grid, s);
+  const dim3 down_grid(static_cast<unsigned>((hidden + kWRows - 1) / kWRows), static_cast<unsigned>(max_units));
+  LaunchWgmma<kDown>(amap, *down0, *down0, pairs, hidden, inter, slot_out, false, moe, exact, down_grid, s);
 }
 
 }  // namespace tessera::cuda

@@ -109,6 +109,18 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t
 // outer dimensions in bytes), read in boxes of `box` elements in the 128-byte-swizzled layout
 // wgmma reads (box rows of 128 bytes), elements past the tensor as zeros. False when the driver
 // lacks cuTensorMapEncodeTiled or refuses the layout (the caller takes v2).
+// Whether the driver has cuTensorMapEncodeTiled (EncodeSwizzled128 can work at all).
+inline bool TensorMapEncoderAvailable() {
+  static const bool ok = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+               cudaSuccess &&
+           q == cudaDriverEntryPointSuccess && fn != nullptr;
+  }();
+  return ok;
+}
+
 inline bool EncodeSwizzled128(CUtensorMap* out, CUtensorMapDataType type, cuuint32_t rank, const void* base,
                        const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
   static const auto encode = [] {
