@@ -13,8 +13,13 @@
 // Weights count 2 bytes per element for matrices (bf16 read in place) and 4 for vectors and conv
 // kernels (converted to f32 at load); the checkpoint must be bf16.
 //
+// Multi-thread rows also say where a decode step's time goes: inside the pool's parallel loops (of
+// it, waiting for the last thread) and outside them; --profile adds one more run with the CPU
+// backend's per-op timer (backend/cpu/cpu_op_profile.h): each op's time a step, and the model's
+// own time between ops.
+//
 // Usage: model_bench --model DIR [--threads 1,2] [--prompt 512] [--decode 64] [--chunk 512]
-//                    [--reps 3] [--seed 1] [--quantization Q] [--json FILE]
+//                    [--reps 3] [--seed 1] [--quantization Q] [--json FILE] [--profile]
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -32,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/cpu_op_profile.h"
 #include "backend/cpu/gemm.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
@@ -54,12 +60,13 @@ struct Options {
   std::vector<int> threads = {1, 2};
   int64_t prompt = 512, decode = 64, chunk = 512, reps = 3;
   uint64_t seed = 1;
+  bool profile = false;  // --profile: one more run with the per-op timer on
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   fmt::print(stderr,
              "model_bench: {}\nusage: model_bench --model DIR [--threads 1,2] [--prompt 512] [--decode 64]\n"
-             "  [--chunk 512] [--reps 3] [--seed 1] [--quantization none|fp8|int8|int4] [--json FILE]\n",
+             "  [--chunk 512] [--reps 3] [--seed 1] [--quantization none|fp8|int8|int4] [--json FILE] [--profile]\n",
              why);
   std::exit(2);
 }
@@ -77,6 +84,10 @@ Options ParseArgs(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") Usage("help");
+    if (a == "--profile") {
+      o.profile = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage(fmt::format("{} needs a value (or is unknown)", a));
     const std::string v = argv[++i];
     if (a == "--model") {
@@ -217,6 +228,8 @@ struct RunResult {
   double prefill_flops = 0;
   double prefill_distinct = 0;  // mean distinct experts per MoE layer per chunk
   double decode_distinct = 0;   // mean distinct experts per MoE layer per step
+  ThreadPool::Stats decode_pool;  // the pool's loops during the decode steps
+  std::vector<cpu_profile::Entry> decode_ops;  // per-op times of the decode steps (when profiling)
 };
 
 RunResult RunOnce(Model& model, const WeightCensus& w, const Options& o, const std::vector<int32_t>& prompt) {
@@ -264,6 +277,8 @@ RunResult RunOnce(Model& model, const WeightCensus& w, const Options& o, const s
   // K and V of all attention layers, in the cache's element type.
   const double kv_row = static_cast<double>(Model::KvBytesPerToken(c, model.KvCacheDType()));
   const double state = 2.0 * static_cast<double>(Model::StateBytesPerSequence(c));  // read + written
+  ThreadPool::Global().ResetStats();
+  cpu_profile::Reset();
   const auto t1 = Clock::now();
   for (int64_t i = 0; i < o.decode; ++i) {
     Batch b;
@@ -284,6 +299,8 @@ RunResult RunOnce(Model& model, const WeightCensus& w, const Options& o, const s
         StepBytes(w, experts) + kv_row * static_cast<double>(P + i + 1) + state;
   }
   r.decode_s = Seconds(t1, Clock::now());
+  r.decode_pool = ThreadPool::Global().stats();
+  r.decode_ops = cpu_profile::Snapshot();
   r.decode_distinct /= static_cast<double>(o.decode);
   return r;
 }
@@ -379,6 +396,30 @@ int main(int argc, char** argv) {
                  threads, prefill_tps, best_p.prefill_flops / best_p.prefill_s / 1e9, gemm_gflops,
                  prefill_floor * 1e3, prefill_floor / best_p.prefill_s, decode_tps, bytes_per_tok / 1e6, copy_gbps,
                  floor_copy * 1e3, floor_copy / step, read_gbps, floor_read / step, load);
+      // Where a decode step's time goes: inside the pool's parallel loops (of it, the caller waiting for
+      // the last worker after its own chunk) and outside them (work on the calling thread alone).
+      const ThreadPool::Stats& ps = best_d.decode_pool;
+      const double loops = static_cast<double>(ps.loops) / o.decode, in_us = ps.loop_ns / 1e3 / o.decode,
+                   wait_us = ps.wait_ns / 1e3 / o.decode;
+      if (threads > 1)
+        fmt::print("    decode step {:.1f} us: {:.0f} parallel loops, {:.1f} us in them ({:.1f} us waiting for "
+                   "the last thread), {:.1f} us outside\n",
+                   step * 1e6, loops, in_us, wait_us, step * 1e6 - in_us);
+      if (o.profile) {
+        cpu_profile::Enable(true);
+        const RunResult p = RunOnce(*model, w, o, prompt);
+        cpu_profile::Enable(false);
+        const double step_us = p.decode_s * 1e6 / o.decode;
+        double ops_us = 0;
+        std::string line;
+        for (const cpu_profile::Entry& e : p.decode_ops) {
+          const double us = e.ns / 1e3 / o.decode;
+          ops_us += us;
+          line += fmt::format(" {} {:.0f} ({:.0f}x)", e.op, us, static_cast<double>(e.calls) / o.decode);
+        }
+        fmt::print("    profiled decode step {:.1f} us, us a step by op (calls):{}; between ops {:.0f}\n", step_us, line,
+                   step_us - ops_us);
+      }
       std::fflush(stdout);
       rows.push_back({{"threads", threads},
                       {"load_average", load},
@@ -396,7 +437,10 @@ int main(int argc, char** argv) {
                       {"decode_floor_copy_s", floor_copy},
                       {"decode_ratio_copy", floor_copy / step},
                       {"decode_floor_read_s", floor_read},
-                      {"decode_ratio_read", floor_read / step}});
+                      {"decode_ratio_read", floor_read / step},
+                      {"decode_parallel_loops_per_step", loops},
+                      {"decode_us_in_loops_per_step", in_us},
+                      {"decode_us_waiting_per_step", wait_us}});
     }
     fmt::print("\nprefill: {} tokens in {}-token chunks; decode: {} steps at batch 1 after the prompt; best of {} "
                "after a warm-up.\nratio = floor / measured (1.00 = at the floor). decode floor = bytes per step / "

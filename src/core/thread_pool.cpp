@@ -63,6 +63,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, 
   }
   size_t chunk = (n + chunks - 1) / chunks;
   std::lock_guard<std::mutex> call(call_mu_);
+  const auto start = std::chrono::steady_clock::now();
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = chunk;
@@ -73,6 +74,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, 
     work_cv_.notify_all();
   }
   fn(0, std::min(n, chunk), 0);
+  const auto own_done = std::chrono::steady_clock::now();
   auto all_done = [this] { return pending_.load() == 0; };
   if (!Spin(all_done)) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -81,6 +83,20 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, 
     caller_sleeping_.store(false);
   }
   job_ = nullptr;
+  const auto end = std::chrono::steady_clock::now();
+  ++stats_.loops;
+  stats_.loop_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  stats_.wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - own_done).count();
+}
+
+ThreadPool::Stats ThreadPool::stats() {
+  std::lock_guard<std::mutex> call(call_mu_);
+  return stats_;
+}
+
+void ThreadPool::ResetStats() {
+  std::lock_guard<std::mutex> call(call_mu_);
+  stats_ = Stats{};
 }
 
 void ThreadPool::WorkerLoop(int index) {

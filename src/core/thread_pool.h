@@ -44,6 +44,16 @@ class ThreadPool {
   // How long a waiting thread polls before it sleeps.
   static constexpr int kSpinMicros = 50;
 
+  // Counters of the loops that ran on several threads (the benches' "where the time goes"):
+  // how many, the caller's wall time inside them, and of that the time it waited for the last
+  // worker after finishing its own chunk (hand-off latency plus imbalance).
+  struct Stats {
+    uint64_t loops = 0;
+    int64_t loop_ns = 0, wait_ns = 0;
+  };
+  Stats stats();
+  void ResetStats();
+
  private:
   void WorkerLoop(int index);
   // Polls `done` for up to kSpinMicros (when spinning is allowed); true once it holds.
@@ -54,6 +64,7 @@ class ThreadPool {
   bool spin_;  // the pool fits the machine's hardware threads
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
+  Stats stats_;         // guarded by call_mu_
   // The job of the current generation (written before generation_ is bumped, read after it is seen).
   const std::function<void(size_t, size_t, int)>* job_ = nullptr;
   size_t job_n_ = 0, job_chunk_ = 0;

@@ -200,6 +200,86 @@ TEST(BackendOps, PagedBlockCausalAttention) {
   }
 }
 
+// Decode-sized calls (few query rows) walk a long prefix in key spans merged afterwards: a row past
+// the span size, in a batch of two sequences, against the naive reference, with and without a
+// sliding window; the batch equals each sequence alone, and 1 thread equals 4, bit for bit.
+TEST(BackendOps, AttentionOfFewRowsOverLongPrefixesMatchesNaive) {
+  const int64_t nh = 8, kvh = 2, hd = 16, page = 16, kvd = kvh * hd;
+  struct Seq {
+    int64_t P, T;
+    std::vector<float> q, k, v, kc, vc, out;
+    std::vector<int32_t> pages;
+  };
+  for (int64_t window : {0, 100}) {
+    std::vector<Seq> seqs(2);
+    seqs[0].P = 300, seqs[0].T = 1;  // five spans of 64 keys, the last of 45
+    seqs[1].P = 129, seqs[1].T = 3;  // rows of 130-132 keys
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq& s = seqs[i];
+      const int64_t n = s.P + s.T, npages = (n + page - 1) / page;
+      s.q = Rand(s.T * nh * hd, static_cast<uint32_t>(30 + i), -2, 2);
+      s.k = Rand(n * kvd, static_cast<uint32_t>(40 + i), -2, 2);
+      s.v = Rand(n * kvd, static_cast<uint32_t>(50 + i));
+      for (int64_t p = 0; p < npages; ++p) s.pages.push_back(static_cast<int32_t>((p * 7) % npages));  // scattered
+      s.kc.assign(npages * page * kvd, 7.0f), s.vc.assign(npages * page * kvd, 7.0f);
+      CpuBackend be;
+      be.KvWrite(s.k.data(), s.v.data(), kvd, s.P, kvd, 0, s.pages.data(), page, s.kc.data(), s.vc.data());
+    }
+    auto args_of = [&](Seq& s, float* out) {
+      AttentionArgs a;
+      a.q = s.q.data(), a.q_stride = nh * hd;
+      a.k = s.k.data() + s.P * kvd, a.v = s.v.data() + s.P * kvd, a.kv_stride = kvd;
+      a.T = s.T, a.num_heads = nh, a.num_kv_heads = kvh, a.head_dim = hd, a.first_pos = s.P;
+      a.k_cache = s.kc.data(), a.v_cache = s.vc.data(), a.pages = s.pages.data(), a.page_size = page;
+      a.sliding_window = window, a.scale = 0.25f, a.out = out, a.out_stride = nh * hd;
+      return a;
+    };
+    std::vector<std::vector<float>> batched(2), alone(2), one_thread(2);
+    for (int threads : {4, 1}) {
+      ThreadPool::SetGlobalThreads(threads);
+      CpuBackend be;
+      auto& outs = threads == 1 ? one_thread : batched;
+      std::vector<AttentionArgs> args;
+      for (size_t i = 0; i < 2; ++i) {
+        outs[i].assign(seqs[i].T * nh * hd, 0.0f);
+        args.push_back(args_of(seqs[i], outs[i].data()));
+      }
+      be.AttentionBatch(args);
+      if (threads == 4)
+        for (size_t i = 0; i < 2; ++i) {
+          alone[i].assign(seqs[i].T * nh * hd, 0.0f);
+          be.Attention(args_of(seqs[i], alone[i].data()));
+        }
+    }
+    ThreadPool::SetGlobalThreads(static_cast<int>(std::thread::hardware_concurrency()));
+    for (size_t i = 0; i < 2; ++i) {
+      const Seq& s = seqs[i];
+      EXPECT_EQ(batched[i], alone[i]) << "sequence " << i << " window " << window;
+      EXPECT_EQ(batched[i], one_thread[i]) << "sequence " << i << " window " << window;
+      std::vector<double> ref(batched[i].size());
+      for (int64_t t = 0; t < s.T; ++t)
+        for (int64_t h = 0; h < nh; ++h) {
+          const int64_t p = s.P + t, g = h / (nh / kvh);
+          std::vector<double> sc;
+          for (int64_t j = 0; j <= p; ++j) {
+            double d = 0;
+            for (int64_t e = 0; e < hd; ++e) d += double(s.q[(t * nh + h) * hd + e]) * s.k[j * kvd + g * hd + e];
+            sc.push_back(window > 0 && j <= p - window ? -INFINITY : d * 0.25);
+          }
+          const double mx = *std::max_element(sc.begin(), sc.end());
+          double sum = 0;
+          for (auto& x : sc) sum += (x = std::exp(x - mx));
+          for (int64_t e = 0; e < hd; ++e) {
+            double acc = 0;
+            for (int64_t j = 0; j <= p; ++j) acc += sc[j] / sum * s.v[j * kvd + g * hd + e];
+            ref[(t * nh + h) * hd + e] = acc;
+          }
+        }
+      EXPECT_LT(MaxDiff(batched[i], ref), 1e-5) << "sequence " << i << " window " << window;
+    }
+  }
+}
+
 TEST(BackendOps, CausalConv1dContinuesFromState) {
   CpuBackend be;
   const int64_t T = 9, C = 5, K = 4;

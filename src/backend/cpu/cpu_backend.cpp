@@ -12,6 +12,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/sampling.h"
 #include "core/error.h"
+#include "backend/cpu/cpu_op_profile.h"
 #include "core/thread_pool.h"
 
 namespace tessera {
@@ -87,6 +88,7 @@ CpuBackend::CpuBackend() : pool_(&ThreadPool::Global()) {}
 std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
 
 void CpuBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
+  TESSERA_CPU_OP("MatMul");
   if (m == 0) return;
   MatMulOn(x, m, w, y, accumulate, pool_);
 }
@@ -96,6 +98,7 @@ void CpuBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, bo
 // split its few columns over every thread, which at 16 threads left decode at half the read floor
 // (docs/PERFORMANCE.md, issue 35). Each output is the same sequence of operations as its MatMul's.
 void CpuBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
+  TESSERA_CPU_OP("MatMulMulti");
   if (m == 0 || outs.empty()) return;
   bool bf16 = true, quantized = true;
   std::vector<BatchedProduct> products;
@@ -110,6 +113,7 @@ void CpuBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMul
 }
 
 void CpuBackend::MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float* y) {
+  TESSERA_CPU_OP("MatMulNoTrans");
   TESSERA_CHECK(w.shape.size() == 2);
   if (w.quantized() || (w.dtype != DType::kBF16 && w.dtype != DType::kF32))
     Fail(ErrorKind::kUnsupported, "MatMulNoTrans: weight dtype {} is not supported", DTypeName(w.dtype));
@@ -148,6 +152,7 @@ void CpuBackend::MatMulNoTrans(const float* x, int64_t m, const Tensor& w, float
 }
 
 void CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  TESSERA_CPU_OP("Embedding");
   const int64_t vocab = table.dim(0), dim = table.dim(1);
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= vocab)
@@ -165,6 +170,7 @@ void CpuBackend::Embedding(const Tensor& table, const int32_t* ids, int64_t n, f
 
 void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* w,
                          float eps, bool one_plus, float* y, int64_t y_stride) {
+  TESSERA_CPU_OP("RmsNorm");
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * x_stride;
     float* yr = y + r * y_stride;
@@ -177,6 +183,7 @@ void CpuBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, int64_t x_st
 
 void CpuBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                               float eps, float* y) {
+  TESSERA_CPU_OP("GatedRmsNorm");
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float* zr = z + r * dim;
@@ -190,6 +197,7 @@ void CpuBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int6
 
 void CpuBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                       int64_t rotary_dim, const int64_t* positions, double theta) {
+  TESSERA_CPU_OP("Rope");
   const int64_t half = rotary_dim / 2;
   // inv_freq as transformers computes it: in f32, base ** (2i / dim).
   std::vector<float> inv_freq(half);
@@ -203,11 +211,13 @@ void CpuBackend::Rope(float* x, int64_t rows, int64_t row_stride, int64_t heads,
 
 void CpuBackend::SigmoidGate(float* x, int64_t rows, int64_t dim, int64_t x_stride, const float* gate,
                              int64_t gate_stride) {
+  TESSERA_CPU_OP("SigmoidGate");
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < dim; ++j) x[r * x_stride + j] *= Sigmoid(gate[r * gate_stride + j]);
 }
 
 void CpuBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* s) {
+  TESSERA_CPU_OP("SigmoidScaleRows");
   for (int64_t r = 0; r < rows; ++r) {
     const float f = Sigmoid(s[r]);
     for (int64_t j = 0; j < dim; ++j) x[r * dim + j] *= f;
@@ -215,6 +225,7 @@ void CpuBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const flo
 }
 
 void CpuBackend::DivideRows(float* x, int64_t rows, int64_t dim, const float* divisors) {
+  TESSERA_CPU_OP("DivideRows");
   for (int64_t r = 0; r < rows; ++r) {
     const float d = divisors[r];
     for (int64_t j = 0; j < dim; ++j) x[r * dim + j] /= d;
@@ -222,16 +233,19 @@ void CpuBackend::DivideRows(float* x, int64_t rows, int64_t dim, const float* di
 }
 
 void CpuBackend::SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  TESSERA_CPU_OP("SiluMul");
   for (int64_t i = 0; i < n; ++i) out[i] = Silu(gate[i]) * up[i];
 }
 
 void CpuBackend::GeluTanhMul(const float* gate, const float* up, int64_t n, float* out) {
+  TESSERA_CPU_OP("GeluTanhMul");
   for (int64_t i = 0; i < n; ++i) out[i] = GeluTanh(gate[i]) * up[i];
 }
 
 void CpuBackend::RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_dim,
                            int64_t pair_offset, int64_t rotated_pairs, const float* inv_freq,
                            const int64_t* positions) {
+  TESSERA_CPU_OP("RopePairs");
   TESSERA_CHECK(rotated_pairs <= pair_offset && pair_offset + rotated_pairs <= head_dim);
   std::vector<float> cs(rotated_pairs), sn(rotated_pairs);
   for (int64_t r = 0; r < rows; ++r) {
@@ -252,23 +266,28 @@ void CpuBackend::RopePairs(float* x, int64_t rows, int64_t row_stride, int64_t h
 }
 
 void CpuBackend::Scale(float* x, int64_t n, float s) {
+  TESSERA_CPU_OP("Scale");
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void CpuBackend::SoftCap(float* x, int64_t n, float cap) {
+  TESSERA_CPU_OP("SoftCap");
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }
 
 void CpuBackend::ScaleByIndex(float* x, const int32_t* idx, int64_t n, const float* table) {
+  TESSERA_CPU_OP("ScaleByIndex");
   for (int64_t i = 0; i < n; ++i) x[i] *= table[idx[i]];
 }
 
 void CpuBackend::Add(const float* x, int64_t n, float* y) {
+  TESSERA_CPU_OP("Add");
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 void CpuBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t src_stride, float* dst,
                         int64_t dst_stride) {
+  TESSERA_CPU_OP("Copy2D");
   for (int64_t r = 0; r < rows; ++r)
     std::memmove(dst + r * dst_stride, src + r * src_stride, cols * sizeof(float));
 }
@@ -276,6 +295,7 @@ void CpuBackend::Copy2D(const float* src, int64_t rows, int64_t cols, int64_t sr
 void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int64_t T, int64_t kv_dim,
                          int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache_bytes,
                          void* v_cache_bytes) {
+  TESSERA_CPU_OP("KvWrite");
   auto* k_cache = static_cast<float*>(k_cache_bytes);  // the CPU keeps f32 (Backend::SetKvCacheDType)
   auto* v_cache = static_cast<float*>(v_cache_bytes);
   for (int64_t t = 0; t < T; ++t) {
@@ -289,6 +309,7 @@ void CpuBackend::KvWrite(const float* k, const float* v, int64_t kv_stride, int6
 void CpuBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,
                           int64_t b_stride, const float* a_log, const float* dt_bias, float* g, float* beta,
                           int64_t out_stride) {
+  TESSERA_CPU_OP("GdnGates");
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
       const float s = a[t * a_stride + h] + dt_bias[h];
@@ -303,6 +324,7 @@ void CpuBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t hea
 
 void CpuBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
                           bool renormalize, int32_t* idx, float* weights) {
+  TESSERA_CPU_OP("MoeRoute");
   std::vector<float> p(num_experts);
   std::vector<int32_t> order(num_experts);
   for (int64_t r = 0; r < rows; ++r) {
@@ -326,12 +348,14 @@ void CpuBackend::MoeRoute(const float* logits, int64_t rows, int64_t num_experts
 void CpuBackend::MoeExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                             const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                             float* out) {
+  TESSERA_CPU_OP("MoeExperts");
   MoeExpertsAct(x, rows, hidden, idx, weights, k, experts, GluAct::kSilu, out);
 }
 
 void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                                const float* weights, int64_t k, const std::vector<ExpertWeights>& experts,
                                GluAct act, float* out) {
+  TESSERA_CPU_OP("MoeExpertsAct");
   const int64_t num_experts = static_cast<int64_t>(experts.size());
   // Group (row, slot) pairs by expert; each expert's output lands in its own slot row, then the
   // slots of a row are summed in slot order, so a row's result never depends on the other rows.
@@ -397,20 +421,32 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
       Bufs& b = bufs[a];
-      b.xs.resize(m * hidden), b.g.resize(m * inter), b.u.resize(m * inter), b.d.resize(m * hidden);
-      for (int64_t i = 0; i < m; ++i)
-        std::memcpy(b.xs.data() + i * hidden, x + (assigned[e][i] / k) * hidden, hidden * sizeof(float));
-      products.push_back({b.xs.data(), m, &experts[e].gate, b.g.data()});
-      products.push_back({b.xs.data(), m, &experts[e].up, b.u.data()});
+      b.g.resize(m * inter), b.u.resize(m * inter), b.d.resize(m * hidden);
+      // One row (a decode step): the row itself, so every expert's gate and up share one packing of it.
+      const float* xs = x + (assigned[e][0] / k) * hidden;
+      if (m > 1) {
+        b.xs.resize(m * hidden);
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(b.xs.data() + i * hidden, x + (assigned[e][i] / k) * hidden, hidden * sizeof(float));
+        xs = b.xs.data();
+      }
+      products.push_back({xs, m, &experts[e].gate, b.g.data()});
+      products.push_back({xs, m, &experts[e].up, b.u.data()});
     }
     RunProducts(products, pool_);
     products.clear();
+    // The activations, an expert a thread: ~3K exps a layer at decode, serial work the threads
+    // would otherwise wait through.
+    pool_->ParallelFor(active.size(), [&](size_t a0, size_t a1, int) {
+      for (size_t a = a0; a < a1; ++a) {
+        Bufs& b = bufs[a];
+        for (size_t i = 0; i < b.g.size(); ++i)
+          b.g[i] = (act == GluAct::kSilu ? Silu(b.g[i]) : GeluTanh(b.g[i])) * b.u[i];
+      }
+    });
     for (size_t a = 0; a < active.size(); ++a) {
-      const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size()), inter = experts[e].gate.dim(0);
-      Bufs& b = bufs[a];
-      for (int64_t i = 0; i < m * inter; ++i)
-        b.g[i] = (act == GluAct::kSilu ? Silu(b.g[i]) : GeluTanh(b.g[i])) * b.u[i];
-      products.push_back({b.g.data(), m, &experts[e].down, b.d.data()});
+      const int64_t e = active[a], m = static_cast<int64_t>(assigned[e].size());
+      products.push_back({bufs[a].g.data(), m, &experts[e].down, bufs[a].d.data()});
     }
     RunProducts(products, pool_);
     for (size_t a = 0; a < active.size(); ++a) {
@@ -435,6 +471,7 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
 }
 
 void CpuBackend::Softmax(float* x, int64_t rows, int64_t n) {
+  TESSERA_CPU_OP("Softmax");
   for (int64_t r = 0; r < rows; ++r) {
     float* v = x + r * n;
     const float mx = *std::max_element(v, v + n);
@@ -446,6 +483,7 @@ void CpuBackend::Softmax(float* x, int64_t rows, int64_t n) {
 
 void CpuBackend::CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, const CanvasRowRule* rules,
                                   bool round_z_to_bf16, CanvasRowPick* picks) {
+  TESSERA_CPU_OP("CanvasSampleRows");
   auto run = [&](size_t b, size_t e, int) {
     for (size_t r = b; r < e; ++r)
       CanvasSampleRowInPlace(logits + r * vocab, vocab, rules[r], round_z_to_bf16, &picks[r]);
@@ -455,6 +493,7 @@ void CpuBackend::CanvasSampleRows(float* logits, int64_t rows, int64_t vocab, co
 }
 
 void CpuBackend::Argmax(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  TESSERA_CPU_OP("Argmax");
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = x + r * n;
     out[r] = static_cast<int32_t>(std::max_element(v, v + n) - v);

@@ -43,6 +43,7 @@ class CpuBackend : public Backend {
                int64_t first_pos, const int32_t* pages, int64_t page_size, void* k_cache,
                void* v_cache) override;
   void Attention(const AttentionArgs& a) override;
+  void AttentionBatch(const std::vector<AttentionArgs>& args) override;
 
   void CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels, const float* w,
                         int64_t K, const float* state, float* y) override;

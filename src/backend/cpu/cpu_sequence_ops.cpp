@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
+#include "backend/cpu/cpu_op_profile.h"
 #include "core/thread_pool.h"
 
 namespace tessera {
@@ -29,28 +30,53 @@ __attribute__((always_inline)) inline float Dot(const float* a, const float* b, 
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-// Work items [begin, end) of Attention (see there); scratch holds group * total_keys scores and
-// group * head_dim accumulators. Inlined into a baseline and an AVX2+FMA copy: this file is built
-// for baseline x86-64, where the vectorised loops below get 4-wide SSE only.
-__attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a, const int64_t* cache_row,
-                                                          size_t begin, size_t end, float* scores, float* acc) {
-  const int64_t group = a.num_heads / a.num_kv_heads;
-  const int64_t kv_dim = a.num_kv_heads * a.head_dim;
-  const int64_t hd = a.head_dim;
+// The keys query row t of `a` sees: [*j0, *n). Last: itself (causal) or its block's end; a canvas
+// row sees every key. First: the sliding window's (p - W, p] (causal rows only), for a canvas row the
+// last W-1 keys before the canvas (AttentionArgs::canvas_begin), else 0.
+void VisibleKeys(const AttentionArgs& a, int64_t t, int64_t* j0, int64_t* n) {
   const int64_t total_keys = a.first_pos + a.T;
+  const int64_t p = a.first_pos + t;
+  const bool canvas = a.canvas_begin >= 0 && t >= a.canvas_begin;
+  *n = canvas ? total_keys
+              : (a.block_size <= 0 ? p : std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1)) + 1;
+  const int64_t W = a.sliding_window;
+  *j0 = W <= 0 ? 0 : std::max<int64_t>(0, canvas ? a.first_pos + a.canvas_begin - (W - 1) : p - W + 1);
+}
+
+// One work item of AttentionBatch: keys [js, je) of query row t for the `group` query heads sharing kv
+// head kvh of entry `entry`. A row's keys are one item, or (few-row calls) spans of kSpanKeys keys
+// whose partial results land in the plan's partial buffers at `partial`, merged afterwards.
+struct AttentionItem {
+  int32_t entry, kvh;
+  int64_t t, js, je;
+  int64_t partial;  // -1: the row's only item (writes the output)
+};
+
+struct AttentionPlan {
+  const std::vector<AttentionArgs>* args = nullptr;
+  std::vector<std::vector<int64_t>> cache_rows;  // per entry: cache row of each cached key
+  std::vector<AttentionItem> items;
+  int64_t group = 0, head_dim = 0, max_keys = 0;  // max_keys: the longest item
+  // Per span of a split row: the group's maxima, sums of exp (double) and unnormalised outputs.
+  std::vector<float> part_max, part_acc;
+  std::vector<double> part_sum;
+};
+
+// Items [begin, end) of the plan; scratch holds group * max_keys scores and group * head_dim
+// accumulators. Per item, the softmax over its keys: scores, their maximum, exp and the sum in
+// double, then the value rows weighted; a whole row is normalised into the output, a span stores its
+// maxima, sums and unnormalised outputs. Inlined into a baseline and an AVX2+FMA copy: this file is
+// built for baseline x86-64, where the vectorised loops below get 4-wide SSE only.
+__attribute__((always_inline)) inline void AttentionItems(AttentionPlan& plan, size_t begin, size_t end,
+                                                          float* scores, float* acc) {
+  const int64_t group = plan.group, hd = plan.head_dim, stride = plan.max_keys;
   double sums[64];  // group <= 64 (checked by the caller)
+  float maxima[64];
   for (size_t w = begin; w < end; ++w) {
-    const int64_t kvh = static_cast<int64_t>(w) / a.T, t = static_cast<int64_t>(w) % a.T;
-    // Last key visible from the query at absolute position p: itself (causal) or its block's end.
-    const int64_t p = a.first_pos + t;
-    const bool canvas = a.canvas_begin >= 0 && t >= a.canvas_begin;
-    const int64_t n =
-        canvas ? total_keys
-               : (a.block_size <= 0 ? p : std::min(total_keys - 1, (p / a.block_size + 1) * a.block_size - 1)) + 1;
-    // First visible key: the sliding window's (p - W, p] (causal rows only), for a canvas row the
-    // last W-1 keys before the canvas (AttentionArgs::canvas_begin), else 0.
-    const int64_t W = a.sliding_window;
-    const int64_t j0 = W <= 0 ? 0 : std::max<int64_t>(0, canvas ? a.first_pos + a.canvas_begin - (W - 1) : p - W + 1);
+    const AttentionItem& it = plan.items[w];
+    const AttentionArgs& a = (*plan.args)[it.entry];
+    const int64_t* cache_row = plan.cache_rows[it.entry].data();
+    const int64_t kv_dim = a.num_kv_heads * hd, kvh = it.kvh, t = it.t, j0 = it.js, n = it.je;
     const float* q0 = a.q + t * a.q_stride + kvh * group * hd;  // the group's query heads are adjacent
     auto key_row = [&](int64_t j, const float* cache, const float* fresh) -> const float* {
       if (j >= a.first_pos) return fresh + (j - a.first_pos) * a.kv_stride + kvh * hd;
@@ -58,24 +84,34 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
     };
     for (int64_t j = j0; j < n; ++j) {
       const float* kr = key_row(j, static_cast<const float*>(a.k_cache), a.k);
-      for (int64_t g = 0; g < group; ++g) scores[g * total_keys + j] = Dot(q0 + g * hd, kr, hd) * a.scale;
+      for (int64_t g = 0; g < group; ++g) scores[g * stride + j - j0] = Dot(q0 + g * hd, kr, hd) * a.scale;
     }
     for (int64_t g = 0; g < group; ++g) {
-      float* sc = scores + g * total_keys;
-      float mx = sc[j0];
-      for (int64_t j = j0 + 1; j < n; ++j) mx = std::max(mx, sc[j]);
+      float* sc = scores + g * stride;
+      const int64_t len = n - j0;
+      float mx = sc[0];
+      for (int64_t j = 1; j < len; ++j) mx = std::max(mx, sc[j]);
       double sum = 0;
-      for (int64_t j = j0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+      for (int64_t j = 0; j < len; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
       sums[g] = sum;
+      maxima[g] = mx;
     }
-    std::fill(acc, acc + group * hd, 0.0f);
+    float* out_acc = it.partial < 0 ? acc : plan.part_acc.data() + it.partial * group * hd;
+    std::fill(out_acc, out_acc + group * hd, 0.0f);
     for (int64_t j = j0; j < n; ++j) {
       const float* vr = key_row(j, static_cast<const float*>(a.v_cache), a.v);
       for (int64_t g = 0; g < group; ++g) {
-        const float pj = scores[g * total_keys + j];
-        float* ag = acc + g * hd;
+        const float pj = scores[g * stride + j - j0];
+        float* ag = out_acc + g * hd;
         for (int64_t d = 0; d < hd; ++d) ag[d] += pj * vr[d];
       }
+    }
+    if (it.partial >= 0) {
+      for (int64_t g = 0; g < group; ++g) {
+        plan.part_max[it.partial * group + g] = maxima[g];
+        plan.part_sum[it.partial * group + g] = sums[g];
+      }
+      continue;
     }
     for (int64_t g = 0; g < group; ++g) {
       float* o = a.out + t * a.out_stride + (kvh * group + g) * hd;
@@ -85,47 +121,120 @@ __attribute__((always_inline)) inline void AttentionItems(const AttentionArgs& a
   }
 }
 
-void AttentionItemsBaseline(const AttentionArgs& a, const int64_t* cache_row, size_t begin, size_t end,
-                            float* scores, float* acc) {
-  AttentionItems(a, cache_row, begin, end, scores, acc);
+void AttentionItemsBaseline(AttentionPlan& plan, size_t begin, size_t end, float* scores, float* acc) {
+  AttentionItems(plan, begin, end, scores, acc);
 }
 
-__attribute__((target("avx2,fma"))) void AttentionItemsAvx2(const AttentionArgs& a, const int64_t* cache_row,
-                                                            size_t begin, size_t end, float* scores, float* acc) {
-  AttentionItems(a, cache_row, begin, end, scores, acc);
+__attribute__((target("avx2,fma"))) void AttentionItemsAvx2(AttentionPlan& plan, size_t begin, size_t end,
+                                                            float* scores, float* acc) {
+  AttentionItems(plan, begin, end, scores, acc);
 }
+
+// Calls of at most kSplitMaxRows query rows (decode steps) split each row's keys into spans of
+// kSpanKeys, so a batch-1 step's few (kv head, row) pairs still spread over every thread. Fixed
+// sizes, not the pool's: a row's result never depends on the thread count.
+constexpr int64_t kSplitMaxRows = 8;
+constexpr int64_t kSpanKeys = 64;
 
 }  // namespace
 
-// One work item is (kv head, query row): the `group` query heads sharing that kv head walk the
-// keys together, so each K and V row is loaded once for all of them. Cached keys are located
-// through a row table built once per call rather than a page lookup per key and head.
-void CpuBackend::Attention(const AttentionArgs& a) {
-  const int64_t group = a.num_heads / a.num_kv_heads;
-  if (a.sliding_window > 0 && a.block_size > 0)
-    Fail(ErrorKind::kUnsupported, "attention: a sliding window with a block-causal mask is not defined");
-  if (a.canvas_begin >= 0 && (a.block_size > 0 || a.canvas_begin >= a.T))
-    Fail(ErrorKind::kInvalidArgument, "attention: canvas rows from {} of {} with block size {}", a.canvas_begin, a.T,
-         a.block_size);
-  if (group > 64)
-    Fail(ErrorKind::kUnsupported, "attention: {} query heads per kv head (at most 64 supported)", group);
-  const int64_t total_keys = a.first_pos + a.T;
-  std::vector<int64_t> cache_row(a.first_pos);
-  for (int64_t j = 0; j < a.first_pos; ++j)
-    cache_row[j] = static_cast<int64_t>(a.pages[j / a.page_size]) * a.page_size + j % a.page_size;
+void CpuBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
+
+// Work items are (entry, kv head, query row[, key span]): the `group` query heads sharing a kv head
+// walk the keys together, so each K and V row is loaded once for all of them. Cached keys are located
+// through a row table built once per entry rather than a page lookup per key and head. Every entry's
+// items run in one parallel loop (one pool hand-off for the whole batch); split rows are merged after
+// it in span order: out = sum_s acc_s e^(m_s - M) / sum_s sum_s e^(m_s - M), M the spans' maximum.
+void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
+  TESSERA_CPU_OP("AttentionBatch");
+  if (args.empty()) return;
+  AttentionPlan plan;
+  plan.args = &args;
+  plan.group = args[0].num_heads / args[0].num_kv_heads;
+  plan.head_dim = args[0].head_dim;
+  bool split = false;
+  for (const AttentionArgs& a : args) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    if (a.sliding_window > 0 && a.block_size > 0)
+      Fail(ErrorKind::kUnsupported, "attention: a sliding window with a block-causal mask is not defined");
+    if (a.canvas_begin >= 0 && (a.block_size > 0 || a.canvas_begin >= a.T))
+      Fail(ErrorKind::kInvalidArgument, "attention: canvas rows from {} of {} with block size {}", a.canvas_begin, a.T,
+           a.block_size);
+    if (group > 64) Fail(ErrorKind::kUnsupported, "attention: {} query heads per kv head (at most 64 supported)", group);
+    if (group != plan.group || a.head_dim != plan.head_dim)
+      Fail(ErrorKind::kInternal, "attention batch: entries of different head shapes");
+    const int32_t entry = static_cast<int32_t>(plan.cache_rows.size());
+    std::vector<int64_t>& rows = plan.cache_rows.emplace_back(a.first_pos);
+    for (int64_t j = 0; j < a.first_pos; ++j)
+      rows[j] = static_cast<int64_t>(a.pages[j / a.page_size]) * a.page_size + j % a.page_size;
+    for (int32_t kvh = 0; kvh < a.num_kv_heads; ++kvh)
+      for (int64_t t = 0; t < a.T; ++t) {
+        int64_t j0, n;
+        VisibleKeys(a, t, &j0, &n);
+        if (a.T > kSplitMaxRows || n - j0 <= kSpanKeys) {
+          plan.items.push_back({entry, kvh, t, j0, n, -1});
+          plan.max_keys = std::max(plan.max_keys, n - j0);
+          continue;
+        }
+        split = true;
+        for (int64_t js = j0; js < n; js += kSpanKeys) {
+          const int64_t partial = static_cast<int64_t>(plan.part_max.size()) / plan.group;
+          plan.items.push_back({entry, kvh, t, js, std::min(n, js + kSpanKeys), partial});
+          plan.part_max.resize(plan.part_max.size() + plan.group);
+        }
+        plan.max_keys = std::max(plan.max_keys, kSpanKeys);
+      }
+  }
+  const int64_t group = plan.group, hd = plan.head_dim;
+  const int64_t partials = static_cast<int64_t>(plan.part_max.size()) / group;
+  plan.part_sum.resize(partials * group);
+  plan.part_acc.resize(partials * group * hd);
   static const bool avx2 = CpuHasAvx2Fma();
-  const size_t work = static_cast<size_t>(a.num_kv_heads * a.T);
-  pool_->ParallelFor(work, [&](size_t begin, size_t end, int) {
-    std::vector<float> scores(group * total_keys), acc(group * a.head_dim);
+  pool_->ParallelFor(plan.items.size(), [&](size_t begin, size_t end, int) {
+    std::vector<float> scores(group * plan.max_keys), acc(group * hd);
     if (avx2)
-      AttentionItemsAvx2(a, cache_row.data(), begin, end, scores.data(), acc.data());
+      AttentionItemsAvx2(plan, begin, end, scores.data(), acc.data());
     else
-      AttentionItemsBaseline(a, cache_row.data(), begin, end, scores.data(), acc.data());
+      AttentionItemsBaseline(plan, begin, end, scores.data(), acc.data());
   });
+  if (!split) return;
+  // Each split row's spans (consecutive items) merged in order, on the calling thread: spans x group x
+  // head_dim multiply-adds a row, little next to the spans themselves.
+  for (size_t w = 0; w < plan.items.size();) {
+    const AttentionItem& first = plan.items[w];
+    size_t last = w;
+    if (first.partial < 0) {
+      ++w;
+      continue;
+    }
+    while (last + 1 < plan.items.size() && plan.items[last + 1].partial >= 0 &&
+           plan.items[last + 1].entry == first.entry && plan.items[last + 1].kvh == first.kvh &&
+           plan.items[last + 1].t == first.t)
+      ++last;
+    const AttentionArgs& a = args[first.entry];
+    for (int64_t g = 0; g < group; ++g) {
+      float M = plan.part_max[first.partial * group + g];
+      for (size_t i = w + 1; i <= last; ++i) M = std::max(M, plan.part_max[plan.items[i].partial * group + g]);
+      double total = 0;
+      float* o = a.out + first.t * a.out_stride + (first.kvh * group + g) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (size_t i = w; i <= last; ++i) {
+        const int64_t at = plan.items[i].partial * group + g;
+        const float scale = std::exp(plan.part_max[at] - M);
+        total += plan.part_sum[at] * scale;
+        const float* ai = plan.part_acc.data() + at * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] += ai[d] * scale;
+      }
+      const float inv = static_cast<float>(1.0 / total);
+      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+    }
+    w = last + 1;
+  }
 }
 
 void CpuBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels,
                                   const float* w, int64_t K, const float* state, float* y) {
+  TESSERA_CPU_OP("CausalConv1dSilu");
   pool_->ParallelFor(channels, [&](size_t begin, size_t end, int) {
     for (size_t c = begin; c < end; ++c) {
       const float* wc = w + c * K;
@@ -145,6 +254,7 @@ void CpuBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, i
 
 void CpuBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_stride, int64_t channels,
                                          int64_t K, float* state) {
+  TESSERA_CPU_OP("CausalConv1dUpdateState");
   const int64_t S = K - 1;
   std::vector<float> window(S + T);
   for (int64_t c = 0; c < channels; ++c) {
@@ -261,6 +371,7 @@ void GatedDeltaHeadChunked(const float* q, const float* k, int64_t qk_stride, co
 }
 
 void CpuBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) {
+  TESSERA_CPU_OP("GatedDeltaRule");
   const int64_t rep = a.value_heads / a.key_heads;
   const bool chunked = mode == GdnMode::kChunked || (mode == GdnMode::kAuto && a.T > 1);
   pool_->ParallelFor(a.value_heads, [&](size_t begin, size_t end, int) {

@@ -125,9 +125,20 @@ void GemmF32xQuantBatch(const GemmQuantJob* jobs, int count, ThreadPool* pool) {
     p.x = PrepareInput(g.x, g.m, g.k, *g.q, p.input);
     p.dot = g.m <= gemm_internal::kQuantDotMaxRows && gemm_internal::CurrentHasQuantDot();
     if (p.dot && g.q->kind == QuantKind::kInt4 && gemm_internal::QuantDotFast(*g.q, g.k)) {
-      p.split.resize(static_cast<size_t>(g.m * g.k));
-      gemm_internal::QuantDotSplitInput(p.x, g.m, g.k, p.split.data());
-      p.x = p.split.data();
+      // Products of one unprepared input (gate and up, q / k / v) share its split.
+      const PreparedProduct* twin = nullptr;
+      if (p.x == g.x)
+        for (size_t i = 0; i + 1 < prep.size() && !twin; ++i)
+          if (prep[i].job->x == g.x && prep[i].job->m == g.m && prep[i].job->k == g.k && !prep[i].split.empty() &&
+              prep[i].x == prep[i].split.data() && prep[i].input.empty())
+            twin = &prep[i];
+      if (twin) {
+        p.x = twin->x;
+      } else {
+        p.split.resize(static_cast<size_t>(g.m * g.k));
+        gemm_internal::QuantDotSplitInput(p.x, g.m, g.k, p.split.data());
+        p.x = p.split.data();
+      }
     }
     macs += g.m * g.n * g.k;
     bytes += g.n * QuantRowBytes(g.q->kind, g.k);
