@@ -24,7 +24,7 @@ if [ -n "${CPU_CALL_QUANT:-}" ]; then
     for q in $CPU_CALL_QUANT; do
       echo "== model_bench $q round $round"
       timeout 200 $B/model_bench --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 --quantization $q 2>&1 |
-        grep -E "^ *[0-9]+ \||weights" | tee -a "$OUT/cpu_quant_$q.txt"
+        grep -E "^ *[0-9]+ \||weights|decode step" | tee -a "$OUT/cpu_quant_$q.txt"
     done
   done
   exit 0
@@ -33,6 +33,6 @@ for round in 1 2; do
   for b in model_bench_base model_bench_prev model_bench; do
     [ -x "$B/$b" ] || continue
     echo "== $b round $round"
-    timeout 200 $B/$b --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 2>&1 | grep -E "^ *[0-9]+ \||weights" | tee -a "$OUT/cpu_${b}.txt"
+    timeout 200 $B/$b --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 2>&1 | grep -E "^ *[0-9]+ \||weights|decode step" | tee -a "$OUT/cpu_${b}.txt"
   done
 done
