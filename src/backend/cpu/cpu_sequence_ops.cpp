@@ -58,6 +58,20 @@ __attribute__((always_inline)) inline void Dot4(const float* a, const float* con
   out[0] = Reduce8(s0) + 0.0f, out[1] = Reduce8(s1) + 0.0f, out[2] = Reduce8(s2) + 0.0f, out[3] = Reduce8(s3) + 0.0f;
 }
 
+// out[d0 .. d0 + 8R) = sum over the keys j of p[j] * rows[j][d0 ..], each element from zero in key
+// order, the 8R sums held in registers across the keys.
+template <int R>
+__attribute__((always_inline)) inline void PvDims(const float* p, const float* const* rows, int64_t len, int64_t d0,
+                                                  float* out) {
+  F8 r[R] = {};
+  for (int64_t j = 0; j < len; ++j) {
+    const F8 pj = F8{} + p[j];
+    const float* vr = rows[j] + d0;
+    for (int i = 0; i < R; ++i) r[i] += pj * LoadF8(vr + 8 * i);
+  }
+  std::memcpy(out + d0, r, sizeof r);
+}
+
 // The keys query row t of `a` sees: [*j0, *n). Last: itself (causal) or its block's end; a canvas
 // row sees every key. First: the sliding window's (p - W, p] (causal rows only), for a canvas row the
 // last W-1 keys before the canvas (AttentionArgs::canvas_begin), else 0.
@@ -90,13 +104,13 @@ struct AttentionPlan {
   std::vector<double> part_sum;
 };
 
-// Items [begin, end) of the plan; scratch holds group * max_keys scores and group * head_dim
-// accumulators. Per item, the softmax over its keys: scores, their maximum, exp and the sum in
+// Items [begin, end) of the plan; scratch holds group * max_keys scores, group * head_dim
+// accumulators and max_keys value-row pointers. Per item, the softmax over its keys: scores, their maximum, exp and the sum in
 // double, then the value rows weighted; a whole row is normalised into the output, a span stores its
 // maxima, sums and unnormalised outputs. Inlined into a baseline and an AVX2+FMA copy: this file is
 // built for baseline x86-64, where the vectorised loops below get 4-wide SSE only.
 __attribute__((always_inline)) inline void AttentionItems(AttentionPlan& plan, size_t begin, size_t end,
-                                                          float* scores, float* acc) {
+                                                          float* scores, float* acc, const float** vrows) {
   const int64_t group = plan.group, hd = plan.head_dim, stride = plan.max_keys;
   double sums[64];  // group <= 64 (checked by the caller)
   float maxima[64];
@@ -140,25 +154,22 @@ __attribute__((always_inline)) inline void AttentionItems(AttentionPlan& plan, s
       maxima[g] = mx;
     }
     float* out_acc = it.partial < 0 ? acc : plan.part_acc.data() + it.partial * group * hd;
-    // Each output element: its products added in key order from zero. A head's 64 dims at a time
-    // stay in registers over all the keys (through memory they were a store-to-load chain a key).
+    // Each output element: its products added in key order from zero. A head's dims stay in
+    // registers over all the keys, 64 at a time, then 32, 16, 8 (through memory they were a
+    // store-to-load chain a key); the value rows are located once for all the heads.
     const auto* v_cache = static_cast<const float*>(a.v_cache);
+    for (int64_t jj = j0; jj < n; ++jj) vrows[jj - j0] = key_row(jj, v_cache, a.v);
     for (int64_t g = 0; g < group; ++g) {
-      const float* pg = scores + g * stride - j0;
+      const float* pg = scores + g * stride;
       float* ag = out_acc + g * hd;
       int64_t d0 = 0;
-      for (; d0 + 64 <= hd; d0 += 64) {
-        F8 r[8] = {};
-        for (int64_t jj = j0; jj < n; ++jj) {
-          const float* vr = key_row(jj, v_cache, a.v) + d0;
-          const F8 p = F8{} + pg[jj];
-          for (int i = 0; i < 8; ++i) r[i] += p * LoadF8(vr + 8 * i);
-        }
-        std::memcpy(ag + d0, r, sizeof r);
-      }
+      for (; d0 + 64 <= hd; d0 += 64) PvDims<8>(pg, vrows, n - j0, d0, ag);
+      if (d0 + 32 <= hd) PvDims<4>(pg, vrows, n - j0, d0, ag), d0 += 32;
+      if (d0 + 16 <= hd) PvDims<2>(pg, vrows, n - j0, d0, ag), d0 += 16;
+      if (d0 + 8 <= hd) PvDims<1>(pg, vrows, n - j0, d0, ag), d0 += 8;
       for (; d0 < hd; ++d0) {
         float r = 0.0f;
-        for (int64_t jj = j0; jj < n; ++jj) r += pg[jj] * key_row(jj, v_cache, a.v)[d0];
+        for (int64_t j = 0; j < n - j0; ++j) r += pg[j] * vrows[j][d0];
         ag[d0] = r;
       }
     }
@@ -177,13 +188,14 @@ __attribute__((always_inline)) inline void AttentionItems(AttentionPlan& plan, s
   }
 }
 
-void AttentionItemsBaseline(AttentionPlan& plan, size_t begin, size_t end, float* scores, float* acc) {
-  AttentionItems(plan, begin, end, scores, acc);
+void AttentionItemsBaseline(AttentionPlan& plan, size_t begin, size_t end, float* scores, float* acc,
+                            const float** vrows) {
+  AttentionItems(plan, begin, end, scores, acc, vrows);
 }
 
 __attribute__((target("avx2,fma"))) void AttentionItemsAvx2(AttentionPlan& plan, size_t begin, size_t end,
-                                                            float* scores, float* acc) {
-  AttentionItems(plan, begin, end, scores, acc);
+                                                            float* scores, float* acc, const float** vrows) {
+  AttentionItems(plan, begin, end, scores, acc, vrows);
 }
 
 // Calls of at most kSplitMaxRows query rows (decode steps) split each row's keys into spans of
@@ -248,10 +260,11 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   static const bool avx2 = CpuHasAvx2Fma();
   pool_->ParallelFor(plan.items.size(), [&](size_t begin, size_t end, int) {
     std::vector<float> scores(group * plan.max_keys), acc(group * hd);
+    std::vector<const float*> vrows(plan.max_keys);
     if (avx2)
-      AttentionItemsAvx2(plan, begin, end, scores.data(), acc.data());
+      AttentionItemsAvx2(plan, begin, end, scores.data(), acc.data(), vrows.data());
     else
-      AttentionItemsBaseline(plan, begin, end, scores.data(), acc.data());
+      AttentionItemsBaseline(plan, begin, end, scores.data(), acc.data(), vrows.data());
   });
   if (!split) return;
   // Each split row's spans (consecutive items) merged in order, on the calling thread: spans x group x
