@@ -157,16 +157,22 @@ Tensor WeightLoader::MaybeQuantize(const std::string& flat, const Tensor& host) 
 
 Tensor WeightLoader::DummyQuantMatrix(const std::string& flat, int64_t n, int64_t k, QuantKind kind) {
   int64_t group = kind == QuantKind::kInt4 ? std::min<int64_t>(kLoadInt4Group, k) : k;
-  if (cfg_.quant.quantized()) {  // a quantized config.json: its scheme's scale granularity
+  ActQuant act = ActQuant::kNone;
+  if (cfg_.quant.quantized()) {  // a quantized config.json: its scheme's scale granularity and inputs
     const QuantScheme& s = cfg_.quant.schemes.at(0);
     if (s.strategy == "block") group = std::min(k, s.block_cols);
     if (s.strategy == "group") group = std::min(k, s.group_size);
+    act = s.act;  // W8A8: the products round their inputs as the checkpoint's would
   }
   QuantizedMatrix q;
   q.n = n;
   q.k = k;
   q.meta.kind = kind;
   q.meta.group = group;
+  q.meta.act = act;
+  // A static scheme's input scale is a tensor of the checkpoint; dummy inputs (activations of order 1)
+  // get one that keeps |x| <= 8 representable in int8 and fp8.
+  if (act == ActQuant::kStatic) q.meta.act_scale = 8.0f / (kind == QuantKind::kFp8 ? 448.f : 127.f);
   q.codes.resize(static_cast<size_t>(n * q.row_bytes()));
   uint64_t state = std::hash<std::string>{}(flat);
   for (size_t i = 0; i < q.codes.size(); i += 8) {  // splitmix64: fast enough for tens of GB

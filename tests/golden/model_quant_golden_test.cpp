@@ -394,6 +394,37 @@ TEST(QuantCheckpoint, TruncatedFileFailsAtLoad) {
   EXPECT_NE(err.find("model.safetensors"), std::string::npos) << err;
 }
 
+// --load-format dummy follows the config's scheme, its activations included: the dummy weights of a
+// W8A8 config (compressed-tensors FP8, dynamic per-token inputs) round their inputs, so their logits
+// differ from the same codes under the config without input_activations, while two loads of one
+// config agree exactly (the codes are a function of the tensor names).
+TEST(QuantCheckpoint, DummyWeightsKeepTheActivationScheme) {
+  namespace fs = std::filesystem;
+  const std::string src = DataPath("fixtures/quant_transformers/qwen3_moe_ct_fp8_dynamic");
+  nlohmann::json config = ReadJsonFile(src + "/config.json");
+  auto write = [&](const std::string& name, const nlohmann::json& c) {
+    const std::string dir = testing::ScratchDir(name);
+    std::ofstream(dir + "/config.json") << c.dump(2);
+    fs::copy_file(src + "/generation_config.json", dir + "/generation_config.json",
+                  fs::copy_options::overwrite_existing);
+    return dir;
+  };
+  const std::string w8a8 = write("dummy-w8a8", config);
+  config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = nullptr;
+  const std::string weight_only = write("dummy-w8a16", config);
+  LoadOptions lo;
+  lo.load_format = "dummy";
+  const std::vector<int32_t> ids = {1, 5, 9, 14, 3, 7};
+  const std::vector<float> a = Logits(*Model::Load(w8a8, lo), ids).logits;
+  const std::vector<float> again = Logits(*Model::Load(w8a8, lo), ids).logits;
+  const std::vector<float> b = Logits(*Model::Load(weight_only, lo), ids).logits;
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a, again);
+  const double diff = testing::MaxAbsDiff(a.data(), b.data(), a.size());
+  EXPECT_GT(diff, 0.0) << "the W8A8 config's dummy weights did not round their inputs";
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(QuantCheckpoint, AlreadyQuantizedRefusesQuantizationAtLoad) {
   LoadOptions lo;
   lo.quantization = "int8";

@@ -270,6 +270,17 @@ TEST(CliInspect, ReadPerTokenIsTheDecodeFloorsCount) {
   EXPECT_NE(r.out.find("top-8 experts"), std::string::npos) << r.out;
 }
 
+// The W8A8 bench config (compressed-tensors FP8 with dynamic per-token activations, the layout of the
+// published Qwen3-30B-A3B FP8-dynamic builds; tests/data/configs/README.md): inspect names the scheme,
+// activations included, and counts one byte a weight.
+TEST(CliInspect, W8A8BenchConfigIsDescribedWithItsActivations) {
+  auto r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b-fp8-dynamic")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("as compressed-tensors fp8 per channel, W8A8 (activations per token)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("weights:          29.11 GiB"), std::string::npos) << r.out;
+}
+
 // Gemma 4's attention layers are local (sliding window) or global: inspect counts both kinds (it
 // called all of them "full attention"). The checkpoint is the DiffusionGemma self-check's (numpy).
 TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
