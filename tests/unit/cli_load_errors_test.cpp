@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "test_util.h"
@@ -290,6 +291,26 @@ TEST(CliLoadErrors, ServeSaysWhatIsWrongInItsLastLine) {
         << c.name << ":\n  got:  " << ErrorLine(r.err) << "\n  want: " << want;
     ExpectNoCrashText(r.err + r.out, c.name);
   }
+}
+
+// Weights the GPU cannot hold (Qwen3-Next-80B's shapes with dummy weights: 160 GB of bf16, beyond an
+// H100's 80 GB and an H200's 141 GB): generate's one error line says the load ran out of GPU memory,
+// with the backend's allocation and free memory (EngineFaults.CudaOutOfMemoryAtLoad...), and what to
+// change (apps/cli_common.cpp LoadModelForCli); no crash.
+TEST(CliLoadErrors, GenerateSaysTheGpuIsTooSmallOnCuda) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  const std::string model = DataPath("configs/qwen3-next-80b-a3b");
+  auto r = RunCommand("timeout 600 " + TesseraBinary() + " generate --device cuda --load-format dummy --model " +
+                      Quote(model) + " --ids 1,2,3 --max-tokens 2");
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << "exit " << r.exit_code << "\n" << r.err;
+  EXPECT_EQ(r.err.rfind("tessera: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  const std::string line = ErrorLine(r.err);
+  for (const char* want : {"cannot load ", "onto the GPU: ", "out of memory", "device free",
+                           "shard the model (--tensor-parallel-size) or quantize it (--quantization)"})
+    EXPECT_NE(line.find(want), std::string::npos) << "\"" << want << "\" not in: " << line;
+  EXPECT_EQ(r.out, "");
+  ExpectNoCrashText(r.err, "GPU out of memory at load");
 }
 
 }  // namespace
