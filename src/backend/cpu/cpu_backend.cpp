@@ -9,10 +9,10 @@
 #include <numeric>
 #include <utility>
 
+#include "backend/cpu/cpu_op_profile.h"
 #include "backend/cpu/gemm.h"
 #include "backend/sampling.h"
 #include "core/error.h"
-#include "backend/cpu/cpu_op_profile.h"
 #include "core/thread_pool.h"
 
 namespace tessera {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_op_profile.h"
 #include "backend/cpu/gemm.h"
 #include "core/error.h"
-#include "backend/cpu/cpu_op_profile.h"
 #include "core/thread_pool.h"
 
 namespace tessera {
