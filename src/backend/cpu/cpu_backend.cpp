@@ -411,8 +411,9 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
     });
   } else if (threads > 1 && (AllBf16(experts, active) || AllQuantized(experts, active))) {
     // Fewer experts than threads (decode): every expert's gate and up products in one parallel loop
-    // over all their column blocks, then every down product in another: two hand-offs of the pool a
-    // layer instead of three an expert, and each thread streams a share of all the experts' weights.
+    // over all their column blocks, the activations in a second, every down product in a third: three
+    // hand-offs of the pool a layer instead of three an expert, and each thread streams a share of all
+    // the experts' weights.
     struct Bufs {
       std::vector<float> xs, g, u, d;
     };
