@@ -213,7 +213,7 @@ TEST(BackendOps, AttentionOfFewRowsOverLongPrefixesMatchesNaive) {
   for (int64_t window : {0, 100}) {
     std::vector<Seq> seqs(2);
     seqs[0].P = 300, seqs[0].T = 1;  // five spans of 64 keys, the last of 45
-    seqs[1].P = 129, seqs[1].T = 3;  // rows of 130-132 keys
+    seqs[1].P = 129, seqs[1].T = 8;  // rows of 130-137 keys: with seqs[0], 18 split rows (merged on 2 threads)
     for (size_t i = 0; i < seqs.size(); ++i) {
       Seq& s = seqs[i];
       const int64_t n = s.P + s.T, npages = (n + page - 1) / page;

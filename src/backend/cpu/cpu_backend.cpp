@@ -27,18 +27,16 @@ inline float GeluTanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
 }
 
-// Whether the active experts' three matrices are all plain bf16 (GemmF32xBf16Batch takes them) or
-// all quantized (GemmF32xQuantBatch).
-bool AllBf16(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active) {
+// Whether a weight can join a GemmF32xBf16Batch (plain bf16) or a GemmF32xQuantBatch (quantized).
+bool BatchesAsBf16(const Tensor& t) { return !t.quantized() && t.dtype == DType::kBF16 && t.shape.size() == 2; }
+bool BatchesAsQuantized(const Tensor& t) { return t.quantized() && t.shape.size() == 2; }
+
+// The same for all three matrices of every active expert.
+bool AllExperts(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active,
+                bool (*batches)(const Tensor&)) {
   for (int64_t e : active)
     for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
-      if (t->quantized() || t->dtype != DType::kBF16 || t->shape.size() != 2) return false;
-  return true;
-}
-bool AllQuantized(const std::vector<ExpertWeights>& experts, const std::vector<int64_t>& active) {
-  for (int64_t e : active)
-    for (const Tensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
-      if (!t->quantized() || t->shape.size() != 2) return false;
+      if (!batches(*t)) return false;
   return true;
 }
 
@@ -103,9 +101,8 @@ void CpuBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMul
   bool bf16 = true, quantized = true;
   std::vector<BatchedProduct> products;
   for (const MatMulOut& o : outs) {
-    const Tensor& w = *o.w;
-    bf16 = bf16 && !w.quantized() && w.dtype == DType::kBF16 && w.shape.size() == 2;
-    quantized = quantized && w.quantized() && w.shape.size() == 2;
+    bf16 = bf16 && BatchesAsBf16(*o.w);
+    quantized = quantized && BatchesAsQuantized(*o.w);
     products.push_back({x, m, o.w, o.y});
   }
   if (!bf16 && !quantized) return Backend::MatMulMulti(x, m, outs);
@@ -409,7 +406,8 @@ void CpuBackend::MoeExpertsAct(const float* x, int64_t rows, int64_t hidden, con
       for (size_t t = b; t < e; ++t)
         for (int64_t ex : lists[t]) run_expert(ex, nullptr);
     });
-  } else if (threads > 1 && (AllBf16(experts, active) || AllQuantized(experts, active))) {
+  } else if (threads > 1 &&
+             (AllExperts(experts, active, BatchesAsBf16) || AllExperts(experts, active, BatchesAsQuantized))) {
     // Fewer experts than threads (decode): every expert's gate and up products in one parallel loop
     // over all their column blocks, the activations in a second, every down product in a third: three
     // hand-offs of the pool a layer instead of three an expert, and each thread streams a share of all

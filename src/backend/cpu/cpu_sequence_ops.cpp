@@ -44,8 +44,8 @@ __attribute__((always_inline)) inline float Dot(const float* a, const float* b, 
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-// Dot(a, b[i], n) for four b rows at once (n % 8 == 0): the same sums in the same order, four
-// independent chains in flight instead of one.
+// Dot(a, b[i], n) for four b rows at once (n % 8 == 0): the same sums in the same order (+ 0.0f is
+// Dot's empty tail), four independent chains in flight instead of one.
 __attribute__((always_inline)) inline void Dot4(const float* a, const float* const b[4], int64_t n, float out[4]) {
   F8 s0 = {}, s1 = {}, s2 = {}, s3 = {};
   for (int64_t d = 0; d < n; d += 8) {
@@ -102,12 +102,19 @@ struct AttentionPlan {
   // Per span of a split row: the group's maxima, sums of exp (double) and unnormalised outputs.
   std::vector<float> part_max, part_acc;
   std::vector<double> part_sum;
+  // The split rows: each one's first item (its spans are consecutive items, their partials too) and
+  // how many spans it has.
+  struct SplitRow {
+    size_t first;
+    int64_t spans;
+  };
+  std::vector<SplitRow> split_rows;
 };
 
 // Items [begin, end) of the plan; scratch holds group * max_keys scores, group * head_dim
-// accumulators and max_keys value-row pointers. Per item, the softmax over its keys: scores, their maximum, exp and the sum in
-// double, then the value rows weighted; a whole row is normalised into the output, a span stores its
-// maxima, sums and unnormalised outputs. Inlined into a baseline and an AVX2+FMA copy: this file is
+// accumulators and max_keys value-row pointers. Per item, the softmax over its keys: scores, their
+// maximum, exp and the sum in double, then the value rows weighted; a whole row is normalised into
+// the output, a span stores its maxima, sums and unnormalised outputs. Inlined into a baseline and an AVX2+FMA copy: this file is
 // built for baseline x86-64, where the vectorised loops below get 4-wide SSE only.
 __attribute__((always_inline)) inline void AttentionItems(AttentionPlan& plan, size_t begin, size_t end,
                                                           float* scores, float* acc, const float** vrows) {
@@ -198,11 +205,38 @@ __attribute__((target("avx2,fma"))) void AttentionItemsAvx2(AttentionPlan& plan,
   AttentionItems(plan, begin, end, scores, acc, vrows);
 }
 
+// A split row's spans merged in order: out = sum_s acc_s e^(m_s - M) / sum_s sum_s e^(m_s - M), M the
+// spans' maximum.
+void MergeSpans(const AttentionPlan& plan, const AttentionPlan::SplitRow& row) {
+  const int64_t group = plan.group, hd = plan.head_dim;
+  const AttentionItem& it = plan.items[row.first];
+  const AttentionArgs& a = (*plan.args)[it.entry];
+  for (int64_t g = 0; g < group; ++g) {
+    float M = plan.part_max[it.partial * group + g];
+    for (int64_t s = 1; s < row.spans; ++s) M = std::max(M, plan.part_max[(it.partial + s) * group + g]);
+    double total = 0;
+    float* o = a.out + it.t * a.out_stride + (it.kvh * group + g) * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t s = 0; s < row.spans; ++s) {
+      const int64_t at = (it.partial + s) * group + g;
+      const float scale = std::exp(plan.part_max[at] - M);
+      total += plan.part_sum[at] * scale;
+      const float* ai = plan.part_acc.data() + at * hd;
+      for (int64_t d = 0; d < hd; ++d) o[d] += ai[d] * scale;
+    }
+    const float inv = static_cast<float>(1.0 / total);
+    for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+  }
+}
+
 // Calls of at most kSplitMaxRows query rows (decode steps) split each row's keys into spans of
 // kSpanKeys, so a batch-1 step's few (kv head, row) pairs still spread over every thread. Fixed
 // sizes, not the pool's: a row's result never depends on the thread count.
 constexpr int64_t kSplitMaxRows = 8;
 constexpr int64_t kSpanKeys = 64;
+// Split rows merged a thread at a time in runs of at least this many (a batch-1 step's few rows merge
+// on the calling thread, with no hand-off).
+constexpr size_t kMergeGrain = 16;
 
 }  // namespace
 
@@ -212,7 +246,7 @@ void CpuBackend::Attention(const AttentionArgs& a) { AttentionBatch({a}); }
 // walk the keys together, so each K and V row is loaded once for all of them. Cached keys are located
 // through a row table built once per entry rather than a page lookup per key and head. Every entry's
 // items run in one parallel loop (one pool hand-off for the whole batch); split rows are merged after
-// it in span order: out = sum_s acc_s e^(m_s - M) / sum_s sum_s e^(m_s - M), M the spans' maximum.
+// it (MergeSpans).
 void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   TESSERA_CPU_OP("AttentionBatch");
   if (args.empty()) return;
@@ -220,7 +254,6 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
   plan.args = &args;
   plan.group = args[0].num_heads / args[0].num_kv_heads;
   plan.head_dim = args[0].head_dim;
-  bool split = false;
   for (const AttentionArgs& a : args) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     if (a.sliding_window > 0 && a.block_size > 0)
@@ -244,7 +277,7 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
           plan.max_keys = std::max(plan.max_keys, n - j0);
           continue;
         }
-        split = true;
+        plan.split_rows.push_back({plan.items.size(), (n - j0 + kSpanKeys - 1) / kSpanKeys});
         for (int64_t js = j0; js < n; js += kSpanKeys) {
           const int64_t partial = static_cast<int64_t>(plan.part_max.size()) / plan.group;
           plan.items.push_back({entry, kvh, t, js, std::min(n, js + kSpanKeys), partial});
@@ -266,39 +299,12 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     else
       AttentionItemsBaseline(plan, begin, end, scores.data(), acc.data(), vrows.data());
   });
-  if (!split) return;
-  // Each split row's spans (consecutive items) merged in order, on the calling thread: spans x group x
-  // head_dim multiply-adds a row, little next to the spans themselves.
-  for (size_t w = 0; w < plan.items.size();) {
-    const AttentionItem& first = plan.items[w];
-    size_t last = w;
-    if (first.partial < 0) {
-      ++w;
-      continue;
-    }
-    while (last + 1 < plan.items.size() && plan.items[last + 1].partial >= 0 &&
-           plan.items[last + 1].entry == first.entry && plan.items[last + 1].kvh == first.kvh &&
-           plan.items[last + 1].t == first.t)
-      ++last;
-    const AttentionArgs& a = args[first.entry];
-    for (int64_t g = 0; g < group; ++g) {
-      float M = plan.part_max[first.partial * group + g];
-      for (size_t i = w + 1; i <= last; ++i) M = std::max(M, plan.part_max[plan.items[i].partial * group + g]);
-      double total = 0;
-      float* o = a.out + first.t * a.out_stride + (first.kvh * group + g) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (size_t i = w; i <= last; ++i) {
-        const int64_t at = plan.items[i].partial * group + g;
-        const float scale = std::exp(plan.part_max[at] - M);
-        total += plan.part_sum[at] * scale;
-        const float* ai = plan.part_acc.data() + at * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] += ai[d] * scale;
-      }
-      const float inv = static_cast<float>(1.0 / total);
-      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
-    }
-    w = last + 1;
-  }
+  pool_->ParallelFor(
+      plan.split_rows.size(),
+      [&](size_t begin, size_t end, int) {
+        for (size_t r = begin; r < end; ++r) MergeSpans(plan, plan.split_rows[r]);
+      },
+      kMergeGrain);
 }
 
 void CpuBackend::CausalConv1dSilu(const float* x, int64_t T, int64_t x_stride, int64_t channels,

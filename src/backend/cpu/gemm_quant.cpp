@@ -130,7 +130,7 @@ void GemmF32xQuantBatch(const GemmQuantJob* jobs, int count, ThreadPool* pool) {
       if (p.x == g.x)
         for (size_t i = 0; i + 1 < prep.size() && !twin; ++i)
           if (prep[i].job->x == g.x && prep[i].job->m == g.m && prep[i].job->k == g.k && !prep[i].split.empty() &&
-              prep[i].x == prep[i].split.data() && prep[i].input.empty())
+              prep[i].input.empty())
             twin = &prep[i];
       if (twin) {
         p.x = twin->x;
