@@ -51,33 +51,33 @@ constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND>
 static_assert(kWRows * kTok / kThreads == kWgmmaN128Accs, "an m64n128 tile a warpgroup");
 static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
-// x [size] f32 (rows of a multiple of 32) -> hi (and lo) bf16, each 32-wide chunk permuted for `kind`.
-__global__ void SplitKernel(const float* x, int64_t size, int8_t kind, uint16_t* hi, uint16_t* lo) {
+// x [rows, k] f32 (k a multiple of 32) -> hi (and lo) bf16 [rows, k], each 32-wide chunk permuted for
+// `kind`. With `order`, output row pos is x's row order[pos] / top_k: a prompt's routed experts, x
+// gathered in sorted order so each unit's rows are contiguous for TMA.
+__global__ void SplitKernel(const float* x, const int32_t* order, int top_k, int64_t rows, int64_t k, int8_t kind,
+                            uint16_t* hi, uint16_t* lo) {
   GridDependencyWait();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < size;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * k;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t at = (i & ~int64_t{31}) + PermutedK(kind, static_cast<int>(i & 31));
-    const float v = x[i];
+    int64_t from = i;
+    if (order) {
+      const int64_t pos = i / k;
+      from = static_cast<int64_t>(order[pos] / top_k) * k + (i - pos * k);
+    }
+    const float v = x[from];
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
     hi[at] = __bfloat16_as_ushort(h);
     if (lo) lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
   }
 }
 
-// x [rows of order, k = top_k] gathered in sorted order: out[pos] = x[order[pos] / top_k] split as
-// SplitKernel does (the routed experts' B operand: each unit's rows contiguous for TMA).
-__global__ void GatherSplitKernel(const float* x, const int32_t* order, int top_k, int64_t pairs, int64_t k,
-                                  int8_t kind, uint16_t* hi, uint16_t* lo) {
-  GridDependencyWait();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pairs * k;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t pos = i / k, c = i - pos * k;
-    const int64_t at = pos * k + (c & ~int64_t{31}) + PermutedK(kind, static_cast<int>(c & 31));
-    const float v = x[static_cast<int64_t>(order[pos] / top_k) * k + c];
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    hi[at] = __bfloat16_as_ushort(h);
-    if (lo) lo[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
-  }
+void LaunchSplit(const float* x, const int32_t* order, int64_t top_k, int64_t rows, int64_t k, int8_t kind,
+                 uint16_t* hi, uint16_t* lo, cudaStream_t s) {
+  const int64_t size = rows * k;
+  if (size <= 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 8 * DeviceSmCount()));
+  LaunchKernel(SplitKernel, blocks, 256, 0, s)(x, order, static_cast<int>(top_k), rows, k, kind, hi, lo);
 }
 
 enum Mode : int { kDense, kGateUp, kDown };
@@ -290,10 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,
                            cudaStream_t s) {
-  const int64_t size = rows * k;
-  if (size <= 0) return;
-  const int blocks = static_cast<int>(std::min<int64_t>((size + 255) / 256, 8 * DeviceSmCount()));
-  LaunchKernel(SplitKernel, blocks, 256, 0, s)(x, size, kind, hi, lo);
+  LaunchSplit(x, nullptr, 1, rows, k, kind, hi, lo, s);
 }
 
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k) {
@@ -318,18 +315,18 @@ bool SplitMap(const uint16_t* split, int64_t rows, int64_t k, int parts, CUtenso
 }
 
 template <int MODE>
-void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& kind_of, const QuantMatrix& w, int64_t m, int64_t n,
-                 int64_t k, float* y, bool accumulate, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
+void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
+                 bool accumulate, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
   auto go = [&](auto kernel, size_t smem) {
     KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
     LaunchKernel(kernel, grid, kThreads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
                                                   static_cast<int>(k),
-                                                  static_cast<int>(std::min<int64_t>(kind_of.group, k)), y,
+                                                  static_cast<int>(std::min<int64_t>(w.group, k)), y,
                                                   accumulate, moe);
   };
-  if (kind_of.kind == kInt4)
+  if (w.kind == kInt4)
     exact ? go(QuantWgmmaKernel<kInt4, true, MODE>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false, MODE>, kSmem<kInt4>);
-  else if (kind_of.kind == kInt8)
+  else if (w.kind == kInt8)
     exact ? go(QuantWgmmaKernel<kInt8, true, MODE>, kSmem<kInt8>) : go(QuantWgmmaKernel<kInt8, false, MODE>, kSmem<kInt8>);
   else
     exact ? go(QuantWgmmaKernel<kFp8, true, MODE>, kSmem<kFp8>) : go(QuantWgmmaKernel<kFp8, false, MODE>, kSmem<kFp8>);
@@ -348,7 +345,7 @@ void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
   }
   QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
   const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
-  LaunchWgmma<kDense>(map, *w, *w, m, n, k, y, accumulate, MoeArgs{}, exact, grid, s);
+  LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, MoeArgs{}, exact, grid, s);
 }
 
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
@@ -363,17 +360,15 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
     std::fprintf(stderr, "tessera: cuTensorMapEncodeTiled refused an activation split's layout\n");
     std::abort();  // QuantWgmmaOk checked the encoder; a layout it refuses is a bug here
   }
-  const int blocks = static_cast<int>(std::min<int64_t>((pairs * hidden + 255) / 256, 8 * DeviceSmCount()));
-  LaunchKernel(GatherSplitKernel, blocks, 256, 0, s)(x, order, static_cast<int>(top_k), pairs, hidden, gate0->kind,
-                                                     x_split, exact ? x_split + pairs * hidden : nullptr);
+  LaunchSplit(x, order, top_k, pairs, hidden, gate0->kind, x_split, exact ? x_split + pairs * hidden : nullptr, s);
   MoeArgs moe;
   moe.order = order, moe.units = units, moe.num_units = num_units, moe.weights = weights, moe.table = experts;
   moe.E = E, moe.act_hi = act_split, moe.act_lo = exact ? act_split + pairs * inter : nullptr;
   moe.act_kind = down0->kind, moe.gelu = gelu;
   const dim3 up_grid(static_cast<unsigned>((inter + kWRows / 2 - 1) / (kWRows / 2)), static_cast<unsigned>(max_units));
-  LaunchWgmma<kGateUp>(xmap, *gate0, *gate0, pairs, inter, hidden, nullptr, false, moe, exact, up_grid, s);
+  LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, moe, exact, up_grid, s);
   const dim3 down_grid(static_cast<unsigned>((hidden + kWRows - 1) / kWRows), static_cast<unsigned>(max_units));
-  LaunchWgmma<kDown>(amap, *down0, *down0, pairs, hidden, inter, slot_out, false, moe, exact, down_grid, s);
+  LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, moe, exact, down_grid, s);
 }
 
 }  // namespace tessera::cuda

@@ -105,24 +105,8 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t
 #undef TESSERA_WGMMA_ACC_REGS
 #endif
 
-// A tensor map of `rank` (2 or 3) dimensions, innermost first (dims in elements, strides of the
-// outer dimensions in bytes), read in boxes of `box` elements in the 128-byte-swizzled layout
-// wgmma reads (box rows of 128 bytes), elements past the tensor as zeros. False when the driver
-// lacks cuTensorMapEncodeTiled or refuses the layout (the caller takes v2).
-// Whether the driver has cuTensorMapEncodeTiled (EncodeSwizzled128 can work at all).
-inline bool TensorMapEncoderAvailable() {
-  static const bool ok = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
-               cudaSuccess &&
-           q == cudaDriverEntryPointSuccess && fn != nullptr;
-  }();
-  return ok;
-}
-
-inline bool EncodeSwizzled128(CUtensorMap* out, CUtensorMapDataType type, cuuint32_t rank, const void* base,
-                       const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+// The driver's cuTensorMapEncodeTiled, looked up once (null where the driver lacks it).
+inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -131,6 +115,19 @@ inline bool EncodeSwizzled128(CUtensorMap* out, CUtensorMapDataType type, cuuint
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+// Whether the driver has cuTensorMapEncodeTiled (EncodeSwizzled128 can work at all).
+inline bool TensorMapEncoderAvailable() { return TensorMapEncoder() != nullptr; }
+
+// A tensor map of `rank` (2 or 3) dimensions, innermost first (dims in elements, strides of the
+// outer dimensions in bytes), read in boxes of `box` elements in the 128-byte-swizzled layout
+// wgmma reads (box rows of 128 bytes), elements past the tensor as zeros. False when the driver
+// lacks cuTensorMapEncodeTiled or refuses the layout (the caller takes v2).
+inline bool EncodeSwizzled128(CUtensorMap* out, CUtensorMapDataType type, cuuint32_t rank, const void* base,
+                              const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+  const auto encode = TensorMapEncoder();
   static const cuuint32_t elem[3] = {1, 1, 1};
   return encode && encode(out, type, rank, const_cast<void*>(base), dims, strides, box, elem,
                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
