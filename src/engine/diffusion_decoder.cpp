@@ -36,7 +36,16 @@ DiffusionStepView DiffusionDecoder::ApplyStep(const float* block_logits, int64_t
   });
 }
 
-DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logits, int64_t vocab, Sampler& sampler,
+std::pair<int64_t, int64_t> DiffusionDecoder::ConstrainedRows() const {
+  const int64_t b = params_.block_size;
+  int64_t first = 0;
+  while (first < b && block_[first] != params_.mask_token_id) ++first;
+  if (params_.policy != DiffusionPolicy::kStatic) return {first, b};
+  const int64_t want = std::max<int64_t>(step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : b, 1);
+  return {first, std::min(b, first + want)};
+}
+
+DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* rows_logits, int64_t vocab, Sampler& sampler,
                                                          GrammarConstraint& constraint) {
   TESSERA_CHECK(!done_);
   const int64_t b = params_.block_size;
@@ -44,15 +53,13 @@ DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logi
   DiffusionStepView view;
   view.block_start = block_start_;
   view.step = step_;
-  int64_t first = 0;
-  while (first < b && block_[first] != mask) ++first;
+  const auto [first, last] = ConstrainedRows();
   // The block's new tokens before `first` (the prompt's tail is not the grammar's).
   const int64_t gen_begin = std::clamp<int64_t>(prompt_len_ - block_start_, 0, b);
   std::vector<int32_t> prefix;
   for (int64_t i = gen_begin; i < first; ++i) prefix.push_back(block_[i]);
-  int64_t want = b;
-  if (params_.policy == DiffusionPolicy::kStatic)
-    want = std::max<int64_t>(step_ < static_cast<int64_t>(schedule_.size()) ? schedule_[step_] : b, 1);
+  // Under the static policy the chain takes `want` = last - first rows (then only filler after an end).
+  const int64_t want = params_.policy == DiffusionPolicy::kStatic ? last - first : b;
   std::vector<float> row(static_cast<size_t>(vocab));
   bool ended = false;  // an end token was drawn (or none is allowed): the rest is filler
   bool constrained = false;  // the previous position was drawn under a mask
@@ -60,7 +67,8 @@ DiffusionStepView DiffusionDecoder::ApplyConstrainedStep(const float* block_logi
     int32_t tok = constraint.filler();
     float conf = 1.f;
     if (!ended) {
-      row.assign(block_logits + k * vocab, block_logits + (k + 1) * vocab);
+      TESSERA_CHECK(k < last);
+      row.assign(rows_logits + (k - first) * vocab, rows_logits + (k - first + 1) * vocab);
       if (!constraint.MaskLogitsAfter(prefix.data(), prefix.size(), row.data(), vocab)) {
         ended = true;
       } else {

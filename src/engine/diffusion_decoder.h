@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/grammar_constraint.h"
@@ -44,8 +45,15 @@ class DiffusionDecoder {
   // schedule[step] positions; threshold / editing: while the confidence is above the threshold, at
   // least one). After an end token the rest of the block is filler, taken at once. No editing passes.
   // So every committed block extends the output to a prefix of a string of the language.
-  DiffusionStepView ApplyConstrainedStep(const float* block_logits, int64_t vocab, Sampler& sampler,
+  // `rows_logits` holds the logits of the block rows ConstrainedRows() names, in block order.
+  DiffusionStepView ApplyConstrainedStep(const float* rows_logits, int64_t vocab, Sampler& sampler,
                                          GrammarConstraint& constraint);
+  // The block rows [first, last) whose logits the next ApplyConstrainedStep may read: from the first
+  // masked position, schedule[step] of them under the static policy (the rows after an end token are
+  // filler and read none), the rest of the block under the others. The forward asks for these only: a
+  // row's logits are vocab floats each that cross to the host (8 sequences of 32-row blocks over
+  // Qwen3's vocabulary: 156 MB a step, where the static 8-step schedule reads 4 rows of each block).
+  std::pair<int64_t, int64_t> ConstrainedRows() const;
   // The same step from tokens already drawn for every block row (tokens[i], probs[i]: row i's x0
   // and its confidence) by the rules the engine made with RulesForRows (the backend's SampleRows).
   DiffusionStepView ApplyPickedStep(const int32_t* tokens, const float* probs);

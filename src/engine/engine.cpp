@@ -564,7 +564,9 @@ bool Engine::Step() {
         seg.commit_len = to_commit;
         const auto& block = s->diffusion->block();
         seg.tokens.insert(seg.tokens.end(), block.begin(), block.end());
-        for (int64_t i = 0; i < b; ++i) seg.logits_rows.push_back(static_cast<int32_t>(to_commit + i));
+        // A constrained block reads only the rows its step can draw (DiffusionDecoder::ConstrainedRows).
+        const auto [lo, hi] = s->constraint ? s->diffusion->ConstrainedRows() : std::pair<int64_t, int64_t>{0, b};
+        for (int64_t i = lo; i < hi; ++i) seg.logits_rows.push_back(static_cast<int32_t>(to_commit + i));
       } else {
         // Too long for one forward: prefill whole blocks first (chunks end on block boundaries,
         // since a block-causal query sees its whole block).

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dgemma_checkpoint.h"
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine_outcome.h"
 #include "schema_suite_check.h"
@@ -60,11 +61,21 @@ std::string CheckpointWithByteTokenizerEnds() {
 }
 
 struct Fixtures {
-  std::unique_ptr<Model> model = Model::Load(CheckpointWithByteTokenizerEnds());
+  explicit Fixtures(const std::string& device) {
+    LoadOptions lo;
+    lo.device = device;
+    model = Model::Load(CheckpointWithByteTokenizerEnds(), lo);
+  }
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok = Tokenizer::FromDir(DataPath("fixtures/tokenizers/bytes"));
 };
 Fixtures& Shared() {
-  static Fixtures f;
+  static Fixtures f("cpu");
+  return f;
+}
+// The same checkpoint on the GPU (loaded by the *OnCuda test only, which skips without a device).
+Fixtures& SharedCuda() {
+  static Fixtures f("cuda");
   return f;
 }
 
@@ -109,8 +120,7 @@ constexpr size_t kSchemaStride = 4;
 #endif
 constexpr int64_t kMaxTokens = 1024;
 
-TEST(EngineCanvasStructuredOutput, SchemaSuiteValidates) {
-  Fixtures& f = Shared();
+void CheckSchemaSuite(Fixtures& f, const std::string& scratch) {
   Engine engine(f.model.get(), f.tok.get(), Config());
   ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
   std::vector<Job> jobs;
@@ -124,10 +134,18 @@ TEST(EngineCanvasStructuredOutput, SchemaSuiteValidates) {
   }
   std::vector<Outcome> outs = RunJobs(engine, jobs);
   const size_t complete = testing::ExpectSuiteOutputsValidate(suite, schema_of, outs,
-                                                              std::vector<int64_t>(jobs.size(), kMaxTokens),
-                                                              "engine_canvas_so");
+                                                              std::vector<int64_t>(jobs.size(), kMaxTokens), scratch);
   std::printf("%zu of %zu outputs complete\n", complete, outs.size());
   EXPECT_GE(complete * 100, outs.size() * 75) << complete << " of " << outs.size() << " complete";
+}
+
+TEST(EngineCanvasStructuredOutput, SchemaSuiteValidates) { CheckSchemaSuite(Shared(), "engine_canvas_so"); }
+
+// The suite on the GPU backend: the canvas forward and its logits are the device's, the rows masked on
+// the host (ConstrainCanvasRows); outputs differ from the CPU's but must validate the same way.
+TEST(EngineCanvasStructuredOutput, SchemaSuiteValidatesOnCuda) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  CheckSchemaSuite(SharedCuda(), "engine_canvas_so_cuda");
 }
 
 TEST(EngineCanvasStructuredOutput, ChoicesRegexesAndTheEndOfTheOutput) {

@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine_outcome.h"
 #include "schema_suite_check.h"
@@ -34,11 +35,21 @@ using testing::Outcome;
 std::string Fixture() { return DataPath("fixtures/models/qwen3_moe"); }
 
 struct Fixtures {
-  std::unique_ptr<Model> model = Model::Load(Fixture());
+  explicit Fixtures(const std::string& device) {
+    LoadOptions lo;
+    lo.device = device;
+    model = Model::Load(Fixture(), lo);
+  }
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok = Tokenizer::FromDir(DataPath("fixtures/tokenizers/bytes"));
 };
 Fixtures& Shared() {
-  static Fixtures f;
+  static Fixtures f("cpu");
+  return f;
+}
+// The same fixture on the GPU (only the *OnCuda tests, which skip without a device, load it).
+Fixtures& SharedCuda() {
+  static Fixtures f("cuda");
   return f;
 }
 
@@ -128,8 +139,7 @@ constexpr size_t kMinCompletePercent = 90;
 // complete) must validate. Noise may keep an unbounded array or string open (the fixture's diffusion
 // rows favour ',' over ']' in the recipe's steps): such a run is cut by max_tokens ("length", exactly
 // max_tokens tokens); at most a few may be.
-void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
-  Fixtures& f = Shared();
+void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch, Fixtures& f = Shared()) {
   Engine engine(f.model.get(), f.tok.get(), Config(diffusion));
   ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
   std::vector<Job> jobs;
@@ -164,6 +174,19 @@ void CheckSchemaSuite(bool diffusion, int seeds, const std::string& scratch) {
 TEST(EngineStructuredOutput, AutoregressiveSchemaSuiteValidates) { CheckSchemaSuite(false, 3, "engine_so_ar"); }
 
 TEST(EngineStructuredOutput, DiffusionSchemaSuiteValidates) { CheckSchemaSuite(true, 4, "engine_so_diffusion"); }
+
+// The suite on the GPU backend: its rows are masked and drawn there (device-side masks for
+// autoregressive rows; a constrained block's logits come to the host), so its outputs differ from the
+// CPU's but must validate the same way.
+TEST(EngineStructuredOutput, AutoregressiveSchemaSuiteValidatesOnCuda) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  CheckSchemaSuite(false, 3, "engine_so_ar_cuda", SharedCuda());
+}
+
+TEST(EngineStructuredOutput, DiffusionSchemaSuiteValidatesOnCuda) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
+  CheckSchemaSuite(true, 4, "engine_so_diffusion_cuda", SharedCuda());
+}
 
 TEST(EngineStructuredOutput, ChoicesRegexesAndTheEndOfTheOutput) {
   Fixtures& f = Shared();

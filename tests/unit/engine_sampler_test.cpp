@@ -193,6 +193,26 @@ TEST(EngineDiffusionDecoder, NeverPredictsTheMaskTokenSoEveryStepProgresses) {
   EXPECT_EQ(v.block_tokens, (std::vector<int32_t>{1, 2}));
 }
 
+// A constrained step reads the rows from the first masked position on: the static schedule's count
+// of them, or the rest of the block under a threshold (the forward asks for these rows only).
+TEST(EngineDiffusionDecoder, ConstrainedRowsAreTheStepsChain) {
+  DiffusionParams p;
+  p.block_size = 8;
+  p.steps = 3;  // schedule 3, 3, 2
+  p.mask_token_id = 99;
+  DiffusionDecoder tail(p, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});  // the block holds the prompt's 9, 10
+  EXPECT_EQ(tail.ConstrainedRows(), (std::pair<int64_t, int64_t>{2, 5}));
+  DiffusionDecoder aligned(p, {1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(aligned.ConstrainedRows(), (std::pair<int64_t, int64_t>{0, 3}));
+  p.block_size = 4;
+  p.steps = 1;  // schedule 4: the whole block after the prompt's tail, cut at its end
+  DiffusionDecoder one_step(p, {1, 2, 3, 4, 5});
+  EXPECT_EQ(one_step.ConstrainedRows(), (std::pair<int64_t, int64_t>{1, 4}));
+  p.policy = DiffusionPolicy::kThreshold;
+  DiffusionDecoder threshold(p, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(threshold.ConstrainedRows(), (std::pair<int64_t, int64_t>{2, 4}));
+}
+
 // Random logits rows (vocab n), with a few exact ties so the tie order matters.
 std::vector<float> RandomRows(int64_t rows, int64_t n, uint64_t seed) {
   std::mt19937_64 g(seed);
