@@ -8,14 +8,17 @@
 // of diffusion requests with and without a constraint (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <set>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/grammar_constraint.h"
 #include "engine_outcome.h"
 #include "schema_suite_check.h"
 #include "io/hf_config.h"
@@ -186,6 +189,33 @@ TEST(EngineStructuredOutput, AutoregressiveSchemaSuiteValidatesOnCuda) {
 TEST(EngineStructuredOutput, DiffusionSchemaSuiteValidatesOnCuda) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
   CheckSchemaSuite(true, 4, "engine_so_diffusion_cuda", SharedCuda());
+}
+
+// MaskLogits (host rows, applied a mask word at a time) and MaskWords (device rows) allow the same
+// tokens at every position of a walk through a schema, ids past the grammar's vocabulary included.
+TEST(EngineStructuredOutput, HostAndDeviceMasksAgree) {
+  Fixtures& f = Shared();
+  Engine engine(f.model.get(), f.tok.get(), Config(false));
+  auto g = engine.CompileGrammar(GrammarFormat::kJson,
+                                 R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x","yz"]}},"required":["a","b"]})");
+  GrammarConstraint c(g, {}, false);
+  const int64_t vocab = 300;  // past the byte tokenizer's 264, not a multiple of 32
+  std::mt19937 rng(3);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<uint32_t> words;
+    GrammarConstraint copy = c;
+    ASSERT_TRUE(copy.MaskWords(vocab, &words));
+    std::vector<float> row(static_cast<size_t>(vocab), 1.f);
+    ASSERT_TRUE(c.MaskLogits(row.data(), vocab));
+    std::vector<int32_t> allowed;
+    for (int64_t t = 0; t < vocab; ++t) {
+      const bool bit = (words[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u;
+      ASSERT_EQ(bit, std::isfinite(row[static_cast<size_t>(t)])) << "token " << t << " at step " << step;
+      if (bit && !c.IsEnd(static_cast<int32_t>(t))) allowed.push_back(static_cast<int32_t>(t));
+    }
+    if (allowed.empty()) break;  // complete: only an end token may follow
+    ASSERT_TRUE(c.Accept(allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]));
+  }
 }
 
 TEST(EngineStructuredOutput, ChoicesRegexesAndTheEndOfTheOutput) {

@@ -6,8 +6,10 @@
 // (Replaying transformers' recorded traces needs the GPU fixtures: tools/dgemma_fixtures.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +33,25 @@ TEST(CanvasSampler, TemperatureRunsFromTmaxToJustAboveTmin) {
   p.t_min = 0.5;
   p.t_max = 1.0;
   EXPECT_DOUBLE_EQ(CanvasTemperature(p, 3), 0.875);
+}
+
+// RowArgmax equals max_element (first index of the largest) on rows of every length around its 8 lanes,
+// with ties, -inf (grammar-masked) entries, and the maximum in the lanes' tail.
+TEST(CanvasSampler, RowArgmaxIsTheFirstLargest) {
+  std::mt19937 g(7);
+  std::uniform_int_distribution<int> pick(0, 5);
+  for (int64_t n = 1; n <= 40; ++n) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> z(static_cast<size_t>(n));
+      for (float& x : z) {
+        const int k = pick(g);
+        x = k == 0 ? -std::numeric_limits<float>::infinity() : static_cast<float>(k);  // many ties
+      }
+      ASSERT_EQ(RowArgmax(z.data(), n), std::max_element(z.begin(), z.end()) - z.begin()) << n << " " << trial;
+    }
+  }
+  const std::vector<float> masked(20, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(RowArgmax(masked.data(), 20), 0);
 }
 
 // CanvasRowReference (backend/sampling.h): what every canvas row's step reads of its processed logits.
