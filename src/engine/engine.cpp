@@ -678,7 +678,7 @@ bool Engine::Step() {
       if (s.canvas) {
         if (!canvas_drawn) canvas_rows.logits = logits;
         ApplyCanvasStep(s, canvas_rows, vocab);
-        if (!s.canvas->z.empty()) canvases_going_on.push_back(&s);
+        if (s.canvas->z) canvases_going_on.push_back(&s);
       } else if (!s.diffusion) {
         // Log-probabilities are those of the model's distribution, before penalties and the grammar.
         std::vector<float> raw;

@@ -158,7 +158,8 @@ class Engine : public EngineApi {
   // The kDiffusionStep event of a canvas step (requests with emit_steps).
   void EmitCanvasStep(Sequence& seq, const CanvasRowPick* picks, const std::vector<int32_t>& argmax,
                       const std::vector<uint8_t>& accepted);
-  // The self-conditioning inputs of the canvases that go on, from their processed logits, in one product.
+  // The self-conditioning inputs of the canvases that go on, from their processed logits (rows of this
+  // step's forward result: called before the step ends), a product a canvas.
   void UpdateSelfConditioning(const std::vector<Sequence*>& seqs);
 
   // Prefix caching (engine_prefix_cache.cpp).

@@ -37,7 +37,7 @@ void NewCanvas(CanvasState& cs, int64_t vocab) {
   for (int32_t& t : cs.x) t = cs.Token(vocab);
   cs.soft.clear();
   cs.soft_kept = false;  // the model's kept input (if any) is overwritten by the next step's
-  cs.z.clear();
+  cs.z = nullptr;
   cs.uniforms.clear();
   cs.steps_remaining = cs.params.max_denoising_steps;
   cs.step = 0;
@@ -228,7 +228,7 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
     cs.x = std::move(next);
     --cs.steps_remaining;
     if (in.picks) cs.soft.clear(), cs.soft_kept = true;  // the backend's path: the model keeps the next input
-    else cs.z.assign(in.logits, in.logits + C * vocab);  // for UpdateSelfConditioning
+    else cs.z = in.logits;  // for UpdateSelfConditioning, at the end of this step
     return;
   }
 
@@ -269,7 +269,7 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
   if (static_cast<int64_t>(emit.size()) > room) emit.resize(static_cast<size_t>(room)), cut = true;
   cs.hf_tokens += kept;
   if (!emit.empty()) EmitTokens(s, emit, {});
-  cs.z.clear();
+  cs.z = nullptr;
   cs.soft.clear();
   const bool length = cut || cs.canvases_done >= cs.canvases_total || s.output_tokens >= s.req.sampling.max_tokens ||
                       static_cast<int64_t>(s.tokens.size()) + C > config_.max_model_len;
@@ -336,22 +336,10 @@ bool Engine::ConstrainCanvasRows(Sequence& s, float* z, int64_t C, int64_t vocab
 }
 
 void Engine::UpdateSelfConditioning(const std::vector<Sequence*>& seqs) {
-  const int64_t V = model_->config().vocab_size, H = model_->config().hidden_size;
-  int64_t rows = 0;
-  for (const Sequence* s : seqs) rows += s->canvas->length;
-  std::vector<float> z(static_cast<size_t>(rows * V));
-  int64_t at = 0;
+  // A product a canvas, straight from the forward's result (no gathered copy of [rows, vocab]).
   for (Sequence* s : seqs) {
-    std::copy(s->canvas->z.begin(), s->canvas->z.end(), z.begin() + at * V);
-    at += s->canvas->length;
-    s->canvas->z.clear();
-  }
-  const std::vector<float> soft = model_->SelfConditioningInput(z.data(), rows);
-  at = 0;
-  for (Sequence* s : seqs) {
-    const int64_t C = s->canvas->length;
-    s->canvas->soft.assign(soft.begin() + at * H, soft.begin() + (at + C) * H);
-    at += C;
+    s->canvas->soft = model_->SelfConditioningInput(s->canvas->z, s->canvas->length);
+    s->canvas->z = nullptr;
   }
 }
 
