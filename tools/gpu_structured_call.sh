@@ -39,7 +39,7 @@ C1_PROMPTS=${STRUCT_CALL_C1_PROMPTS:-8}  # requests at concurrency 1; 2 C above
 # Greedy, as `tessera bench` and the serving rows of docs/PERFORMANCE.md: a sampled constrained row is
 # drawn on the host, where temperature > 0 sorts the whole vocabulary (STRUCT_CALL_TEMPERATURE=1 shows it).
 TEMP=${STRUCT_CALL_TEMPERATURE:-0}
-DIFF=${STRUCT_CALL_DIFFUSION:-1}
+DIFF=${STRUCT_CALL_DIFFUSION:-1}  # STRUCT_CALL_AR=0 leaves the autoregressive server out (diffusion rows only)
 DCONC=${STRUCT_CALL_DIFFUSION_CONCURRENCY:-8}
 DIN=${STRUCT_CALL_DIFFUSION_INPUT_LEN:-256}   # whole blocks: the output starts on a block boundary
 DOUT=${STRUCT_CALL_DIFFUSION_OUTPUT_LEN:-128}
@@ -137,7 +137,7 @@ AR_JSON=$(H extra-body "$OUT/schema_ar.json")
 
 # Autoregressive.
 H model-dir "$CONFIG" "$OUT/model_ar" $TINY
-if start_server ar --model "$OUT/model_ar" --max-model-len 4096 --max-num-seqs 64; then
+if [ "${STRUCT_CALL_AR:-1}" = 1 ] && start_server ar --model "$OUT/model_ar" --max-model-len 4096 --max-num-seqs 64; then
   H check "$URL" 1024 | tee -a "$OUT/summary.txt"
   H check "$URL" 1024 '{"temperature": 1, "seed": 7}' | tee -a "$OUT/summary.txt"
   for c in $CONC; do
