@@ -415,10 +415,12 @@ int main(int argc, char** argv) {
         for (const cpu_profile::Entry& e : p.decode_ops) {
           const double us = e.ns / 1e3 / o.decode;
           ops_us += us;
-          line += fmt::format(" {} {:.0f} ({:.0f}x)", e.op, us, static_cast<double>(e.calls) / o.decode);
+          line += fmt::format(" {} {:.0f} ({:.0f}x, {:.0f} serial)", e.op, us, static_cast<double>(e.calls) / o.decode,
+                              e.serial_ns / 1e3 / o.decode);
         }
-        fmt::print("    profiled decode step {:.1f} us, us a step by op (calls):{}; between ops {:.0f}\n", step_us, line,
-                   step_us - ops_us);
+        fmt::print("    profiled decode step {:.1f} us, us a step by op (calls, of it outside the pool's loops):{}; "
+                   "between ops {:.0f}\n",
+                   step_us, line, step_us - ops_us);
       }
       std::fflush(stdout);
       rows.push_back({{"threads", threads},

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "core/thread_pool.h"
+
 namespace tessera::cpu_profile {
 
 namespace {
@@ -34,7 +36,10 @@ std::vector<Entry> Snapshot() {
 Scope::Scope(const char* op) : op_(op) {
   if (!g_on.load(std::memory_order_relaxed)) return;
   entered_ = true;
-  if (t_depth++ == 0) start_ns_ = NowNs();
+  if (t_depth++ == 0) {
+    start_loop_ns_ = ThreadPool::Global().stats().loop_ns;
+    start_ns_ = NowNs();
+  }
 }
 
 Scope::~Scope() {
@@ -42,13 +47,14 @@ Scope::~Scope() {
   --t_depth;
   if (start_ns_ < 0) return;
   const int64_t ns = NowNs() - start_ns_;
+  const int64_t serial = ns - (ThreadPool::Global().stats().loop_ns - start_loop_ns_);
   std::lock_guard<std::mutex> lock(g_mu);
   for (Entry& e : g_entries)
     if (e.op == op_) {
-      ++e.calls, e.ns += ns;
+      ++e.calls, e.ns += ns, e.serial_ns += serial;
       return;
     }
-  g_entries.push_back({op_, 1, ns});
+  g_entries.push_back({op_, 1, ns, serial});
 }
 
 }  // namespace tessera::cpu_profile
