@@ -67,7 +67,7 @@ double CanvasTemperature(const CanvasSamplerParams& p, int64_t steps_remaining) 
 int64_t RowArgmax(const float* z, int64_t vocab) {
   // The largest value over 8 independent lanes (a loop the compiler vectorises; max_element's
   // index-carrying compare was ~0.2 ms a 262K row, and a constrained canvas runs 256 rows one after
-  // another), then its first index. A row with a NaN takes max_element's answer.
+  // another), then its first index. NaNs are passed over (a row of NaNs alone takes max_element's answer).
   constexpr int64_t kLanes = 8;
   float lane[kLanes];
   std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
