@@ -19,7 +19,10 @@ int32_t GreedyPick(const float* row, int64_t vocab, int32_t exclude, float* prob
   for (int64_t i = best + 1; i < vocab; ++i)
     if (i != exclude && row[i] > row[best]) best = i;
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i] - row[best]));
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const bool finite_best = row[best] != kNegInf;
+  for (int64_t i = 0; i < vocab; ++i)  // a grammar-masked (-inf) logit adds exp(-inf) = 0: skipped
+    if (row[i] != kNegInf || !finite_best) sum += std::exp(static_cast<double>(row[i] - row[best]));
   *prob = static_cast<float>(1.0 / sum);
   return static_cast<int32_t>(best);
 }
@@ -44,7 +47,15 @@ int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p
   const float inv_t = 1.0f / p.temperature;
   cand.clear();
   cand.reserve(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand.emplace_back(std::exp((logit(i) - mx) * inv_t), static_cast<int32_t>(i));
+  // Tokens of probability exactly 0 (grammar-masked, excluded, underflowed) are left out: they sort last,
+  // add nothing to any sum, and no cut or draw can take them while a positive one exists; without them
+  // a masked row sorts its allowed tokens, not the whole vocabulary (152K pairs: ~10 ms).
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float e = std::exp((logit(i) - mx) * inv_t);
+    if (e > 0.f) cand.emplace_back(e, static_cast<int32_t>(i));
+  }
+  if (cand.empty())  // no positive probability at all (every logit -inf): the whole row, as it was
+    for (int64_t i = 0; i < vocab; ++i) cand.emplace_back(std::exp((logit(i) - mx) * inv_t), static_cast<int32_t>(i));
   // Highest probability first; ties by lower id so results do not depend on sort stability.
   auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);

@@ -2,7 +2,9 @@
 // strings and the static diffusion schedule: the engine's pure logic, without a model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -191,6 +193,44 @@ TEST(EngineDiffusionDecoder, NeverPredictsTheMaskTokenSoEveryStepProgresses) {
   v = d.ApplyStep(logits.data(), 4, s);
   EXPECT_TRUE(d.block_done());
   EXPECT_EQ(v.block_tokens, (std::vector<int32_t>{1, 2}));
+}
+
+// A grammar-masked row (-inf but for a few tokens): the draw is the inverse CDF over the allowed tokens by
+// their renormalised probabilities (highest first, ties by id), greedy takes the best with its softmax
+// probability; computed here independently of SampleRowReference, which leaves the zeros out.
+TEST(EngineSampler, MaskedRowsDrawFromTheAllowedTokensOnly) {
+  const int64_t vocab = 1000;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> row(vocab, -inf);
+  const std::vector<std::pair<int32_t, float>> allowed = {{7, 1.0f}, {123, 2.5f}, {400, 1.0f}, {401, 0.2f},
+                                                           {999, 2.0f}, {0, -1.0f}};
+  for (const auto& [t, l] : allowed) row[t] = l;
+  double total = 0;
+  for (const auto& a : allowed) total += std::exp(static_cast<double>(a.second) - 2.5);
+  std::vector<std::pair<double, int32_t>> sorted;
+  for (const auto& [t, l] : allowed) sorted.push_back({std::exp(static_cast<double>(l) - 2.5) / total, t});
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  float prob = 0;
+  RowSampling greedy;
+  EXPECT_EQ(SampleRowReference(row.data(), vocab, greedy, &prob), 123);
+  EXPECT_NEAR(prob, sorted[0].first, 1e-6);
+  for (double u = 0; u < 1; u += 0.03) {
+    RowSampling p;
+    p.temperature = 1.f;
+    p.uniform = u;
+    double cum = 0;
+    int32_t want = -1;
+    double want_p = 0;
+    for (const auto& [q, t] : sorted)
+      if (u < (cum += q)) {
+        want = t, want_p = q;
+        break;
+      }
+    ASSERT_EQ(SampleRowReference(row.data(), vocab, p, &prob), want) << u;
+    EXPECT_NEAR(prob, want_p, 1e-6) << u;
+  }
 }
 
 // A constrained step reads the rows from the first masked position on: the static schedule's count
