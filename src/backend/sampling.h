@@ -17,7 +17,8 @@ using SamplingCandidates = std::vector<std::pair<float, int32_t>>;
 
 // The token RowSampling `p` picks from `row` (vocab floats, not modified) and its probability
 // (greedy: softmax(row) at the token; sampled: the token's share of the final distribution).
-// `scratch` may be null.
+// `scratch` may be null. A renormalisation over the whole row sums in id order, over a cut prefix in
+// the sorted order; the order itself is built only as far as the cuts and the draw read it.
 int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p, float* prob,
                            SamplingCandidates* scratch = nullptr);
 

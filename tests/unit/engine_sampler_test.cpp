@@ -195,6 +195,88 @@ TEST(EngineDiffusionDecoder, NeverPredictsTheMaskTokenSoEveryStepProgresses) {
   EXPECT_EQ(v.block_tokens, (std::vector<int32_t>{1, 2}));
 }
 
+// RowSampling's definition written out plainly (backend.h): the whole vocabulary sorted by e = exp((logit -
+// max) / T) descending, ties by lower id; top_k; v = e / s1 (s1 over the kept tokens: in id order when all
+// are kept, else in that order); top_p and min_p cuts; w = v / s2 (s2 the same way); the first token
+// whose running w exceeds the uniform, else the last with w > 0.
+int32_t PlainSample(const std::vector<float>& row, const RowSampling& p, float* prob) {
+  const int64_t n = static_cast<int64_t>(row.size());
+  const float inf = std::numeric_limits<float>::infinity();
+  auto logit = [&](int64_t i) { return i == p.exclude ? -inf : row[static_cast<size_t>(i)]; };
+  float mx = -inf;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, logit(i));
+  std::vector<std::pair<float, int32_t>> all;
+  for (int64_t i = 0; i < n; ++i) all.push_back({std::exp((logit(i) - mx) * (1.0f / p.temperature)), static_cast<int32_t>(i)});
+  std::vector<std::pair<float, int32_t>> order = all;
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  size_t keep = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), order.size()) : order.size();
+  const bool whole = keep == order.size();
+  double s1 = 0;
+  if (whole) for (const auto& c : all) s1 += c.first;
+  else for (size_t i = 0; i < keep; ++i) s1 += order[i].first;
+  std::vector<float> v(keep);
+  for (size_t i = 0; i < keep; ++i) v[i] = static_cast<float>(order[i].first / s1);
+  size_t cut = keep;
+  if (p.top_p < 1.f) {
+    double cum = 0;
+    size_t m = 0;
+    while (m < cut) {
+      cum += v[m++];
+      if (cum >= p.top_p) break;
+    }
+    cut = std::max<size_t>(m, 1);
+  }
+  if (p.min_p > 0.f) {
+    size_t m = 1;
+    while (m < cut && v[m] >= v[0] * p.min_p) ++m;
+    cut = m;
+  }
+  double s2 = 0;
+  if (whole && cut == keep) for (const auto& c : all) s2 += static_cast<float>(c.first / s1);
+  else for (size_t i = 0; i < cut; ++i) s2 += v[i];
+  double cum = 0;
+  for (size_t i = 0; i < cut; ++i) {
+    const float w = static_cast<float>(v[i] / s2);
+    if (p.uniform < (cum += w)) return *prob = w, order[i].second;
+  }
+  for (size_t i = cut; i-- > 0;)
+    if (static_cast<float>(v[i] / s2) > 0.f) return *prob = static_cast<float>(v[i] / s2), order[i].second;
+  return *prob = static_cast<float>(v[cut - 1] / s2), order[cut - 1].second;
+}
+
+// SampleRowReference sorts only as far as the cuts and the draw read: the same token and probability as
+// the plain definition, bit for bit, over peaked and flat rows, every filter, draws at the edges.
+TEST(EngineSampler, ReferenceEqualsThePlainDefinition) {
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  int rows = 0;
+  for (const int64_t n : {7, 300, 5000, 40000}) {
+    for (const float sigma : {0.3f, 3.f, 12.f}) {
+      std::normal_distribution<float> d(0.f, sigma);
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& x : row) x = d(g);
+      for (int64_t i = 0; i + 3 < n; i += 97) row[static_cast<size_t>(i + 3)] = row[static_cast<size_t>(i)];  // ties
+      for (const float t : {0.5f, 1.f, 1.7f})
+        for (const int32_t k : {0, 1, 40, 3000})
+          for (const float tp : {1.f, 0.95f, 0.3f})
+            for (const float mp : {0.f, 0.02f})
+              for (const double u : {uni(g), 0.0, 0.9999999, 1.5}) {
+                RowSampling p{t, k, tp, mp, static_cast<int32_t>(g() % 3 == 0 ? g() % n : -1), u};
+                float want_p = 0, got_p = 0;
+                const int32_t want = PlainSample(row, p, &want_p);
+                ASSERT_EQ(SampleRowReference(row.data(), n, p, &got_p), want)
+                    << "n " << n << " sigma " << sigma << " t " << t << " k " << k << " top_p " << tp << " min_p " << mp
+                    << " u " << u;
+                ASSERT_EQ(got_p, want_p);
+                ++rows;
+              }
+    }
+  }
+  EXPECT_EQ(rows, 4 * 3 * 3 * 4 * 3 * 2 * 4);
+}
+
 // A grammar-masked row (-inf but for a few tokens): the draw is the inverse CDF over the allowed tokens by
 // their renormalised probabilities (highest first, ties by id), greedy takes the best with its softmax
 // probability; computed here independently of SampleRowReference, which leaves the zeros out.
