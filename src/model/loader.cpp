@@ -10,6 +10,8 @@
 #include <cstring>
 #include <functional>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "model/arch/arch.h"
@@ -43,7 +45,9 @@ bool IsFloat(DType t) { return t == DType::kBF16 || t == DType::kF16 || t == DTy
 WeightLoader::WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
                            std::function<void(const std::string&)> log, const LoadTarget& target)
     : cfg_(cfg), dir_(dir), out_(out), log_(std::move(log)), be_(target.be), dummy_(target.dummy),
-      progress_(target.progress) {
+      // The \r-updated line is for a person at a terminal; in a log or a pipe it is one long line of
+      // noise before whatever comes next (a load that fails: its one error line).
+      progress_(target.progress && isatty(fileno(stderr))) {
   if (target.shard) {
     shard_ = target.shard;
   } else {
@@ -631,7 +635,17 @@ ExpertWeights WeightLoader::ZeroExpert(int64_t inter, int64_t hidden) {
   return zero_expert_;
 }
 
+WeightLoader::~WeightLoader() {
+  // A load that failed midway (an exception unwinding through it): end the progress line, so the
+  // error printed next stands on a line of its own.
+  if (last_percent_ >= 0 && !finished_) {
+    std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+}
+
 void WeightLoader::Finish() {
+  finished_ = true;
   if (last_percent_ >= 0) {  // the progress line ends at 100% with the bytes this rank holds
     std::fprintf(stderr, "\rtessera: %s weights on %s: %.2f / %.2f GB (100%%)\n", dummy_ ? "generating" : "loading",
                  be_->Name(), done_bytes_ / 1e9, done_bytes_ / 1e9);

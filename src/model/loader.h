@@ -38,13 +38,16 @@ struct LoadTarget {
   bool dummy = false;     // random weights of the expected shapes
   const RankShard* shard = nullptr;           // nullptr: the whole model
   std::shared_ptr<CheckpointReader> reader;   // shared by the ranks of a group (opened when null)
-  bool progress = true;                       // the stderr progress line (rank 0 only)
+  bool progress = true;  // the stderr progress line (rank 0 only; shown when stderr is a terminal)
 };
 
 class WeightLoader {
  public:
   WeightLoader(const ModelConfig& cfg, const std::string& dir, ModelWeights* out,
                std::function<void(const std::string&)> log, const LoadTarget& target = {});
+  ~WeightLoader();
+  WeightLoader(const WeightLoader&) = delete;
+  WeightLoader& operator=(const WeightLoader&) = delete;
 
   const RankShard& shard() const { return *shard_; }
 
@@ -141,7 +144,8 @@ class WeightLoader {
   std::set<std::string> consumed_;
   Backend* be_ = nullptr;
   bool dummy_ = false;
-  bool progress_ = true;
+  bool progress_ = true;  // the stderr progress line: asked for, and stderr is a terminal
+  bool finished_ = false;  // Finish() ran (the progress line ended there)
   RankShard whole_;
   const RankShard* shard_ = &whole_;
   bool have_zero_expert_ = false;
