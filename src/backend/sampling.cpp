@@ -80,7 +80,6 @@ int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p
     for (const auto& c : cand) s2 += static_cast<float>(c.first / s1);
   }
   auto v = [&](size_t i) { return static_cast<float>(cand[i].first / s1); };
-  const size_t before_cuts = keep;
   if (p.top_p < 1.0f) {
     double cum = 0;
     size_t m = 0;
@@ -103,7 +102,7 @@ int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p
     }
     keep = m;
   }
-  if (keep < n || before_cuts < n) {  // a cut prefix: its sum in the order
+  if (keep < n) {  // a cut prefix (top_k, top_p or min_p): its sum in the order
     s2 = 0;
     for (size_t i = 0; i < keep; ++i) s2 += v(i);
   }
@@ -137,14 +136,24 @@ void Backend::SampleRows(const float* logits, int64_t rows, int64_t vocab, const
     tokens[r] = SampleRowReference(logits + r * vocab, vocab, params[r], &probs[r], &scratch);
 }
 
+void MaskRowByWords(float* logits, int64_t vocab, const uint32_t* words, size_t num_words) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 32 < vocab; ++w) {
+    const int64_t base = w * 32, n = std::min<int64_t>(32, vocab - base);
+    const uint32_t bits = static_cast<size_t>(w) < num_words ? words[w] : 0u;
+    if (bits == ~0u) continue;
+    if (bits == 0u) {
+      std::fill(logits + base, logits + base + n, kNegInf);
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      if (!((bits >> i) & 1u)) logits[base + i] = kNegInf;
+  }
+}
+
 void Backend::MaskLogitsRows(float* logits, int64_t vocab, const int64_t* rows, int64_t n, const uint32_t* words) {
   const int64_t W = (vocab + 31) / 32;
-  for (int64_t i = 0; i < n; ++i) {
-    float* row = logits + rows[i] * vocab;
-    const uint32_t* w = words + i * W;
-    for (int64_t t = 0; t < vocab; ++t)
-      if (!((w[t / 32] >> (t % 32)) & 1u)) row[t] = -std::numeric_limits<float>::infinity();
-  }
+  for (int64_t i = 0; i < n; ++i) MaskRowByWords(logits + rows[i] * vocab, vocab, words + i * W, static_cast<size_t>(W));
 }
 
 CanvasRowPick CanvasRowReference(const float* z, int64_t vocab, double uniform) {

@@ -22,6 +22,10 @@ using SamplingCandidates = std::vector<std::pair<float, int32_t>>;
 int32_t SampleRowReference(const float* row, int64_t vocab, const RowSampling& p, float* prob,
                            SamplingCandidates* scratch = nullptr);
 
+// A structured-output mask on one host row: logits[t] = -inf wherever bit t % 32 of words[t / 32] is
+// clear, and past the num_words given. Word by word (most words of a mask are all-zero or all-one).
+void MaskRowByWords(float* logits, int64_t vocab, const uint32_t* words, size_t num_words);
+
 // A canvas row's pick (CanvasRowPick) from its processed logits z (vocab floats, not modified; -inf
 // entries, a grammar's masked tokens, have probability 0), in double: m = max z (argmax: its first
 // index), e_i = exp(z_i - m), entropy = log(sum e) - sum e_i (z_i - m) / sum e, argmax_prob = 1 / sum e,

@@ -2,7 +2,8 @@
 #include "engine/grammar_constraint.h"
 
 #include <algorithm>
-#include <limits>
+
+#include "backend/sampling.h"
 
 namespace tessera {
 namespace {
@@ -61,20 +62,7 @@ bool GrammarConstraint::Fill(const int32_t* prefix, size_t n, bool hypothetical,
 }
 
 void GrammarConstraint::Apply(const std::vector<uint32_t>& words, float* logits, int64_t vocab) const {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  // A word at a time: most words of a mask are all-zero or all-one (a canvas step masks 256 rows of
-  // 262K logits; a bit test per logit was ~0.2 ms a row).
-  for (int64_t w = 0; w * 32 < vocab; ++w) {
-    const int64_t base = w * 32, n = std::min<int64_t>(32, vocab - base);
-    const uint32_t bits = static_cast<size_t>(w) < words.size() ? words[static_cast<size_t>(w)] : 0u;
-    if (bits == ~0u) continue;
-    if (bits == 0u) {
-      std::fill(logits + base, logits + base + n, kNegInf);
-      continue;
-    }
-    for (int64_t i = 0; i < n; ++i)
-      if (!((bits >> i) & 1u)) logits[base + i] = kNegInf;
-  }
+  MaskRowByWords(logits, vocab, words.data(), words.size());
 }
 
 const std::vector<uint32_t>* GrammarConstraint::CurrentMask() {
