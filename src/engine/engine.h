@@ -21,13 +21,13 @@
 #include "engine/engine_canvas.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_cache.h"
+#include "model/batch.h"
 
 namespace tessera {
 
 class Model;
 class Tokenizer;
 struct Sequence;
-struct Segment;
 
 enum class SchedulingPolicy { kFcfs, kShortestPromptFirst, kPriority };
 
@@ -135,6 +135,16 @@ class Engine : public EngineApi {
   // structure's completion: returns how many of them are output; *done: the output is complete.
   size_t AdvanceGrammarBlock(Sequence& seq, const std::vector<int32_t>& fresh, bool* done);
   void PublishSnapshot();
+
+  // A token or block sequence's part of a step (engine_sequence_step.cpp). Its segment within
+  // `budget` (alone: nothing else is planned yet), or a prompt chunk; false: nothing for it this step.
+  bool PlanTokens(Sequence& seq, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk);
+  // Its autoregressive row: the backend's draw (pick) or the host's from logits; the stop rules.
+  void ApplyTokenRow(Sequence& seq, float* logits, const ForwardResult::Pick* pick);
+  // Its diffusion block's denoising step from `rows` logits rows (host) or picks (backend), then
+  // OutputBlock once the block is complete: its fresh tokens streamed up to the stop rules.
+  void ApplyBlockStep(Sequence& seq, size_t rows, float* logits, const ForwardResult::Pick* picks);
+  void OutputBlock(Sequence& seq);
 
   // Canvas diffusion (DiffusionGemma, docs/DIFFUSION_GEMMA.md 6; engine_canvas.cpp).
   // What a canvas model's request may not ask for (each refusal names it), and its pages.

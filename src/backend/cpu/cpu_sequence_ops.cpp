@@ -266,8 +266,11 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
       Fail(ErrorKind::kInternal, "attention batch: entries of different head shapes");
     const int32_t entry = static_cast<int32_t>(plan.cache_rows.size());
     std::vector<int64_t>& rows = plan.cache_rows.emplace_back(a.first_pos);
-    for (int64_t j = 0; j < a.first_pos; ++j)
-      rows[j] = static_cast<int64_t>(a.pages[j / a.page_size]) * a.page_size + j % a.page_size;
+    // Page by page (a division per key was ~1 us a 1K-key row, every layer, on the calling thread).
+    for (int64_t j = 0, page = 0; j < a.first_pos; ++page) {
+      const int64_t base = static_cast<int64_t>(a.pages[page]) * a.page_size;
+      for (int64_t i = 0; i < a.page_size && j < a.first_pos; ++i, ++j) rows[j] = base + i;
+    }
     for (int32_t kvh = 0; kvh < a.num_kv_heads; ++kvh)
       for (int64_t t = 0; t < a.T; ++t) {
         int64_t j0, n;
