@@ -6,8 +6,8 @@
 # all built here (stripped); the
 # shared libraries come from the GPU bundle's lib/. Makes the mid-size random model of
 # docs/PERFORMANCE.md, then decode and prefill rows at 1-16 threads for both binaries, alternating.
-# CPU_CALL_QUANT="none int4 int8 fp8" instead runs model_bench alone, once per weight format
-# (--quantization), two rounds. CPU_CALL_MODEL="--hidden 2048 --layers 16 ..." makes that random model
+# CPU_CALL_QUANT="none int4 int8 fp8" instead runs model_bench (and model_bench_base, if packed) once per
+# weight format (--quantization), two rounds. CPU_CALL_MODEL="--hidden 2048 --layers 16 ..." makes that random model
 # instead of the mid-size one (make_random_model's flags; e.g. Qwen3-30B-A3B's layer shapes:
 # --hidden 2048 --experts 128 --moe-inter 768 --heads 32 --kv-heads 4 --head-dim 128 --vocab 151936
 # --layers 16, ~21 GB: the host's 64 GB disk holds no 48-layer copy); CPU_CALL_ARGS adds model_bench
@@ -28,9 +28,12 @@ THREADS=${CPU_CALL_THREADS:-1,2,4,8,16}
 if [ -n "${CPU_CALL_QUANT:-}" ]; then
   for round in 1 2; do
     for q in $CPU_CALL_QUANT; do
-      echo "== model_bench $q round $round"
-      timeout 200 $B/model_bench --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 --quantization $q ${CPU_CALL_ARGS:-} 2>&1 |
-        grep -E "^ *[0-9]+ \||weights|decode step" | tee -a "$OUT/cpu_quant_$q.txt"
+      for b in model_bench_base model_bench; do
+        [ -x "$B/$b" ] || continue
+        echo "== $b $q round $round"
+        timeout 200 $B/$b --model $M --threads $THREADS --prompt 256 --decode 32 --reps 2 --quantization $q ${CPU_CALL_ARGS:-} 2>&1 |
+          grep -E "^ *[0-9]+ \||weights|decode step|by op" | tee -a "$OUT/cpu_quant_${b}_$q.txt"
+      done
     done
   done
   exit 0
