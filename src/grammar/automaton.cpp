@@ -151,20 +151,11 @@ class Nfa {
 RuleAutomaton Determinize(const Nfa& nfa, int32_t start, int32_t end, const AutomatonLimits& limits,
                           std::string_view what) {
   // Byte classes local to this NFA: bytes no edge set tells apart share a class.
-  std::vector<int32_t> cls(256, 0);
-  int32_t num_classes = 1;
-  for (const ByteSet& s : nfa.sets) {
-    std::vector<int32_t> remap(static_cast<size_t>(2 * num_classes), -1);
-    int32_t n = 0;
-    for (int b = 0; b < 256; ++b) {
-      int32_t key = cls[static_cast<size_t>(b)] * 2 + (s.Has(b) ? 1 : 0);
-      if (remap[static_cast<size_t>(key)] < 0) remap[static_cast<size_t>(key)] = n++;
-      cls[static_cast<size_t>(b)] = remap[static_cast<size_t>(key)];
-    }
-    num_classes = n;
-  }
+  ByteClasses classes;
+  for (const ByteSet& s : nfa.sets) classes.Refine(s);
+  const int32_t num_classes = classes.count;
   std::vector<ByteSet> class_bytes(static_cast<size_t>(num_classes));
-  for (int b = 0; b < 256; ++b) class_bytes[static_cast<size_t>(cls[static_cast<size_t>(b)])].Add(b);
+  for (int b = 0; b < 256; ++b) class_bytes[static_cast<size_t>(classes.of[b])].Add(b);
   // Classes each edge set covers.
   std::vector<std::vector<int32_t>> set_classes(nfa.sets.size());
   for (size_t i = 0; i < nfa.sets.size(); ++i)

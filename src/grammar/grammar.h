@@ -56,6 +56,23 @@ struct ByteSet {
   }
 };
 
+// Byte classes: bytes that no set refined so far tells apart share a class (classes numbered in the
+// order of their smallest byte), so a transition table needs a column per class, not per byte.
+struct ByteClasses {
+  int32_t of[256] = {};  // the class of each byte
+  int32_t count = 1;
+  void Refine(const ByteSet& s) {
+    std::vector<int32_t> remap(static_cast<size_t>(2 * count), -1);
+    int32_t n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t key = of[b] * 2 + (s.Has(b) ? 1 : 0);
+      if (remap[static_cast<size_t>(key)] < 0) remap[static_cast<size_t>(key)] = n++;
+      of[b] = remap[static_cast<size_t>(key)];
+    }
+    count = n;
+  }
+};
+
 // A deterministic automaton over bytes without rule calls: the result of intersecting or
 // subtracting two call-free expressions (automaton.h), embedded back into a grammar as one atom.
 struct ByteDfa {

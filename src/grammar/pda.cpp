@@ -65,28 +65,18 @@ std::shared_ptr<const Pda> Pda::Build(const Grammar& g, const AutomatonLimits& l
   }
 
   // Global byte classes: bytes no transition tells apart share a column of the table.
-  std::vector<int32_t> cls(256, 0);
-  int32_t num_classes = 1;
-  auto refine = [&](const ByteSet& s) {
-    std::vector<int32_t> remap(static_cast<size_t>(2 * num_classes), -1);
-    int32_t n = 0;
-    for (int b = 0; b < 256; ++b) {
-      int32_t key = cls[static_cast<size_t>(b)] * 2 + (s.Has(b) ? 1 : 0);
-      if (remap[static_cast<size_t>(key)] < 0) remap[static_cast<size_t>(key)] = n++;
-      cls[static_cast<size_t>(b)] = remap[static_cast<size_t>(key)];
-    }
-    num_classes = n;
-  };
+  ByteClasses classes;
   {
     std::vector<ByteSet> distinct;
     for (int32_t r : reachable)
       for (const auto& st : autos[static_cast<size_t>(r)].states)
         for (const auto& [set, t] : st.byte_edges)
           if (std::find(distinct.begin(), distinct.end(), set) == distinct.end()) distinct.push_back(set);
-    for (const auto& s : distinct) refine(s);
+    for (const auto& s : distinct) classes.Refine(s);
   }
+  const int32_t num_classes = classes.count;
   p.num_classes_ = num_classes;
-  for (int b = 0; b < 256; ++b) p.byte_class_[b] = static_cast<uint8_t>(cls[static_cast<size_t>(b)]);
+  for (int b = 0; b < 256; ++b) p.byte_class_[b] = static_cast<uint8_t>(classes.of[b]);
 
   p.states_.resize(static_cast<size_t>(total));
   p.trans_.assign(static_cast<size_t>(total) * static_cast<size_t>(num_classes), -1);
