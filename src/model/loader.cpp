@@ -430,13 +430,17 @@ Tensor WeightLoader::StackedFloatRows(const std::vector<StackPart>& parts) {
   }
   if (OnDevice() || QuantizeAtLoad(parts[0].flat)) {  // the host copy only stages the result
     Tensor d = MaybeQuantize(parts[0].flat, t);
-    if (t.dtype == DType::kBF16)
-      out_->owned_bf16.pop_back();
-    else
-      out_->owned_f32.pop_back();
+    DropStaging(t);
     return d;
   }
   return t;
+}
+
+void WeightLoader::DropStaging(const Tensor& t) {
+  if (t.dtype == DType::kBF16)
+    out_->owned_bf16.pop_back();
+  else
+    out_->owned_f32.pop_back();
 }
 
 std::vector<GdnProjection> WeightLoader::StackedProjections(const std::vector<StackPart>& parts) {
@@ -519,10 +523,7 @@ Tensor WeightLoader::GatherCopy(const TensorView& v, int64_t full_cols, const st
   }
   if (OnDevice()) {  // the host copy only stages the slice
     Tensor d = ToDevice(t);
-    if (t.dtype == DType::kBF16)
-      out_->owned_bf16.pop_back();
-    else
-      out_->owned_f32.pop_back();
+    DropStaging(t);
     return d;
   }
   return t;

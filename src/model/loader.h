@@ -126,6 +126,8 @@ class WeightLoader {
   bool QuantizeAtLoad(const std::string& flat) const;
   // A quantized matrix on the target: owned host arrays (codes in place when they are) or device copies.
   Tensor PlaceQuantized(QuantizedMatrix&& q);
+  // Drops the host staging copy `t` (the last owned buffer of its dtype) once its placed copy exists.
+  void DropStaging(const Tensor& t);
   // A float host tensor quantized at load (when QuantizeAtLoad(flat)), then placed; else `host` as
   // the float path places it.
   Tensor MaybeQuantize(const std::string& flat, const Tensor& host);
