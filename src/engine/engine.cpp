@@ -607,21 +607,48 @@ bool Engine::Step() {
           if ((l + 1) * E <= expert_routed_.size()) expert_routed_[l * E + e] += result.expert_token_counts[l][e];
     }
 
+    // Each planned segment's rows of the result: host logits, the backend's picks, or a canvas's.
     const int64_t vocab = model_->config().vocab_size;
+    struct Rows {
+      float* logits = nullptr;
+      const ForwardResult::Pick* picks = nullptr;
+      CanvasForwardRows canvas;
+    };
+    std::vector<Rows> rows(plan.size());
     size_t row = 0, pick = 0, canvas_row = 0;  // next row of result.logits / result.picks / result.canvas_*
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const Segment& seg = plan[i].segment;
+      const bool sampled = !seg.sample.empty(), canvas_drawn = !seg.canvas_sample.empty();
+      if (canvas_drawn) {
+        rows[i].canvas.picks = result.canvas_picks.data() + canvas_row;
+        if (!result.canvas_logits.empty()) rows[i].canvas.logits = result.canvas_logits.data() + canvas_row * vocab;
+      } else if (sampled) {
+        rows[i].picks = result.picks.data() + pick;
+      } else {
+        rows[i].logits = result.logits.data() + row * vocab;
+        if (plan[i].seq->canvas) rows[i].canvas.logits = rows[i].logits;
+      }
+      (canvas_drawn ? canvas_row : sampled ? pick : row) += seg.logits_rows.size();
+    }
+    // Constrained blocks drawn on the host, all of them at once (DrawConstrainedBlocks).
+    std::vector<Sequence*> chain_seqs;
+    std::vector<float*> chain_logits;
+    std::vector<size_t> chain_of(plan.size(), SIZE_MAX);
+    for (size_t i = 0; i < plan.size(); ++i) {
+      Sequence& s = *plan[i].seq;
+      if (plan[i].prompt_chunk || s.canvas || !s.diffusion || !s.constraint || !rows[i].logits) continue;
+      chain_of[i] = chain_seqs.size();
+      chain_seqs.push_back(&s);
+      chain_logits.push_back(rows[i].logits);
+    }
+    std::vector<BlockDraw> draws;
+    if (!chain_seqs.empty()) DrawConstrainedBlocks(chain_seqs, chain_logits, &draws);
+
     std::vector<Sequence*> canvases_going_on;  // host-path canvases: their self-conditioning inputs below
-    for (auto& p : plan) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const Planned& p = plan[i];
       Sequence& s = *p.seq;
       const Segment& seg = p.segment;
-      const bool sampled = !seg.sample.empty(), canvas_drawn = !seg.canvas_sample.empty();
-      CanvasForwardRows canvas_rows;
-      if (canvas_drawn) {
-        canvas_rows.picks = result.canvas_picks.data() + canvas_row;
-        if (!result.canvas_logits.empty()) canvas_rows.logits = result.canvas_logits.data() + canvas_row * vocab;
-      }
-      float* logits = sampled || canvas_drawn ? nullptr : result.logits.data() + row * vocab;
-      const ForwardResult::Pick* picks = sampled ? result.picks.data() + pick : nullptr;
-      (canvas_drawn ? canvas_row : sampled ? pick : row) += seg.logits_rows.size();
       s.num_cached += seg.commit_len;
       if (prefix_cache_ && seg.commit_len > 0) OnCommitted(s);
       // The first choice's prompt is committed (its full pages are now in the prefix cache): the
@@ -632,13 +659,13 @@ bool Engine::Step() {
       s.stats.expert_layer_steps += moe_layers;
       if (p.prompt_chunk) continue;
       if (s.canvas) {
-        if (!canvas_drawn) canvas_rows.logits = logits;
-        ApplyCanvasStep(s, canvas_rows, vocab);
+        ApplyCanvasStep(s, rows[i].canvas, vocab);
         if (s.canvas->z) canvases_going_on.push_back(&s);
       } else if (!s.diffusion) {
-        ApplyTokenRow(s, logits, picks);
+        ApplyTokenRow(s, rows[i].logits, rows[i].picks);
       } else {
-        ApplyBlockStep(s, seg.logits_rows.size(), logits, picks);
+        ApplyBlockStep(s, rows[i].logits, rows[i].picks, seg.logits_rows.size(),
+                       chain_of[i] == SIZE_MAX ? nullptr : &draws[chain_of[i]]);
       }
     }
     if (!canvases_going_on.empty()) UpdateSelfConditioning(canvases_going_on);

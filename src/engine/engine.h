@@ -141,9 +141,22 @@ class Engine : public EngineApi {
   bool PlanTokens(Sequence& seq, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk);
   // Its autoregressive row: the backend's draw (pick) or the host's from logits; the stop rules.
   void ApplyTokenRow(Sequence& seq, float* logits, const ForwardResult::Pick* pick);
-  // Its diffusion block's denoising step from `rows` logits rows (host) or picks (backend), then
-  // OutputBlock once the block is complete: its fresh tokens streamed up to the stop rules.
-  void ApplyBlockStep(Sequence& seq, size_t rows, float* logits, const ForwardResult::Pick* picks);
+  // A constrained block's host draw (each row under its prefix's grammar mask), made before the
+  // step's results are applied: DrawConstrainedBlocks runs the sequences' chains on the host's
+  // threads (each sequence has its own decoder, sampler and matcher; the compiled grammars are
+  // thread-safe), so the draws are those of the serial order.
+  struct BlockDraw {
+    bool drawn = false;
+    DiffusionStepView view;
+    std::string error;  // the grammar threw: the sequence ends with it
+  };
+  // draws[i]: the draw of seqs[i] from its `logits[i]` rows.
+  void DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std::vector<float*>& logits,
+                             std::vector<BlockDraw>* draws);
+  // Its diffusion block's denoising step: `draw` (a constrained block's, drawn already), or from the
+  // block's logits rows (host) or picks (backend); then OutputBlock once the block is complete: its
+  // fresh tokens streamed up to the stop rules.
+  void ApplyBlockStep(Sequence& seq, float* logits, const ForwardResult::Pick* picks, size_t rows, BlockDraw* draw);
   void OutputBlock(Sequence& seq);
 
   // Canvas diffusion (DiffusionGemma, docs/DIFFUSION_GEMMA.md 6; engine_canvas.cpp).

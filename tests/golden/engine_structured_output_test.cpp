@@ -280,6 +280,42 @@ TEST(EngineStructuredOutput, ChoicesOfOneRequestFollowTheirOwnMatchers) {
   }
 }
 
+// Constrained blocks of a batch draw on the host's threads together (Engine::DrawConstrainedBlocks):
+// each request's tokens must be those it draws alone, with its own seed, sampler and matcher.
+TEST(EngineStructuredOutput, ConstrainedBlocksBatchedEqualEachAlone) {
+  Fixtures& f = Shared();
+  ordered_json suite = ordered_json::parse(testing::ReadFile(DataPath("grammar/schema_suite.json")));
+  auto run = [&](Engine& engine, const std::vector<size_t>& which, std::vector<Outcome>* outs) {
+    for (size_t i : which) {
+      auto g = engine.CompileGrammar(GrammarFormat::kJson, suite[(7 * i) % suite.size()]["schema"].dump());
+      GenerationRequest r = MakeCollectingRequest(Prompt(6 + i % 5), 120, &(*outs)[i]);
+      r.sampling.temperature = 1.f;
+      r.sampling.seed = 77 + i;
+      r.diffusion = i % 2 == 0 ? Diffusion(8, 4) : Diffusion(16, 16, DiffusionPolicy::kThreshold);
+      r.grammar = g;
+      engine.Submit(std::move(r));
+    }
+    engine.RunUntilIdle();
+  };
+  constexpr size_t kRequests = 8;
+  std::vector<Outcome> alone(kRequests), together(kRequests);
+  {
+    Engine engine(f.model.get(), f.tok.get(), Config(true));
+    for (size_t i = 0; i < kRequests; ++i) run(engine, {i}, &alone);
+  }
+  Engine engine(f.model.get(), f.tok.get(), Config(true));
+  std::vector<size_t> all(kRequests);
+  for (size_t i = 0; i < kRequests; ++i) all[i] = i;
+  run(engine, all, &together);
+  for (size_t i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(alone[i].finished && together[i].finished) << i;
+    EXPECT_TRUE(alone[i].error.empty()) << alone[i].error;
+    EXPECT_FALSE(alone[i].tokens.empty()) << i;
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(together[i].reason, alone[i].reason) << "request " << i;
+  }
+}
+
 TEST(EngineStructuredOutput, GrammarOfAnotherEngineIsRefused) {
   Fixtures& f = Shared();
   Engine a(f.model.get(), f.tok.get(), Config(false));
