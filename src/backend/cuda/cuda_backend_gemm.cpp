@@ -201,40 +201,47 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
     Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q, n, y, accumulate, stream_);
     return;
   }
-  // W8A8 inputs stay off the tensor-core kernels: their rounded rows (code x row scale, f32) split
-  // into bf16 hi + lo lose ~2^-17, enough to flip the next layer's 8-bit rounding of activations
-  // near a boundary (QuantGolden.CudaMatchesTheCpu, H100: FP8 W8A8 fixtures 6.4e-5 of the CPU with
-  // every argmax equal on the f32 path, 0.29-0.35 and 89-96 of 100 on the hi + lo kernels). Exact
-  // there would be the codes themselves as the bf16 operand and the row scale in the epilogue.
-  const bool mma = cuda::QuantMmaOk(*q, k) && w.quant.act == ActQuant::kNone;
+  const bool mma = cuda::QuantMmaOk(*q, k);
   if (cuda::QuantGemvFits(m, k) && !(m > 1 && mma)) {
     profiler_->Mark("MatMul quantized gemv");
     Enqueue("QuantGemv", cuda::QuantGemv, x, m, k, q, n, y, accumulate, stream_);
     return;
   }
-  // Tensor cores on the codes, the input rounded / permuted first as the weight's scheme says: wgmma
-  // for many rows (cuda_quant_wgmma.cu), mma.sync otherwise (cuda_quant_mma.cu).
+  // Tensor cores on the codes: wgmma for many rows (cuda_quant_wgmma.cu), mma.sync otherwise
+  // (cuda_quant_mma.cu). Act-order inputs are permuted first. W8A8 inputs go in as their 8-bit codes
+  // (exact in bf16: one MMA, hi alone) with each row's scale applied to the result: their rounded
+  // values (code x scale) split into bf16 hi + lo had lost ~2^-17, enough to flip the next layer's
+  // 8-bit rounding near a boundary (QuantGolden.CudaMatchesTheCpu, H100: the FP8 W8A8 fixtures 0.29-0.35
+  // of the CPU and 89-96 of 100 argmaxes, against 6.4e-5 and all on the f32 path).
   if (mma) {
-    DeviceBuffer xp;
+    DeviceBuffer xp, row_scale;
     const float* xin = x;
-    if (w.quant.act != ActQuant::kNone || w.quant.perm || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
+    const float* scale = nullptr;
+    bool exact = ExactActivations();
+    if (w.quant.act != ActQuant::kNone) {
+      xp = DeviceBuffer::Floats(*this, m * k);
+      row_scale = DeviceBuffer::Floats(*this, m);
+      Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, m, k, q, xp.f32(), row_scale.f32(), stream_);
+      xin = xp.f32();
+      scale = row_scale.f32();
+      exact = false;  // codes are exact in bf16
+    } else if (w.quant.perm || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
       xp = DeviceBuffer::Floats(*this, m * k);
       Enqueue("QuantPrepareInput", cuda::QuantPrepareInput, x, m, k, q, xp.f32(), stream_);
       xin = xp.f32();
     }
     if (cuda::QuantWgmmaOk(*q, m, k)) {
       profiler_->Mark("MatMul quantized wgmma");
-      const bool exact = ExactActivations();
       DeviceBuffer split(*this, (exact ? 2 : 1) * m * k * static_cast<int64_t>(sizeof(uint16_t)));
       Enqueue("QuantGemmWgmma", cuda::QuantGemmWgmma, xin, m, k, q, n, y, accumulate,
-              static_cast<uint16_t*>(split.data()), exact, stream_);
+              static_cast<uint16_t*>(split.data()), exact, scale, stream_);
       return;
     }
     profiler_->Mark("MatMul quantized mma");
     DeviceBuffer partial;
     if (const int64_t floats = cuda::QuantGemmMmaScratch(m, n, k); floats > 0)
       partial = DeviceBuffer::Floats(*this, floats);
-    Enqueue("QuantGemmMma", cuda::QuantGemmMma, xin, m, k, q, n, y, accumulate, ExactActivations(), partial.f32(),
+    Enqueue("QuantGemmMma", cuda::QuantGemmMma, xin, m, k, q, n, y, accumulate, exact, partial.f32(), scale,
             stream_);
     return;
   }

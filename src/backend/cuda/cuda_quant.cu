@@ -216,6 +216,30 @@ __global__ void PrepareInputKernel(const float* x, int64_t k, QuantMatrix w, flo
   for (int64_t c = threadIdx.x; c < k; c += blockDim.x) out[blockIdx.x * k + c] = xs[c];
 }
 
+// W8A8 rows as their codes: out = the 8-bit code of each (permuted) input (exact in bf16: int8 up
+// to 127, every e4m3 value), row_scale = the row's scale, so code x row scale is StageRow's value.
+__global__ void PrepareInputCodesKernel(const float* x, int64_t k, QuantMatrix w, float* out, float* row_scale) {
+  extern __shared__ float xs[];
+  const float* row = x + blockIdx.x * k;
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = row[w.perm ? w.perm[c] : c];
+  __syncthreads();
+  float s = w.act_scale;
+  if (w.act == 1) {
+    float m = 0.f;
+    for (int64_t c = threadIdx.x; c < k; c += blockDim.x) m = fmaxf(m, fabsf(xs[c]));
+    s = BlockMax(m) / (w.kind == kFp8 ? 448.f : 127.f);
+  }
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
+    float code = 0.f;
+    if (s > 0.f) {
+      if (w.kind == kFp8) code = Fp8Value(__nv_cvt_float_to_fp8(xs[c] / s, __NV_SATFINITE, __NV_E4M3));
+      else code = fminf(fmaxf(rintf(xs[c] / s), -127.f), 127.f);
+    }
+    out[blockIdx.x * k + c] = code;
+  }
+  if (threadIdx.x == 0) row_scale[blockIdx.x] = s > 0.f ? s : 0.f;
+}
+
 template <bool kVec>
 __global__ void MoeGateUpKernel(const float* x, int64_t hidden, const int32_t* idx, int64_t kslots,
                                 const QuantMatrix* experts, int64_t E, int64_t inter, float* act) {
@@ -287,6 +311,13 @@ void QuantPrepareInput(const float* x, int64_t m, int64_t k, const QuantMatrix* 
   const size_t smem = static_cast<size_t>(k) * 4;
   cudaFuncSetAttribute(PrepareInputKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10);
   PrepareInputKernel<<<static_cast<unsigned>(m), 256, smem, s>>>(x, k, *w, out);
+}
+
+void QuantPrepareInputCodes(const float* x, int64_t m, int64_t k, const QuantMatrix* w, float* out, float* row_scale,
+                            cudaStream_t s) {
+  const size_t smem = static_cast<size_t>(k) * 4;
+  cudaFuncSetAttribute(PrepareInputCodesKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10);
+  PrepareInputCodesKernel<<<static_cast<unsigned>(m), 256, smem, s>>>(x, k, *w, out, row_scale);
 }
 
 void QuantMoeGateUp(const float* x, int64_t hidden, const int32_t* idx, int64_t slots, int64_t k,

@@ -43,6 +43,11 @@ void QuantGemv(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64
 void QuantDequantF32(const QuantMatrix* w, int64_t n, int64_t k, float* out, cudaStream_t s);
 // out [m, k] = rows of x rounded as the weight's W8A8 rule says and gathered by its permutation.
 void QuantPrepareInput(const float* x, int64_t m, int64_t k, const QuantMatrix* w, float* out, cudaStream_t s);
+// The same rows as their 8-bit codes (out, exact in bf16) and each row's scale (row_scale [m]): out x
+// row_scale is QuantPrepareInput's value. The tensor-core kernels multiply the codes as they are (one
+// bf16 MMA, no rounding) and scale the rows at the end.
+void QuantPrepareInputCodes(const float* x, int64_t m, int64_t k, const QuantMatrix* w, float* out, float* row_scale,
+                            cudaStream_t s);
 
 // Routed experts of few rows on quantized weights: each (row, slot) pair reads its expert's codes.
 // experts: device array [3 * E] of QuantMatrix (gate..., up..., down...). act [slots, inter] then
@@ -84,8 +89,9 @@ bool QuantMmaOk(const QuantMatrix& w, int64_t k);
 // y[m, n] (+)= x[m, k] * dequant(w)^T. Products of few row and column tiles split k over the blocks:
 // scratch holds QuantGemmMmaScratch(m, n, k) floats (0: no split, scratch unused; null: k not split).
 int64_t QuantGemmMmaScratch(int64_t m, int64_t n, int64_t k);
+// row_scale (null: none): y's rows are scaled by it (W8A8 inputs given as codes, QuantPrepareInputCodes).
 void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                  bool exact, float* scratch, cudaStream_t s);
+                  bool exact, float* scratch, const float* row_scale, cudaStream_t s);
 // Dense products of kQuantWgmmaMinRows rows or more on Hopper's wgmma (cuda_quant_wgmma.cu, sm_90a
 // builds): symmetric weight-only codes (no zero points), k % 64 == 0, groups of a multiple of 64 (or
 // one a row), and the tensor-core kernels' other conditions (QuantMmaOk). split: scratch of
@@ -93,7 +99,7 @@ void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, in
 constexpr int64_t kQuantWgmmaMinRows = 256;
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k);
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                    uint16_t* split, bool exact, cudaStream_t s);
+                    uint16_t* split, bool exact, const float* row_scale, cudaStream_t s);
 // Routed experts of prompt-sized batches on the wgmma kernel: MoeGroupByExpert with
 // kQuantWgmmaUnitRows rows a unit, x gathered into x_split in sorted order (each unit's rows
 // contiguous for TMA), gate/up into act_split (split for the down matrices), down into slot_out

@@ -82,6 +82,7 @@ struct Args {
   // and SumPartialsKernel adds the splits in order (deterministic); k_split = K, partial null: one.
   int k_split;
   float* partial;
+  const float* row_scale;  // kDense: each row's factor (W8A8 inputs as codes), null: none
 };
 
 // A fragments of one chunk from staged rows r0 (row g) and r1 (row g + 8) at the lane's 8 floats;
@@ -316,13 +317,15 @@ __global__ void __launch_bounds__(kThreads, Tile<ROWS>::kBlocksPerSm) QuantMmaKe
         if constexpr (MODE == kDown) {
           dst = p.order[pos];
           scale = p.weights[dst];
+        } else if constexpr (MODE == kDense) {
+          if (p.row_scale) scale = p.row_scale[dst];
         }
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {
           const int col = col0 + kWarpW * wc + 8 * j + 2 * q + (e & 1);
           if (col >= n) continue;
           if (MODE == kDense && p.partial) {
-            p.partial[(static_cast<int64_t>(blockIdx.z) * p.m + dst) * n + col] = acc[mt][j][e];
+            p.partial[(static_cast<int64_t>(blockIdx.z) * p.m + dst) * n + col] = acc[mt][j][e] * scale;
             continue;
           }
           float* y = p.out + dst * n + col;
@@ -384,12 +387,12 @@ int64_t QuantGemmMmaScratch(int64_t m, int64_t n, int64_t k) {
 }
 
 void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                  bool exact, float* scratch, cudaStream_t s) {
+                  bool exact, float* scratch, const float* row_scale, cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
   Args a{};
   a.in = x, a.K = static_cast<int>(k), a.n = static_cast<int>(n), a.top_k = 1, a.m = m;
   a.dense = *w, a.group = w->group, a.zeros = w->zeros != nullptr;
-  a.accumulate = accumulate, a.exact = exact, a.out = y;
+  a.accumulate = accumulate, a.exact = exact, a.out = y, a.row_scale = row_scale;
   a.k_split = scratch ? KSplit(m, n, k) : static_cast<int>(k);
   const int splits = static_cast<int>((k + a.k_split - 1) / a.k_split);
   if (splits > 1) a.partial = scratch;

@@ -104,7 +104,7 @@ struct MoeArgs {
 template <int8_t KIND, bool kExact, int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
-                     float* y, bool accumulate, const MoeArgs moe) {
+                     float* y, bool accumulate, const float* row_scale, const MoeArgs moe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         y[static_cast<int64_t>(pair) * n + r] = acc[i] * moe.weights[pair];
       } else {
         float* out = y + static_cast<int64_t>(tok0 + tok) * n + r;
-        *out = (accumulate ? *out : 0.0f) + acc[i];
+        *out = (accumulate ? *out : 0.0f) + (row_scale ? acc[i] * row_scale[tok0 + tok] : acc[i]);
       }
     }
   }
@@ -316,13 +316,13 @@ bool SplitMap(const uint16_t* split, int64_t rows, int64_t k, int parts, CUtenso
 
 template <int MODE>
 void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
-                 bool accumulate, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
+                 bool accumulate, const float* row_scale, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
   auto go = [&](auto kernel, size_t smem) {
     KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
     LaunchKernel(kernel, grid, kThreads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
                                                   static_cast<int>(k),
                                                   static_cast<int>(std::min<int64_t>(w.group, k)), y,
-                                                  accumulate, moe);
+                                                  accumulate, row_scale, moe);
   };
   if (w.kind == kInt4)
     exact ? go(QuantWgmmaKernel<kInt4, true, MODE>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false, MODE>, kSmem<kInt4>);
@@ -335,17 +335,17 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
 }  // namespace
 
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
-                    uint16_t* split, bool exact, cudaStream_t s) {
+                    uint16_t* split, bool exact, const float* row_scale, cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
   CUtensorMap map;
   if (!SplitMap(split, m, k, exact ? 2 : 1, &map)) {
     // A driver without cuTensorMapEncodeTiled: the mma.sync kernel (k not split: no scratch here).
-    QuantGemmMma(x, m, k, w, n, y, accumulate, exact, nullptr, s);
+    QuantGemmMma(x, m, k, w, n, y, accumulate, exact, nullptr, row_scale, s);
     return;
   }
   QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
   const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
-  LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, MoeArgs{}, exact, grid, s);
+  LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, row_scale, MoeArgs{}, exact, grid, s);
 }
 
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
@@ -366,9 +366,9 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
   moe.E = E, moe.act_hi = act_split, moe.act_lo = exact ? act_split + pairs * inter : nullptr;
   moe.act_kind = down0->kind, moe.gelu = gelu;
   const dim3 up_grid(static_cast<unsigned>((inter + kWRows / 2 - 1) / (kWRows / 2)), static_cast<unsigned>(max_units));
-  LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, moe, exact, up_grid, s);
+  LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, nullptr, moe, exact, up_grid, s);
   const dim3 down_grid(static_cast<unsigned>((hidden + kWRows - 1) / kWRows), static_cast<unsigned>(max_units));
-  LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, moe, exact, down_grid, s);
+  LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, nullptr, moe, exact, down_grid, s);
 }
 
 }  // namespace tessera::cuda
