@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <list>
 #include <memory>
@@ -148,7 +149,8 @@ class Engine : public EngineApi {
   struct BlockDraw {
     bool drawn = false;
     DiffusionStepView view;
-    std::string error;  // the grammar threw: the sequence ends with it
+    std::string error;          // the grammar threw: the sequence ends with it
+    std::exception_ptr fault;   // anything else (rethrown by DrawConstrainedBlocks)
   };
   // draws[i]: the draw of seqs[i] from its `logits[i]` rows.
   void DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std::vector<float*>& logits,

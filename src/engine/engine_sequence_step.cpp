@@ -101,6 +101,8 @@ void Engine::DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std
       d.view = s.diffusion->ApplyConstrainedStep(logits[i], vocab, *s.sampler, *s.constraint);
     } catch (const Error& e) {
       d.error = e.what();
+    } catch (...) {  // out of memory and the like: rethrown on the engine's thread below
+      d.fault = std::current_exception();
     }
     d.drawn = true;
   };
@@ -108,14 +110,17 @@ void Engine::DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std
   // of constrained blocks was that many milliseconds a step on the engine's thread alone.
   if (seqs.size() == 1) {
     draw(0);
-    return;
+  } else {
+    ThreadPool::Global().ParallelFor(
+        seqs.size(),
+        [&](size_t b, size_t e, int) {
+          for (size_t i = b; i < e; ++i) draw(i);
+        },
+        1);
   }
-  ThreadPool::Global().ParallelFor(
-      seqs.size(),
-      [&](size_t b, size_t e, int) {
-        for (size_t i = b; i < e; ++i) draw(i);
-      },
-      1);
+  // A failure that is not the grammar's ends the step as it did on one thread (Engine::FailRunning).
+  for (const BlockDraw& d : *draws)
+    if (d.fault) std::rethrow_exception(d.fault);
 }
 
 void Engine::ApplyBlockStep(Sequence& s, float* logits, const ForwardResult::Pick* picks, size_t rows,
