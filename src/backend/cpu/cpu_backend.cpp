@@ -29,7 +29,8 @@ inline float GeluTanh(float x) {
 
 // 1 / sqrt(mean(x^2) + eps) of one row, the sum in double over 8 independent lanes: one running
 // sum waited on each add's latency (~1.2 us a 1,024-wide row, ~100 norms a decode step, all on the
-// calling thread); lanes vectorize and the double sum still rounds the same into the f32 factor.
+// calling thread); lanes vectorize, and the changed order of a double sum moves bits far below the
+// f32 factor's rounding.
 float InverseRms(const float* x, int64_t n, float eps) {
   double lane[8] = {};
   int64_t j = 0;

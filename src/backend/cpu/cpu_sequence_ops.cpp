@@ -267,6 +267,7 @@ void CpuBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     const int32_t entry = static_cast<int32_t>(plan.cache_rows.size());
     std::vector<int64_t>& rows = plan.cache_rows.emplace_back(a.first_pos);
     // Page by page (a division per key was ~1 us a 1K-key row, every layer, on the calling thread).
+    TESSERA_CHECK(a.first_pos == 0 || (a.pages && a.page_size > 0));
     for (int64_t j = 0, page = 0; j < a.first_pos; ++page) {
       const int64_t base = static_cast<int64_t>(a.pages[page]) * a.page_size;
       for (int64_t i = 0; i < a.page_size && j < a.first_pos; ++i, ++j) rows[j] = base + i;
