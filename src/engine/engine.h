@@ -140,6 +140,8 @@ class Engine : public EngineApi {
   // A token or block sequence's part of a step (engine_sequence_step.cpp). Its segment within
   // `budget` (alone: nothing else is planned yet), or a prompt chunk; false: nothing for it this step.
   bool PlanTokens(Sequence& seq, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk);
+  // Whether `token` ends seq's output (eos unless ignore_eos, a stop id; never for a constrained one).
+  bool EndsOutput(const Sequence& seq, int32_t token) const;
   // Its autoregressive row: the backend's draw (pick) or the host's from logits; the stop rules.
   void ApplyTokenRow(Sequence& seq, float* logits, const ForwardResult::Pick* pick);
   // A constrained block's host draw (each row under its prefix's grammar mask), made before the
@@ -147,7 +149,6 @@ class Engine : public EngineApi {
   // threads (each sequence has its own decoder, sampler and matcher; the compiled grammars are
   // thread-safe), so the draws are those of the serial order.
   struct BlockDraw {
-    bool drawn = false;
     DiffusionStepView view;
     std::string error;          // the grammar threw: the sequence ends with it
     std::exception_ptr fault;   // anything else (rethrown by DrawConstrainedBlocks)
@@ -155,9 +156,9 @@ class Engine : public EngineApi {
   // draws[i]: the draw of seqs[i] from its `logits[i]` rows.
   void DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std::vector<float*>& logits,
                              std::vector<BlockDraw>* draws);
-  // Its diffusion block's denoising step: `draw` (a constrained block's, drawn already), or from the
-  // block's logits rows (host) or picks (backend); then OutputBlock once the block is complete: its
-  // fresh tokens streamed up to the stop rules.
+  // Its diffusion block's denoising step: `draw` (a constrained block's, from DrawConstrainedBlocks;
+  // null otherwise), or from the block's logits rows (host) or picks (backend); then OutputBlock once
+  // the block is complete: its fresh tokens streamed up to the stop rules.
   void ApplyBlockStep(Sequence& seq, float* logits, const ForwardResult::Pick* picks, size_t rows, BlockDraw* draw);
   void OutputBlock(Sequence& seq);
 

@@ -237,11 +237,6 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
   s.stats.steps_per_block.push_back(cs.step);
   ++cs.canvases_done;
   s.tokens.insert(s.tokens.end(), argmax.begin(), argmax.end());
-  auto is_end = [&](int32_t t) {
-    return (!s.req.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
-           std::find(s.req.sampling.stop_token_ids.begin(), s.req.sampling.stop_token_ids.end(), t) !=
-               s.req.sampling.stop_token_ids.end();
-  };
   // Output: up to the first end token (dropped with everything after it, as transformers blanks them),
   // cut at max_tokens.
   std::vector<int32_t> emit;
@@ -255,7 +250,7 @@ void Engine::ApplyCanvasStep(Sequence& s, const CanvasForwardRows& in, int64_t v
     emit.assign(argmax.begin(), argmax.begin() + static_cast<std::ptrdiff_t>(end));
   } else {
     for (int32_t t : argmax) {
-      if (is_end(t)) {
+      if (EndsOutput(s, t)) {
         eos = true;
         break;
       }

@@ -15,6 +15,15 @@
 
 namespace tessera {
 
+// An unconstrained output ends at an eos (unless ignore_eos) or one of the request's stop ids; a
+// constrained one where its grammar says instead.
+bool Engine::EndsOutput(const Sequence& s, int32_t token) const {
+  if (s.constraint) return false;
+  const auto& stop_ids = s.req.sampling.stop_token_ids;
+  return (!s.req.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) ||
+         std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+}
+
 bool Engine::PlanTokens(Sequence& s, int64_t budget, bool alone, Segment* seg, bool* prompt_chunk) {
   if (!s.diffusion) {
     const int64_t remaining = static_cast<int64_t>(s.tokens.size()) - s.num_cached;
@@ -80,11 +89,7 @@ void Engine::ApplyTokenRow(Sequence& s, float* logits, const ForwardResult::Pick
   const bool complete = s.constraint && AdvanceGrammar(s, tok);
   EmitTokens(s, {tok}, std::move(lps), !ends);
   // A constrained sequence ends where its grammar says (AdvanceGrammar: end tokens count there).
-  const auto& stop_ids = s.req.sampling.stop_token_ids;
-  const bool eos = !s.constraint && !s.req.sampling.ignore_eos &&
-                   std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
-  const bool stop_id = !s.constraint && std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end();
-  if (eos || stop_id || complete || s.stop->stopped())
+  if (EndsOutput(s, tok) || complete || s.stop->stopped())
     Finish(s, FinishReason::kStop);
   else if (s.generated() >= s.req.sampling.max_tokens || static_cast<int64_t>(s.tokens.size()) >= config_.max_model_len)
     Finish(s, FinishReason::kLength);
@@ -104,7 +109,6 @@ void Engine::DrawConstrainedBlocks(const std::vector<Sequence*>& seqs, const std
     } catch (...) {  // out of memory and the like: rethrown on the engine's thread below
       d.fault = std::current_exception();
     }
-    d.drawn = true;
   };
   // A row's draw is ~1 ms on a 152K vocabulary (mask, softmax, sample), a chain several rows: a batch
   // of constrained blocks was that many milliseconds a step on the engine's thread alone.
@@ -128,7 +132,7 @@ void Engine::ApplyBlockStep(Sequence& s, float* logits, const ForwardResult::Pic
   DiffusionDecoder& d = *s.diffusion;
   const int64_t vocab = model_->config().vocab_size;
   DiffusionStepView view;
-  if (draw && draw->drawn) {
+  if (draw) {
     if (!draw->error.empty()) {
       Finish(s, FinishReason::kError, draw->error);
       return;
@@ -171,17 +175,13 @@ void Engine::OutputBlock(Sequence& s) {
   size_t output_end = fresh.size();
   if (s.constraint) output_end = AdvanceGrammarBlock(s, fresh, &eos);
   if (s.finished) return;
-  const auto& stop_ids = s.req.sampling.stop_token_ids;
   for (size_t i = 0; i < output_end; ++i) {
     const int32_t t = fresh[i];
     if (s.output_tokens + static_cast<int64_t>(emit.size()) >= s.req.sampling.max_tokens) {
       eos = false;  // cut by max_tokens before the structure's end: "length"
       break;
     }
-    const bool is_eos = !s.constraint &&
-                        ((!s.req.sampling.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t) != eos_ids_.end()) ||
-                         std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end());
-    if (is_eos) {
+    if (EndsOutput(s, t)) {
       eos = true;
       break;
     }
