@@ -58,27 +58,29 @@ __device__ float BlockMax(float v) {
   return WarpMax(m);
 }
 
-__device__ __forceinline__ float RoundAct(float v, float s, int8_t kind) {
+// The W8A8 code of input v at activation scale s: e4m3 or int8 (within +-127), 0 when s is 0.
+__device__ __forceinline__ float ActCode(float v, float s, int8_t kind) {
   if (s <= 0.f) return 0.f;
-  if (kind == kFp8) {
-    const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v / s, __NV_SATFINITE, __NV_E4M3);
-    return Fp8Value(q) * s;
-  }
-  return fminf(fmaxf(rintf(v / s), -127.f), 127.f) * s;
+  if (kind == kFp8) return Fp8Value(__nv_cvt_float_to_fp8(v / s, __NV_SATFINITE, __NV_E4M3));
+  return fminf(fmaxf(rintf(v / s), -127.f), 127.f);
+}
+
+// One input row for matrix w gathered by w.perm into shared memory xs; returns its W8A8 activation
+// scale (the static one, or the row's max |x| over the code range; unused when w.act is 0).
+__device__ float GatherRow(const float* x, int64_t k, const QuantMatrix& w, float* xs) {
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = x[w.perm ? w.perm[c] : c];
+  __syncthreads();
+  if (w.act != 1) return w.act_scale;
+  float m = 0.f;
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) m = fmaxf(m, fabsf(xs[c]));
+  return BlockMax(m) / (w.kind == kFp8 ? 448.f : 127.f);
 }
 
 // Stages one input row for matrix w into shared memory: gathered by w.perm, rounded by w.act.
 __device__ void StageRow(const float* x, int64_t k, const QuantMatrix& w, float* xs) {
-  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = x[w.perm ? w.perm[c] : c];
-  __syncthreads();
+  const float s = GatherRow(x, k, w, xs);
   if (w.act == 0) return;
-  float s = w.act_scale;
-  if (w.act == 1) {
-    float m = 0.f;
-    for (int64_t c = threadIdx.x; c < k; c += blockDim.x) m = fmaxf(m, fabsf(xs[c]));
-    s = BlockMax(m) / (w.kind == kFp8 ? 448.f : 127.f);
-  }
-  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = RoundAct(xs[c], s, w.kind);
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = ActCode(xs[c], s, w.kind) * s;
   __syncthreads();
 }
 
@@ -220,23 +222,8 @@ __global__ void PrepareInputKernel(const float* x, int64_t k, QuantMatrix w, flo
 // to 127, every e4m3 value), row_scale = the row's scale, so code x row scale is StageRow's value.
 __global__ void PrepareInputCodesKernel(const float* x, int64_t k, QuantMatrix w, float* out, float* row_scale) {
   extern __shared__ float xs[];
-  const float* row = x + blockIdx.x * k;
-  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) xs[c] = row[w.perm ? w.perm[c] : c];
-  __syncthreads();
-  float s = w.act_scale;
-  if (w.act == 1) {
-    float m = 0.f;
-    for (int64_t c = threadIdx.x; c < k; c += blockDim.x) m = fmaxf(m, fabsf(xs[c]));
-    s = BlockMax(m) / (w.kind == kFp8 ? 448.f : 127.f);
-  }
-  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
-    float code = 0.f;
-    if (s > 0.f) {
-      if (w.kind == kFp8) code = Fp8Value(__nv_cvt_float_to_fp8(xs[c] / s, __NV_SATFINITE, __NV_E4M3));
-      else code = fminf(fmaxf(rintf(xs[c] / s), -127.f), 127.f);
-    }
-    out[blockIdx.x * k + c] = code;
-  }
+  const float s = GatherRow(x + blockIdx.x * k, k, w, xs);
+  for (int64_t c = threadIdx.x; c < k; c += blockDim.x) out[blockIdx.x * k + c] = ActCode(xs[c], s, w.kind);
   if (threadIdx.x == 0) row_scale[blockIdx.x] = s > 0.f ? s : 0.f;
 }
 
