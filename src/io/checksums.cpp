@@ -1,13 +1,9 @@
 // tessera io: SHA-256 (OpenSSL EVP, streamed in 1 MiB chunks) and SHA256SUMS verification.
 #include "io/checksums.h"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <unistd.h>
 
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -75,29 +71,10 @@ std::string Sha256Hex(const void* data, size_t n) {
 }
 
 std::string Sha256File(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT || err == ENOTDIR) Fail(ErrorKind::kNotFound, "{}: no such file", path);
-    Fail(ErrorKind::kCorrupt, "{}: cannot open: {}", path, std::strerror(err));
-  }
   MdCtx ctx = NewSha256();
-  std::unique_ptr<char[]> buf(new char[kChunkBytes]);
-  for (;;) {
-    ssize_t n = ::read(fd, buf.get(), kChunkBytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      Fail(ErrorKind::kCorrupt, "{}: cannot read: {}", path, std::strerror(err));
-    }
-    if (n == 0) break;
-    if (EVP_DigestUpdate(ctx.get(), buf.get(), static_cast<size_t>(n)) != 1) {
-      ::close(fd);
-      Fail(ErrorKind::kInternal, "OpenSSL: SHA-256 failed on {}", path);
-    }
-  }
-  ::close(fd);
+  ReadFileChunks(path, kChunkBytes, [&](const char* p, size_t n) {
+    if (EVP_DigestUpdate(ctx.get(), p, n) != 1) Fail(ErrorKind::kInternal, "OpenSSL: SHA-256 failed on {}", path);
+  });
   return FinishHex(ctx.get());
 }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/error.h"
 #include "io/json_strict.h"
@@ -24,27 +25,30 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-std::string ReadFileText(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+void ReadFileChunks(const std::string& path, size_t chunk, const std::function<void(const char*, size_t)>& sink) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT || err == ENOTDIR) Fail(ErrorKind::kNotFound, "{}: no such file", path);
     Fail(ErrorKind::kCorrupt, "{}: cannot open: {}", path, std::strerror(err));
   }
-  std::string out;
-  char buf[1 << 16];
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::unique_ptr<char[]> buf(new char[chunk]);
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd, buf.get(), chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      Fail(ErrorKind::kCorrupt, "{}: cannot read: {}", path, std::strerror(err));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    if (n < 0) Fail(ErrorKind::kCorrupt, "{}: cannot read: {}", path, std::strerror(errno));
+    if (n == 0) return;
+    sink(buf.get(), static_cast<size_t>(n));
   }
-  ::close(fd);
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::string out;
+  ReadFileChunks(path, 1 << 16, [&](const char* p, size_t n) { out.append(p, n); });
   return out;
 }
 

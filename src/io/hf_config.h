@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <functional>
 #include <string>
 
 namespace tessera {
@@ -37,5 +38,8 @@ bool FileExists(const std::string& path);
 std::string JoinPath(const std::string& dir, const std::string& name);
 // Whole file as bytes; throws Error(kNotFound) when missing, kCorrupt when unreadable.
 std::string ReadFileText(const std::string& path);
+// The file's bytes in order, handed to `sink` in pieces of at most `chunk` bytes (the same errors as
+// ReadFileText; what sink throws propagates, the file closed).
+void ReadFileChunks(const std::string& path, size_t chunk, const std::function<void(const char*, size_t)>& sink);
 
 }  // namespace tessera

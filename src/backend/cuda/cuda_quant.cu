@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_quant.h"
 
 namespace tessera::cuda {
@@ -34,16 +35,6 @@ __device__ __forceinline__ float CodeValue(const QuantMatrix& w, const uint8_t* 
   if (w.kind == kInt8) return static_cast<float>(static_cast<int8_t>(row[c]));
   const int nib = (c & 1) ? (row[c >> 1] >> 4) : (row[c >> 1] & 0xf);
   return static_cast<float>(nib >= 8 ? nib - 16 : nib);
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // max over the block (all threads call; result in every thread).
