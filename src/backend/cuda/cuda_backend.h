@@ -223,10 +223,14 @@ class CudaBackend : public Backend {
     // Every matrix takes the tiled kernels (cuda::QuantTiledOk) and shares expert 0's kind, zero
     // points, and (gate with up) group size; gate0 / down0 are expert 0's, on the host.
     bool tiled = false;
-    // Every matrix takes the tensor-core kernels (cuda::QuantMmaOk, weight-only), gate and up share
-    // expert 0's kind, zero points and group, as the down matrices share expert 0's.
+    // Every matrix takes the tensor-core kernels (cuda::QuantMmaOk), gate and up share expert 0's
+    // kind, zero points, group and W8A8 rule (scheme and static scale), as the down matrices share
+    // expert 0's: one coding of a row of x serves every gate and up, one of a pair's activations
+    // every down.
     bool mma = false;
-    // ... and the wgmma kernel (cuda::QuantWgmmaOk at a prompt's rows).
+    // ... with W8A8 rules: their inputs go in as codes (cuda::QuantPrepareInputCodes).
+    bool w8a8 = false;
+    // ... and the wgmma kernel (cuda::QuantWgmmaOk at a prompt's rows; weight-only).
     bool wgmma = false;
     cuda::QuantMatrix gate0, down0;
   };

@@ -195,6 +195,7 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   const int64_t E = static_cast<int64_t>(experts.size()), slots = rows * k;
   const int64_t inter = experts[0].gate.dim(0);
   if (!qt.mma || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) return false;
+  if (qt.w8a8 && slots < cuda::kQuantMoeW8a8MmaMinSlots) return false;
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
   if (qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E) {
     // Prompt-sized batches: the wgmma kernel, units of kQuantWgmmaUnitRows rows.
@@ -218,7 +219,7 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
     SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
     return true;
   }
-  profiler_->Mark("MoeExperts quantized mma");
+  profiler_->Mark(qt.w8a8 ? "MoeExperts quantized mma w8a8" : "MoeExperts quantized mma");
   const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
   const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
@@ -229,10 +230,31 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
           static_cast<int4*>(units.data()), num_units.i32(), stream_);
   const auto* u = static_cast<const int4*>(units.data());
-  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(),
-          max_units, table, &qt.gate0, E, inter, act.f32(), ExactActivations(), gelu, stream_);
-  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(),
-          max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), ExactActivations(), stream_);
+  // W8A8: each row of x as its codes once for every gate and up (the experts share the rule), each
+  // pair's activations once for its down; the codes are exact in bf16 (one MMA, hi alone) and the
+  // kernels scale the sums by the rows' factors (as QuantMatMul's dense products do).
+  DeviceBuffer x_codes, x_scale, act_codes, act_scale;
+  const float* gate_in = x;
+  if (qt.w8a8) {
+    x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
+    Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
+            x_scale.f32(), stream_);
+    gate_in = x_codes.f32();
+  }
+  const bool exact = ExactActivations() && !qt.w8a8;
+  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, gate_in, hidden, k, order.i32(), u,
+          num_units.i32(), max_units, table, &qt.gate0, E, inter, act.f32(), exact, gelu,
+          static_cast<const float*>(x_scale.f32()), stream_);
+  const float* down_in = act.f32();
+  if (qt.w8a8) {
+    act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
+    Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, act.f32(), slots, inter, &qt.down0,
+            act_codes.f32(), act_scale.f32(), stream_);
+    down_in = act_codes.f32();
+  }
+  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, down_in, inter, order.i32(), u, num_units.i32(),
+          max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), exact,
+          static_cast<const float*>(act_scale.f32()), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
   return true;
 }
@@ -298,8 +320,9 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
       const cuda::QuantMatrix& ref = mats[j == 2 ? 2 * E : 0];
       tiled = tiled && cuda::QuantTiledOk(q) && q.kind == ref.kind && (q.zeros == nullptr) == (ref.zeros == nullptr) &&
               q.group == ref.group && q.row_bytes == ref.row_bytes;
-      mma = mma && cuda::QuantMmaOk(q, t[j]->dim(1)) && q.perm == nullptr && q.act == 0 && q.kind == ref.kind &&
-            (q.zeros == nullptr) == (ref.zeros == nullptr) && q.group == ref.group;
+      mma = mma && cuda::QuantMmaOk(q, t[j]->dim(1)) && q.perm == nullptr && q.kind == ref.kind &&
+            (q.zeros == nullptr) == (ref.zeros == nullptr) && q.group == ref.group && q.act == ref.act &&
+            q.act_scale == ref.act_scale && (q.act == 0) == (mats[0].act == 0);
       wgmma = wgmma && cuda::QuantWgmmaOk(q, cuda::kQuantWgmmaMinRows, t[j]->dim(1));
     }
   }
@@ -309,7 +332,8 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
     slot->codes = codes;
     slot->vec = vec;
     slot->mma = mma;
-    slot->wgmma = mma && wgmma;
+    slot->w8a8 = mma && mats[0].act != 0;
+    slot->wgmma = mma && wgmma && !slot->w8a8;
     slot->tiled = tiled && mats[0].kind == mats[2 * E].kind &&
                   (mats[0].zeros == nullptr) == (mats[2 * E].zeros == nullptr);
     if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];

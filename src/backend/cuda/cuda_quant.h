@@ -3,9 +3,10 @@
 // kernels with many loads in flight) and cuda_quant_mma.cu (tensor cores for many rows). Codes are
 // dequantized in registers as they stream from memory, so every product reads the compressed bytes;
 // shapes the tensor-core kernels do not take dequantize a weight into f32 scratch for cuBLASLt's f32
-// GEMM. W8A8 schemes round the input rows to the weight's code type first, as the CPU backend does
-// (backend/cpu/gemm_quant.cpp), and multiply them in bf16 hi + lo like any input: an FP8 / int8
-// tensor-core GEMM on quantized activations is not built.
+// GEMM. W8A8 schemes round the input rows to the weight's code type as the CPU backend does
+// (backend/cpu/gemm_quant.cpp): the staged kernels in shared memory, the tensor-core kernels from the
+// rows' 8-bit codes (exact in bf16) with each row's scale applied to the sums. An FP8 / int8
+// tensor-core GEMM (e4m3 x e4m3 MMA) is not built.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -121,15 +122,21 @@ void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind,
 // unit), the contracts of MoeGroupedGateUp / MoeGroupedDown (any activation); first: experts[0] on
 // the host (every gate / up matrix shares its kind, group and zero points, as every down matrix does).
 // The unit rows for `slots` pairs over E experts: kQuantMmaFewRows while they average at most that
-// many an expert.
+// many an expert. row_scale (null: none): W8A8 inputs given as codes (QuantPrepareInputCodes), the
+// gate / up sums scaled by their token's factor ([rows of x]) before the activation, the down sums by
+// their sorted position's ([pairs], act's rows) before the routing weight.
 int QuantMoeMmaUnitRows(int64_t slots, int64_t num_experts);
+// W8A8 experts of fewer pairs take the staged per-pair kernels (their inputs rounded in shared memory):
+// below it the two coding launches and the 16-row units cost more than they save.
+constexpr int64_t kQuantMoeW8a8MmaMinSlots = 64;
 void QuantMoeMmaGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order,
                        const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
                        const QuantMatrix* first, int64_t E, int64_t inter, float* act, bool exact, bool gelu,
-                       cudaStream_t s);
+                       const float* row_scale, cudaStream_t s);
 void QuantMoeMmaDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
                      const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
-                     const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, bool exact, cudaStream_t s);
+                     const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, bool exact,
+                     const float* row_scale, cudaStream_t s);
 
 // Pairs the staged per-pair MoE kernels take (each re-reads its expert's codes; past this the
 // host-grouped products read each expert once), for matrices the tiled and tensor-core kernels refuse.

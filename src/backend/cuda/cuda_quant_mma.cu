@@ -82,7 +82,9 @@ struct Args {
   // and SumPartialsKernel adds the splits in order (deterministic); k_split = K, partial null: one.
   int k_split;
   float* partial;
-  const float* row_scale;  // kDense: each row's factor (W8A8 inputs as codes), null: none
+  // W8A8 inputs as codes: the factor of each input row (kDense: by row; kGateUp: by token, the row of
+  // x; kDown: by sorted position, the row of in), null: none.
+  const float* row_scale;
 };
 
 // A fragments of one chunk from staged rows r0 (row g) and r1 (row g + 8) at the lane's 8 floats;
@@ -306,30 +308,31 @@ __global__ void __launch_bounds__(kThreads, Tile<ROWS>::kBlocksPerSm) QuantMmaKe
       if (r >= unit.z) continue;
       const int64_t pos = unit.y + r;
       if constexpr (MODE == kGateUp) {
+        const float rs = p.row_scale ? p.row_scale[p.order[pos] / p.top_k] : 1.0f;
 #pragma unroll
         for (int j = 0; j < kJ / 2; ++j) {
           const int col = col0 + kWarpW / 2 * wc + 8 * j + 2 * q + (e & 1);
-          if (col < n) p.out[pos * n + col] = GatedActF(acc[mt][j][e], acc[mt][j + kJ / 2][e], p.gelu);
+          if (col < n) p.out[pos * n + col] = GatedActF(acc[mt][j][e] * rs, acc[mt][j + kJ / 2][e] * rs, p.gelu);
         }
       } else {
-        float scale = 1.0f;
+        // The row's factor first, then (kDown) the routing weight: the CPU's order of the two.
+        const float rs = p.row_scale ? p.row_scale[pos] : 1.0f;
+        float wgt = 1.0f;
         int64_t dst = pos;
         if constexpr (MODE == kDown) {
           dst = p.order[pos];
-          scale = p.weights[dst];
-        } else if constexpr (MODE == kDense) {
-          if (p.row_scale) scale = p.row_scale[dst];
+          wgt = p.weights[dst];
         }
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {
           const int col = col0 + kWarpW * wc + 8 * j + 2 * q + (e & 1);
           if (col >= n) continue;
           if (MODE == kDense && p.partial) {
-            p.partial[(static_cast<int64_t>(blockIdx.z) * p.m + dst) * n + col] = acc[mt][j][e] * scale;
+            p.partial[(static_cast<int64_t>(blockIdx.z) * p.m + dst) * n + col] = acc[mt][j][e] * rs;
             continue;
           }
           float* y = p.out + dst * n + col;
-          *y = (MODE == kDense && p.accumulate ? *y : 0.0f) + acc[mt][j][e] * scale;
+          *y = (MODE == kDense && p.accumulate ? *y : 0.0f) + acc[mt][j][e] * rs * wgt;
         }
       }
     }
@@ -413,24 +416,27 @@ int QuantMoeMmaUnitRows(int64_t slots, int64_t num_experts) {
 void QuantMoeMmaGateUp(int unit_rows, const float* x, int64_t hidden, int64_t k, const int32_t* order, const int4* units,
                        const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
                        const QuantMatrix* first, int64_t E, int64_t inter, float* act, bool exact, bool gelu,
-                       cudaStream_t s) {
+                       const float* row_scale, cudaStream_t s) {
   if (max_units <= 0) return;
   Args a{};
   a.in = x, a.K = static_cast<int>(hidden), a.n = static_cast<int>(inter), a.top_k = static_cast<int>(k);
   a.order = order, a.units = units, a.num_units = num_units, a.table = experts, a.E = E;
   a.group = first->group, a.zeros = first->zeros != nullptr, a.exact = exact, a.gelu = gelu, a.out = act;
+  a.row_scale = row_scale;
   a.k_split = a.K;
   Launch<kGateUp>(first->kind, unit_rows, a, max_units, s);
 }
 
 void QuantMoeMmaDown(int unit_rows, const float* act, int64_t inter, const int32_t* order, const int4* units,
                      const int32_t* num_units, int64_t max_units, const float* weights, const QuantMatrix* experts,
-                     const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, bool exact, cudaStream_t s) {
+                     const QuantMatrix* first, int64_t E, int64_t hidden, float* slot_out, bool exact,
+                     const float* row_scale, cudaStream_t s) {
   if (max_units <= 0) return;
   Args a{};
   a.in = act, a.K = static_cast<int>(inter), a.n = static_cast<int>(hidden), a.top_k = 1;
   a.order = order, a.units = units, a.num_units = num_units, a.weights = weights, a.table = experts, a.E = E;
   a.group = first->group, a.zeros = first->zeros != nullptr, a.exact = exact, a.out = slot_out;
+  a.row_scale = row_scale;
   a.k_split = a.K;
   Launch<kDown>(first->kind, unit_rows, a, max_units, s);
 }
