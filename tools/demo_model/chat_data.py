@@ -1,14 +1,15 @@
 """Synthetic chat conversations for the demo model (deterministic given the random.Random passed in).
 
 Invented tools (weather, time zone, unit conversion, timer) answered with Qwen-style <tool_call> JSON;
-tool results answered in prose; small talk; plain questions answered from the English corpus
-(Jargon File definitions, fortune cookies) and a small table of capitals. Tool and parameter names
+tool results answered in prose; small talk and simple questions (simple_facts.py), a few hundred short
+fortune cookies, and plain "I don't know" answers to what a model this small cannot know. Tool and parameter names
 vary between samples (get_weather / get_current_weather, city / location) so the model learns to copy
 the names the request declares instead of memorising one schema.
 """
 import json
+import re
 
-import corpus
+import simple_facts as facts
 
 # (city, country, IANA time zone, usual temperature in C)
 CITIES = [
@@ -108,9 +109,14 @@ def _fmt(x):
 class Generator:
     def __init__(self, rng, fortunes, jargon):
         self.r = rng
-        self.fortunes = fortunes
-        self.jargon = jargon
-        self.topics = sorted({name for name, _ in fortunes})
+        # Fortunes it can learn by heart: short one-line cookies.
+        self.short_fortunes = sorted({t for _, t in fortunes if len(t) <= 110 and "\n" not in t})
+        rng.shuffle(self.short_fortunes)
+        self.short_fortunes = self.short_fortunes[:200]
+        # Words it is taught not to know: the Jargon File's one-word terms.
+        known = {n.split(" ")[-1] for n, _ in facts.WORDS}
+        self.unknown_words = sorted({t for t, _ in jargon if re.fullmatch(r"[a-z][a-z-]{3,14}", t) and t not in known})
+        self.city_countries = [(c[0], c[1]) for c in CITIES]
 
     # ----- tool tasks: each returns (user text, tool key, arguments, result, prose answer)
     def weather_task(self, arg):
@@ -190,54 +196,27 @@ class Generator:
         ans = f"Done! Your {minutes}-minute timer" + (f" for the {label}" if label else "") + " is running."
         return q, "timer", args, result, ans
 
-    # ----- prose answers
+    # ----- prose answers (simple_facts.py holds the questions and answers)
     def prose_task(self, with_tools=False):
         r = self.r
         x = r.random()
-        if with_tools and 0.75 <= x < 0.82:
-            x = 0.1  # the 'no tools here' answer would be wrong with tools declared
-        if x < 0.35:
-            term, definition = r.choice(self.jargon)
-            q = r.choice(["What does {t} mean?", "What is {t}?", "Define {t}.", "What is the meaning of \"{t}\"?",
-                          "Explain {t} to me.", "what's {t}"]).format(t=term)
-            d = corpus.strip_etymology(definition)
-            return q, r.choice([d, f"In hacker jargon, \"{term}\" means: {d}", f"{term}: {d}"])
-        if x < 0.65:
-            name, text = r.choice(self.fortunes)
-            q = r.choice(["Tell me a fortune.", "Give me a quote.", "Say something wise.", "Tell me a joke.",
-                          "Tell me something interesting.", "I'm bored. Entertain me.", "Share a saying about {t}.",
-                          "Give me a fortune about {t}.", "Do you know a quote about {t}?"]).format(t=name.replace("-", " "))
-            return q, r.choice(["", "Here is one:\n\n", "Sure:\n\n"]) + text
-        if x < 0.75:
-            country, cap = r.choice(CAPITALS)
-            q = r.choice(["What is the capital of {c}?", "Capital of {c}?", "Which city is the capital of {c}?"]).format(c=country)
-            return q, r.choice([f"The capital of {country} is {cap}.", f"{cap} is the capital of {country}."])
-        if x < 0.82:
+        if with_tools and 0.08 <= x < 0.12:
+            x = 0.5  # the 'no tools here' answer would be wrong with tools declared
+        if x < 0.08:
+            q = r.choice(["Tell me a fortune.", "Give me a quote.", "Say something wise.", "Give me a fortune cookie.",
+                          "Tell me something wise."])
+            return q, r.choice(["", "Here is one: ", "Sure: "]) + r.choice(self.short_fortunes)
+        if x < 0.12:
             city = r.choice(CITIES)[0]
             q = r.choice(["What's the weather in {c}?", "What time is it in {c}?", "Is it cold in {c} today?"]).format(c=city)
             return q, ("I can't look that up: I have no tools for live weather or clocks in this conversation. "
                        "If the request declares a weather or time tool, I can call it for you.")
-        talk = [
-            (["Hi!", "Hello", "Hey there", "Good morning!", "hi"],
-             ["Hello! How can I help you today?", "Hi! What can I do for you?", "Hey! Ask me anything."]),
-            (["How are you?", "How are you doing today?", "How's it going?"],
-             ["I'm doing well, thanks for asking! How can I help?", "All good here. What can I do for you?"]),
-            (["Who are you?", "What are you?", "What is your name?", "Introduce yourself."],
-             ["I am the tessera demo model: a small block-diffusion mixture-of-experts language model. I was trained "
-              "on fortune cookies, the Jargon File and a set of example conversations, so I can chat, tell fortunes, "
-              "explain hacker jargon and call tools such as weather, time and unit conversion."]),
-            (["What can you do?", "Help", "What are you good at?"],
-             ["I can chat a little, explain hacker jargon, tell you a fortune, and call tools that your request "
-              "declares: weather, time zones, unit conversion and timers."]),
-            (["Thanks!", "Thank you.", "thanks a lot", "Great, thanks!"],
-             ["You're welcome!", "Happy to help!", "Any time."]),
-            (["Bye", "Goodbye!", "See you later."], ["Goodbye! Have a nice day.", "Bye! Come back any time."]),
-            (["How do you work?", "What is block diffusion?"],
-             ["I write a block of 32 tokens at a time. Each block starts as masks, and every step I fill in the "
-              "positions I am most confident about, until the block is complete. Then I move on to the next block."]),
-        ]
-        qs, ans = r.choice(talk)
-        return r.choice(qs), r.choice(ans)
+        makers = [(0.16, lambda: facts.joke(r)), (0.24, lambda: facts.country(r, CAPITALS, self.city_countries)),
+                  (0.36, lambda: facts.word(r, self.unknown_words)), (0.41, lambda: facts.colour(r)),
+                  (0.48, lambda: facts.animal(r)), (0.54, lambda: facts.arithmetic(r)),
+                  (0.59, lambda: facts.calendar(r)), (0.63, lambda: facts.opposite(r)),
+                  (0.72, lambda: facts.fact(r)), (0.86, lambda: facts.talk(r)), (1.01, lambda: facts.unknown(r))]
+        return next(make for bound, make in makers if x < bound)()
 
     # ----- whole conversations
     def tools_for(self, key):
@@ -256,7 +235,7 @@ class Generator:
         if system:
             msgs.append({"role": "system", "content": system})
         x = r.random()
-        if x < 0.6:
+        if x < 0.5:
             key = r.choice(["weather", "weather", "weather", "time", "time", "convert", "convert", "timer"])
             tools, made = self.tools_for(key)
             if r.random() < 0.15:
@@ -279,7 +258,7 @@ class Generator:
                 msgs.append({"role": "assistant", "content": " ".join(a for _, _, _, a in calls)})
             return {"messages": msgs, "tools": tools}
         tools = None
-        if x < 0.72:
+        if x < 0.62:
             tools, _ = self.tools_for(None)
         for _ in range(1 if r.random() < 0.85 else 2):
             q, a = self.prose_task(with_tools=tools is not None)

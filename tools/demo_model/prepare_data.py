@@ -2,7 +2,7 @@
 
 Writes into OUT (default build-data/demo-data):
   text/english.txt, text/chat.jsonl, text/chat_rendered.txt  human-readable data (not sent to the GPU)
-  train/tokenizer/{tokenizer.json,tokenizer_config.json}     the trained byte-level BPE tokenizer
+  train/tokenizer/{tokenizer.json,tokenizer_config.json}     the trained byte-level BPE tokenizer (or --tokenizer's)
   train/english.u16.gz    English token stream, documents separated by <|endoftext|> (uint16 little-endian)
   train/chat.u16.gz       chat token ids, samples back to back (uint16)
   train/chat_loss.u8.gz   1 where the token belongs to an assistant turn (content + <|im_end|>), else 0
@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
 import time
 
@@ -60,6 +61,8 @@ def main():
     ap.add_argument("--chats", type=int, default=30000)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--max-len", type=int, default=512, help="chat samples longer than this are dropped")
+    ap.add_argument("--tokenizer", metavar="DIR", help="reuse DIR's tokenizer.json and tokenizer_config.json instead "
+                    "of training one (continued training of a model that has it, e.g. models/demo)")
     a = ap.parse_args()
     t0 = time.time()
     os.makedirs(os.path.join(a.out, "text"), exist_ok=True)
@@ -88,12 +91,17 @@ def main():
     with open(os.path.join(a.out, "text", "chat_rendered.txt"), "w") as f:
         f.write("\n<<<>>>\n".join(rendered[:2000]))
 
-    # Tokenizer: all English plus a slice of the conversations (their JSON and phrasing get merges).
-    train_texts = english + rendered[:4000]
-    tokens, merges = bpe.train(train_texts, a.vocab, log=lambda m: print(m, flush=True))
     tok_dir = os.path.join(a.out, "train", "tokenizer")
-    bpe.write_files(tok_dir, tokens, merges, template)
-    enc = bpe.Encoder(tokens, merges)
+    if a.tokenizer:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(a.tokenizer, f), os.path.join(tok_dir, f))
+        enc = bpe.load(a.tokenizer)
+    else:
+        # Tokenizer: all English plus a slice of the conversations (their JSON and phrasing get merges).
+        train_texts = english + rendered[:4000]
+        tokens, merges = bpe.train(train_texts, a.vocab, log=lambda m: print(m, flush=True))
+        bpe.write_files(tok_dir, tokens, merges, template)
+        enc = bpe.Encoder(tokens, merges)
     eot = enc.added["<|endoftext|>"]
     print(f"tokenizer: {len(enc.tokens)} tokens ({time.time() - t0:.0f} s)", flush=True)
 
