@@ -50,9 +50,8 @@ CAPITALS = [("France", "Paris"), ("Germany", "Berlin"), ("Spain", "Madrid"), ("I
             ("Argentina", "Buenos Aires"), ("Peru", "Lima"), ("Iceland", "Reykjavik"), ("Turkey", "Ankara")]
 CONDITIONS = ["sunny", "clear", "partly cloudy", "cloudy", "overcast", "light rain", "rain", "drizzle",
               "thunderstorms", "foggy", "windy", "snow", "light snow", "hazy"]
-WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-          "October", "November", "December"]
+WEEKDAYS = facts.WEEKDAYS
+MONTHS = [name for name, _ in facts.MONTHS]
 # unit -> (canonical name, kind, factor to the base unit); temperatures are handled apart.
 UNITS = {"km": ("kilometers", "len", 1000.0), "mi": ("miles", "len", 1609.344), "m": ("meters", "len", 1.0),
          "ft": ("feet", "len", 0.3048), "cm": ("centimeters", "len", 0.01), "in": ("inches", "len", 0.0254),

@@ -96,11 +96,11 @@ LEGS = [("spider", "eight legs"), ("dog", "four legs"), ("cat", "four legs"), ("
         ("ant", "six legs"), ("person", "two legs"), ("horse", "four legs"), ("chicken", "two legs"),
         ("beetle", "six legs"), ("cow", "four legs"), ("snake", "no legs at all"), ("fish", "no legs; it swims with its fins")]
 
-NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-                "twelve"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 MONTHS = [("January", 31), ("February", 28), ("March", 31), ("April", 30), ("May", 31), ("June", 30), ("July", 31),
           ("August", 31), ("September", 30), ("October", 31), ("November", 30), ("December", 31)]
+ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh",
+            "twelfth"]
 COUNTS = [("days", "a week", "There are seven days in a week."),
           ("months", "a year", "There are twelve months in a year."),
           ("hours", "a day", "There are 24 hours in a day."),
@@ -323,10 +323,8 @@ def calendar(r):
         m, nxt = MONTHS[i][0], MONTHS[(i + 1) % 12][0]
         if r.random() < 0.5:
             return f"What month comes after {m}?", f"{nxt} comes after {m}."
-        n = r.choice(["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-                      "eleventh", "twelfth"])
-        k = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-             "eleventh", "twelfth"].index(n)
+        k = r.randrange(12)
+        n = ORDINALS[k]
         return f"What is the {n} month of the year?", f"{MONTHS[k][0]} is the {n} month of the year."
     m, days = r.choice(MONTHS)
     ans = f"{m} has {days} days." if m != "February" else "February has 28 days, or 29 in a leap year."
