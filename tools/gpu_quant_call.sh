@@ -2,7 +2,8 @@
 # Device-side, one call (after `bash scripts/gpu_bundle.sh build` here; carry ["build-data/gpu-bundle"]):
 # the quantized kernels (issue 29): CudaQuant.* conformance, every quantized fixture on the GPU against the
 # CPU (test_model QuantGolden.CudaMatchesTheCpu), then CudaBench rows of Qwen3-30B-A3B in
-# every format (QUANT_CALL_FORMATS may name fp8-dynamic: W8A8, tests/data/configs/qwen3-30b-a3b-fp8-dynamic).
+# every format (QUANT_CALL_FORMATS may name fp8-dynamic / int8-dynamic: W8A8,
+# tests/data/configs/qwen3-30b-a3b-fp8-dynamic and -int8-dynamic).
 # A baseline bundle at build-data/gpu-bundle/base.tar.xz (the previous kernels) runs the
 # same rows in the same call. QUANT_CALL_FORMATS (default "int4 fp8 int8 bf16"), QUANT_CALL_BASE
 # (default "int4": formats the baseline runs), QUANT_CALL_PROFILE (a format to profile op by op),
@@ -26,9 +27,9 @@ timeout 300 stdbuf -o0 "$NEW/test_model" --gtest_filter='*QuantGolden.CudaMatche
 echo "QuantGolden on cuda rc=$?"
 grep -E "quant golden cuda|^\[  (PASSED|FAILED) |Failure" "$OUT/quant_golden.txt" | head -60
 fi
-bench() {  # bench <label> <bundle dir> <format>; fp8-dynamic: the W8A8 config's dummy weights
+bench() {  # bench <label> <bundle dir> <format>; fp8-dynamic / int8-dynamic: the W8A8 configs' dummy weights
   local q=$3 config=tests/data/configs/qwen3-30b-a3b; [ "$q" = bf16 ] && q=""
-  [ "$q" = fp8-dynamic ] && q="" && config=tests/data/configs/qwen3-30b-a3b-fp8-dynamic
+  case $q in *-dynamic) config=tests/data/configs/qwen3-30b-a3b-$q; q="" ;; esac
   echo "== bench $1 $3"
   TESSERA_CUDA_BENCH_QUANT=$q TESSERA_CUDA_BENCH_CONFIG=$config TESSERA_CUDA_BENCH_CONTEXTS=1024 \
     TESSERA_CUDA_BENCH_BATCHES=8,64 timeout 240 stdbuf -o0 "$2/test_backend" \

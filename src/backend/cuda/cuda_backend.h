@@ -230,7 +230,7 @@ class CudaBackend : public Backend {
     bool mma = false;
     // ... with W8A8 rules: their inputs go in as codes (cuda::QuantPrepareInputCodes).
     bool w8a8 = false;
-    // ... and the wgmma kernel (cuda::QuantWgmmaOk at a prompt's rows; weight-only).
+    // ... and the wgmma kernel (cuda::QuantWgmmaOk at a prompt's rows; W8A8 as codes too).
     bool wgmma = false;
     cuda::QuantMatrix gate0, down0;
   };

@@ -198,24 +198,36 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   if (qt.w8a8 && slots < cuda::kQuantMoeW8a8MmaMinSlots) return false;
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
   if (qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E) {
-    // Prompt-sized batches: the wgmma kernel, units of kQuantWgmmaUnitRows rows.
-    profiler_->Mark("MoeExperts quantized wgmma");
+    // Prompt-sized batches: the wgmma kernel, units of kQuantWgmmaUnitRows rows. W8A8: x as its
+    // codes (exact in bf16: one MMA), the pairs' activations coded between gate / up and down.
+    profiler_->Mark(qt.w8a8 ? "MoeExperts quantized wgmma w8a8" : "MoeExperts quantized wgmma");
     const int unit_rows = cuda::kQuantWgmmaUnitRows;
     const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-    const bool exact = ExactActivations();
+    const bool exact = ExactActivations() && !qt.w8a8;
     const int64_t parts = exact ? 2 : 1;
     DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
     DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
     DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
     DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
         num_units(*this, sizeof(int32_t));
+    DeviceBuffer x_codes, x_scale, act, act_codes, act_scale;
+    const float* gate_in = x;
+    if (qt.w8a8) {
+      x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
+      act = DeviceBuffer::Floats(*this, slots * inter), act_codes = DeviceBuffer::Floats(*this, slots * inter);
+      act_scale = DeviceBuffer::Floats(*this, slots);
+      Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
+              x_scale.f32(), stream_);
+      gate_in = x_codes.f32();
+    }
     Zero(slot_out.data(), slot_out.bytes());  // a pair in no unit (an out-of-range id) sums as zero
     Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
             static_cast<int4*>(units.data()), num_units.i32(), stream_);
-    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, x, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
+    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, gate_in, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
             static_cast<const int4*>(units.data()), static_cast<const int32_t*>(num_units.i32()), max_units, table,
             &qt.gate0, &qt.down0, E, inter, gelu, weights, static_cast<uint16_t*>(xs.data()),
-            static_cast<uint16_t*>(as.data()), exact, slot_out.f32(), stream_);
+            static_cast<uint16_t*>(as.data()), exact, static_cast<const float*>(x_scale.f32()), act.f32(),
+            act_codes.f32(), act_scale.f32(), slot_out.f32(), stream_);
     SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
     return true;
   }
@@ -333,7 +345,7 @@ const CudaBackend::QuantExpertTable& CudaBackend::QuantExperts(const std::vector
     slot->vec = vec;
     slot->mma = mma;
     slot->w8a8 = mma && mats[0].act != 0;
-    slot->wgmma = mma && wgmma && !slot->w8a8;
+    slot->wgmma = mma && wgmma;
     slot->tiled = tiled && mats[0].kind == mats[2 * E].kind &&
                   (mats[0].zeros == nullptr) == (mats[2 * E].zeros == nullptr);
     if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];

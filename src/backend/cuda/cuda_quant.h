@@ -5,8 +5,8 @@
 // shapes the tensor-core kernels do not take dequantize a weight into f32 scratch for cuBLASLt's f32
 // GEMM. W8A8 schemes round the input rows to the weight's code type as the CPU backend does
 // (backend/cpu/gemm_quant.cpp): the staged kernels in shared memory, the tensor-core kernels from the
-// rows' 8-bit codes (exact in bf16) with each row's scale applied to the sums. An FP8 / int8
-// tensor-core GEMM (e4m3 x e4m3 MMA) is not built.
+// rows' 8-bit codes with each row's scale applied to the sums (the codes as bf16, exact; int8 ones on
+// wgmma as s8 x s8 MMAs where k is a multiple of 128).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -94,9 +94,11 @@ int64_t QuantGemmMmaScratch(int64_t m, int64_t n, int64_t k);
 void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                   bool exact, float* scratch, const float* row_scale, cudaStream_t s);
 // Dense products of kQuantWgmmaMinRows rows or more on Hopper's wgmma (cuda_quant_wgmma.cu, sm_90a
-// builds): symmetric weight-only codes (no zero points), k % 64 == 0, groups of a multiple of 64 (or
-// one a row), and the tensor-core kernels' other conditions (QuantMmaOk). split: scratch of
-// (exact ? 2 : 1) x m x k bf16 where x goes split into hi (and lo) for the launch.
+// builds): symmetric codes (no zero points), k % 64 == 0, groups of a multiple of 64 (or one a row),
+// and the tensor-core kernels' other conditions (QuantMmaOk). split: scratch of (exact ? 2 : 1) x m x
+// k bf16 where x goes split into hi (and lo) for the launch. row_scale (W8A8: x holds codes,
+// QuantPrepareInputCodes): int8 weights with k % 128 == 0 and one scale a row multiply the codes on
+// the s8 wgmma (x packed to int8 in split), others (fp8 among them) as bf16.
 constexpr int64_t kQuantWgmmaMinRows = 256;
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k);
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
@@ -107,13 +109,17 @@ void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
 // weighted (pairs in no unit untouched). Every gate / up / down matrix takes QuantWgmmaOk; gate0 /
 // down0 on the host as for QuantMoeMmaGateUp. x_split: (exact ? 2 : 1) x pairs x hidden bf16,
 // act_split the same x inter. Taken from kQuantWgmmaMinRowsPerExpert rows an expert on average.
+// W8A8 (x_scale not null): x holds each token's codes and x_scale their factors
+// (QuantPrepareInputCodes); gate / up sums are scaled by the token's factor, act goes to act_f32
+// [pairs, inter] f32 in sorted order, then as codes (act_codes, same size) with each pair's factor
+// (act_scale [pairs]) into act_split, and the down sums are scaled by it; one MMA (exact ignored).
 constexpr int kQuantWgmmaUnitRows = 128;
 constexpr int64_t kQuantWgmmaMinRowsPerExpert = 64;
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
                    const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
                    const QuantMatrix* gate0, const QuantMatrix* down0, int64_t E, int64_t inter, bool gelu,
-                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, float* slot_out,
-                   cudaStream_t s);
+                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, const float* x_scale,
+                   float* act_f32, float* act_codes, float* act_scale, float* slot_out, cudaStream_t s);
 // x [rows, k] f32 -> hi (and lo, when not null) bf16 [rows, k], each 32-wide chunk permuted for the
 // consuming weight's kind (cuda_quant_decode.cuh, PermutedK).
 void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind, uint16_t* hi, uint16_t* lo,

@@ -11,7 +11,17 @@
 // boxes of 64 k x 128 rows in the 128-byte swizzle. A stage is 64 of k: four k16 steps of one m64n128
 // wgmma (two with f32 activations: hi and lo) into a group accumulator, scaled into the result in f32
 // at the end of each scale group (group % 64 == 0, or one a row: at the end), as the mma.sync kernels
-// do. Symmetric weight-only codes only (no zero points: those stay on cuda_quant_mma.cu).
+// do. Symmetric codes only (no zero points: those stay on cuda_quant_mma.cu).
+//
+// W8A8 (fp8 / int8 weights whose inputs are rounded to codes per token): the input codes are exact
+// in bf16, so they take the bf16 form above with one MMA (hi alone). Int8 ones where k is a multiple
+// of 128 stay 8-bit instead (kXS8): the B tile is the codes as bytes (a TMA box of 128 k x 128 rows in
+// the same swizzle), the weights' codes go into the A registers unconverted (mma.m16n8k32's 8-bit
+// fragment), and each 128-k stage is four m64n128k32 s8 wgmmas with exact s32 sums: a 4K prompt of
+// Qwen3-30B-A3B int8 W8A8 370 -> 258 ms (H100, 2026-12-07). The same with e4m3 codes (FP8 W8A8, 371 ->
+// 257 ms) was dropped: the e4m3 wgmma's sums lost ~4e-4 of a product of 256 columns (the tensor core
+// adds in reduced precision), and the experts, whose down inputs are coded from those sums, moved by
+// 0.7-1.2% against the CPU (CudaQuant bound 0.4%); FP8 W8A8 takes the exact bf16 form (315 ms).
 //
 // Pipeline (as cuda_skinny_wgmma.cu's register-A form): kStages buffers, stage s + kStages - 2 loads
 // while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
@@ -23,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/cuda_device_util.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -41,13 +52,24 @@ constexpr int kTok = 128;     // activation rows of a block (the wgmma's N)
 constexpr int kKt = kQuantStageK;
 constexpr int kStages = 4;
 constexpr int kThreads = 128;
-constexpr int kXBox = kTok * 128;  // bytes: a TMA box of 128 rows x 64 bf16 (hi or lo)
+constexpr int kXBox = kTok * 128;  // bytes: a TMA box of 128 rows x 128 bytes (64 bf16, or 128 int8)
 constexpr int kXStage = 2 * kXBox;
-template <int8_t KIND>
-constexpr int kCStage = kWRows * kBRowBytes<KIND>;  // code bytes a stage
-constexpr int kSStage = kWRows * 4;                  // the stage's scale of each weight row
-template <int8_t KIND>
-constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND> + kSStage) + 8 * kStages + 1024;
+// The B operand's form: bf16 (hi), bf16 hi + lo (exact f32 activations), or int8 codes (int8 W8A8:
+// the weights' codes go into the s8 wgmma as they are, a stage 128 of k, twice bf16's rate).
+enum XForm : int { kXHi, kXHiLo, kXS8 };
+template <int XF>
+constexpr int kStageK = XF == kXS8 ? 128 : kKt;
+template <int8_t KIND, int XF>
+constexpr int kRowStage = XF == kXS8 ? 128 : kBRowBytes<KIND>;  // code bytes of a weight row a stage
+template <int8_t KIND, int XF>
+constexpr int kCStage = kWRows * kRowStage<KIND, XF>;  // code bytes a stage
+constexpr int kSStage = kWRows * 4;                     // the stage's scale of each weight row
+template <int8_t KIND, int XF>
+constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND, XF> + kSStage) + 8 * kStages + 1024;
+
+// 16-byte unit u of weight row w's 128 staged int8 codes (kXS8), swizzled so the 8 rows a
+// quarter warp's fragment loads touch land on distinct banks.
+__device__ __forceinline__ int Int8UnitOffset(int w, int u) { return w * 128 + ((u ^ (w & 7)) << 4); }
 static_assert(kWRows * kTok / kThreads == kWgmmaN128Accs, "an m64n128 tile a warpgroup");
 static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
@@ -80,6 +102,33 @@ void LaunchSplit(const float* x, const int32_t* order, int64_t top_k, int64_t ro
   LaunchKernel(SplitKernel, blocks, 256, 0, s)(x, order, static_cast<int>(top_k), rows, k, kind, hi, lo);
 }
 
+// codes [rows, k] f32 (QuantPrepareInputCodes of an int8 W8A8 weight: integers in -127..127) -> out
+// [rows, k] int8, four a thread (k % 4 == 0); with `order` as SplitKernel gathers.
+__global__ void PackInt8Kernel(const float* codes, const int32_t* order, int top_k, int64_t rows, int64_t k,
+                                 uint32_t* out) {
+  GridDependencyWait();
+  const int64_t quads = rows * k / 4, kq = k / 4;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < quads;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pos = i / kq;
+    const int64_t row = order ? order[pos] / top_k : pos;
+    const float4 v = reinterpret_cast<const float4*>(codes + row * k)[i - pos * kq];
+    out[i] = (static_cast<uint32_t>(static_cast<int>(v.x)) & 0xffu) |
+             ((static_cast<uint32_t>(static_cast<int>(v.y)) & 0xffu) << 8) |
+             ((static_cast<uint32_t>(static_cast<int>(v.z)) & 0xffu) << 16) |
+             (static_cast<uint32_t>(static_cast<int>(v.w)) << 24);
+  }
+}
+
+void LaunchPackInt8(const float* codes, const int32_t* order, int64_t top_k, int64_t rows, int64_t k, void* out,
+                      cudaStream_t s) {
+  const int64_t quads = rows * k / 4;
+  if (quads <= 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>((quads + 255) / 256, 8 * DeviceSmCount()));
+  LaunchKernel(PackInt8Kernel, blocks, 256, 0, s)(codes, order, static_cast<int>(top_k), rows, k,
+                                                   static_cast<uint32_t*>(out));
+}
+
 enum Mode : int { kDense, kGateUp, kDown };
 
 // The routed experts' launches (kGateUp, kDown): units of up to kTok rows of one expert
@@ -95,13 +144,18 @@ struct MoeArgs {
   uint16_t* act_lo = nullptr;
   int8_t act_kind = 0;
   bool gelu = false;
+  // W8A8 (B holds x's codes): kGateUp scales the sums by their token's factor x_scale[order / top_k]
+  // and writes act as f32 [pairs, n] in sorted order (act_f32), for the down's per-pair coding.
+  const float* x_scale = nullptr;
+  int top_k = 1;
+  float* act_f32 = nullptr;
 };
 
 // A block: weight rows (A) x kTok activation rows (B). kDense and kDown: weight rows row0 .. + 63 of
 // one matrix. kGateUp: 32 output columns c0 ..: warp w's 16 rows are the gate rows of columns c0 + 8 w
 // .. + 7 then the up rows of the same columns, so a lane holds gate (row g) and up (row g + 8) of one
 // column and token and writes silu(g) * u (or gelu-tanh) itself.
-template <int8_t KIND, bool kExact, int MODE>
+template <int8_t KIND, int XF, int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
                      float* y, bool accumulate, const float* row_scale, const MoeArgs moe) {
@@ -110,8 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);  // TMA's swizzled tiles: 1024-aligned
   unsigned char* sx = smem;                                         // [ST][hi, lo][128 rows][128 B]
-  unsigned char* sc = sx + kStages * kXStage;                       // [ST][64 rows][kBRowBytes]
-  float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND>);  // [ST][64]
+  unsigned char* sc = sx + kStages * kXStage;                       // [ST][64 rows][kRowStage]
+  float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND, XF>);  // [ST][64]
   const auto bars = static_cast<uint32_t>(__cvta_generic_to_shared(ss + kStages * kWRows));  // [ST] mbarriers
 
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
@@ -124,7 +178,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int tok0 = unit.y;
   const int row0 = static_cast<int>(blockIdx.x) * (MODE == kGateUp ? kWRows / 2 : kWRows);
-  const int stages = (K + kKt - 1) / kKt;
+  constexpr bool kExact = XF == kXHiLo;
+  constexpr int KT = kStageK<XF>;
+  const int stages = (K + KT - 1) / KT;
 
   // Staged weight row r: its matrix and output column (-1 past n).
   auto weight_row = [&](int r, int& col) -> const QuantMatrix* {
@@ -140,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   // This thread's code copies: 16-byte unit t % kUnits of rows t / kUnits + (kThreads / kUnits) i.
-  constexpr int kUnits = kBRowBytes<KIND> / 16;
+  constexpr int kUnits = kRowStage<KIND, XF> / 16;
   constexpr int kCopies = kWRows * kUnits / kThreads;
   const uint8_t* crow[kCopies];
 #pragma unroll
@@ -163,14 +219,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Stage s into buffer s % ST: the codes and scales by every thread (cp.async, one group), the
   // activations by thread 0 (TMA, completing on the stage's mbarrier; rows and k past x as zeros).
   auto issue = [&](int s) {
-    const int k0 = s * kKt;
-    unsigned char* c = sc + (s % kStages) * kCStage<KIND>;
+    const int k0 = s * KT;
+    unsigned char* c = sc + (s % kStages) * kCStage<KIND, XF>;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int wr = t / kUnits + (kThreads / kUnits) * i, u = t % kUnits;
       const int64_t byte = (KIND == kInt4 ? k0 / 2 : k0) + 16 * u;
       const bool ok = crow[i] && (KIND == kInt4 ? 2 * byte : byte) < K;
-      CpAsync16(c + QuantUnitOffset<KIND>(wr, u), ok ? crow[i] + byte : w.codes, ok);
+      const int at = XF == kXS8 ? Int8UnitOffset(wr, u) : QuantUnitOffset<KIND>(wr, u);
+      CpAsync16(c + at, ok ? crow[i] + byte : w.codes, ok);
     }
     if (t < kWRows) {
       const bool ok = srow != nullptr && k0 / group < groups;
@@ -185,9 +242,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  float part[kWgmmaN128Accs], acc[kWgmmaN128Accs];
+  // A scale group's sums (s32 for int8 codes: exact), folded into acc in f32 at the group's end.
+  using Part = std::conditional_t<XF == kXS8, int32_t, float>;
+  Part part[kWgmmaN128Accs];
+  float acc[kWgmmaN128Accs];
 #pragma unroll
-  for (int i = 0; i < kWgmmaN128Accs; ++i) part[i] = acc[i] = 0.0f;
+  for (int i = 0; i < kWgmmaN128Accs; ++i) part[i] = 0, acc[i] = 0.0f;
 
   if (t == 0) {
     for (int i = 0; i < kStages; ++i) MbarInit(bars + 8 * i, 1);
@@ -209,22 +269,39 @@ __global__ void __launch_bounds__(kThreads, 1)
     MbarWait(bars + 8 * (s % kStages), (s / kStages) & 1);
     if (s + kStages - 2 < stages) issue(s + kStages - 2);
     CpAsyncCommit();
-    const unsigned char* c = sc + (s % kStages) * kCStage<KIND>;
+    const unsigned char* c = sc + (s % kStages) * kCStage<KIND, XF>;
+    if constexpr (XF == kXS8) {
+      // k32 step j's A fragment (as mma.m16n8k32's): rows g and g + 8, codes 4q..4q+3 and 16+4q.. of
+      // the step's 32, i.e. 16-byte units 2j and 2j + 1 of the 128-byte staged row.
+      const int r0 = 16 * warp + g, r1 = r0 + 8;
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      const uint4 r0 = LoadCodes<KIND>(c, 16 * warp + g, kk, q), r1 = LoadCodes<KIND>(c, 16 * warp + 8 + g, kk, q);
-      a[2 * kk][0] = r0.x, a[2 * kk][1] = r1.x, a[2 * kk][2] = r0.y, a[2 * kk][3] = r1.y;
-      a[2 * kk + 1][0] = r0.z, a[2 * kk + 1][1] = r1.z, a[2 * kk + 1][2] = r0.w, a[2 * kk + 1][3] = r1.w;
+      for (int j = 0; j < 4; ++j) {
+        a[j][0] = *reinterpret_cast<const uint32_t*>(c + Int8UnitOffset(r0, 2 * j) + 4 * q);
+        a[j][1] = *reinterpret_cast<const uint32_t*>(c + Int8UnitOffset(r1, 2 * j) + 4 * q);
+        a[j][2] = *reinterpret_cast<const uint32_t*>(c + Int8UnitOffset(r0, 2 * j + 1) + 4 * q);
+        a[j][3] = *reinterpret_cast<const uint32_t*>(c + Int8UnitOffset(r1, 2 * j + 1) + 4 * q);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint4 r0 = LoadCodes<KIND>(c, 16 * warp + g, kk, q), r1 = LoadCodes<KIND>(c, 16 * warp + 8 + g, kk, q);
+        a[2 * kk][0] = r0.x, a[2 * kk][1] = r1.x, a[2 * kk][2] = r0.y, a[2 * kk][3] = r1.y;
+        a[2 * kk + 1][0] = r0.z, a[2 * kk + 1][1] = r1.z, a[2 * kk + 1][2] = r0.w, a[2 * kk + 1][3] = r1.w;
+      }
     }
     WgmmaFence();  // the A registers (and the zeroed or scaled accumulators) before the wgmmas read them
     const auto x = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage));
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // k step j starts 32 j bytes into each 128-byte row
-      Wgmma64x128(part, a[j], WgmmaDescriptor(x + 32 * j));
-      if constexpr (kExact) Wgmma64x128(part, a[j], WgmmaDescriptor(x + kXBox + 32 * j));
+      if constexpr (XF == kXS8) {
+        Wgmma64x128S8(part, a[j], WgmmaDescriptor(x + 32 * j));
+      } else {
+        Wgmma64x128(part, a[j], WgmmaDescriptor(x + 32 * j));
+        if constexpr (kExact) Wgmma64x128(part, a[j], WgmmaDescriptor(x + kXBox + 32 * j));
+      }
     }
     WgmmaCommit();
-    const int k_end = (s + 1) * kKt;
+    const int k_end = (s + 1) * KT;
     if (k_end % group != 0 && k_end < K) {
       WgmmaWait<1>();
       return;
@@ -233,13 +310,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     // of the tile: weight row 16 warp + g (+ 8 for i % 4 >= 2), activation row 8 (i / 4) + 2 q (+ 1).
     WgmmaWait<0>();
 #pragma unroll
-    for (int i = 0; i < kWgmmaN128Accs; ++i) asm volatile("" : "+f"(part[i])::"memory");  // after the wait
+    for (int i = 0; i < kWgmmaN128Accs; ++i) {  // read after the wait
+      if constexpr (XF == kXS8)
+        asm volatile("" : "+r"(part[i])::"memory");
+      else
+        asm volatile("" : "+f"(part[i])::"memory");
+    }
     const float* scale = ss + (s % kStages) * kWRows + 16 * warp + g;
     const float s0 = scale[0], s8 = scale[8];
 #pragma unroll
     for (int i = 0; i < kWgmmaN128Accs; ++i) {
-      acc[i] += ((i & 2) ? s8 : s0) * part[i];
-      part[i] = 0.0f;
+      acc[i] += ((i & 2) ? s8 : s0) * static_cast<float>(part[i]);
+      // kXS8 takes one scale a row: this is the last stage. (Zeroing s32 sums here, for a next group,
+      // made ptxas serialize the wgmmas: C7511, "insufficient register resources".)
+      if constexpr (XF != kXS8) part[i] = 0;
     }
   };
   uint32_t a0[4][4], a1[4][4];
@@ -260,6 +344,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (i & 2) continue;  // (gate, up) = elements i and i + 2
       const int tok = 8 * (i >> 2) + 2 * q + (i & 1);
       if (col >= n || tok >= unit.z) continue;
+      if (moe.act_f32) {
+        const float f = moe.x_scale[moe.order[tok0 + tok] / moe.top_k];
+        moe.act_f32[static_cast<int64_t>(tok0 + tok) * n + col] = GatedActF(acc[i] * f, acc[i + 2] * f, moe.gelu);
+        continue;
+      }
       const int64_t at = static_cast<int64_t>(tok0 + tok) * n + (col & ~31) + PermutedK(moe.act_kind, col & 31);
       const float v = GatedActF(acc[i], acc[i + 2], moe.gelu);
       const __nv_bfloat16 h = __float2bfloat16_rn(v);
@@ -274,7 +363,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r >= n || tok >= unit.z) continue;
       if constexpr (MODE == kDown) {
         const int32_t pair = moe.order[tok0 + tok];
-        y[static_cast<int64_t>(pair) * n + r] = acc[i] * moe.weights[pair];
+        const float f = row_scale ? row_scale[tok0 + tok] : 1.0f;  // W8A8: the pair's factor
+        y[static_cast<int64_t>(pair) * n + r] = acc[i] * f * moe.weights[pair];
       } else {
         float* out = y + static_cast<int64_t>(tok0 + tok) * n + r;
         *out = (accumulate ? *out : 0.0f) + (row_scale ? acc[i] * row_scale[tok0 + tok] : acc[i]);
@@ -305,18 +395,25 @@ bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k) {
 
 namespace {
 
-// The tensor map of an activation split [parts][rows][k] bf16 in boxes of 64 k x kTok rows x 1.
-bool SplitMap(const uint16_t* split, int64_t rows, int64_t k, int parts, CUtensorMap* map) {
+// The tensor map of an activation split [parts][rows][k] bf16 in boxes of 64 k x kTok rows x 1, or
+// (int8) of int8 codes [rows][k] in boxes of 128 k x kTok rows.
+bool SplitMap(const void* split, int64_t rows, int64_t k, int parts, bool int8, CUtensorMap* map) {
+  const cuuint64_t elem = int8 ? 1 : 2;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(parts)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(rows * k) * 2};
-  const cuuint32_t box[3] = {kKt, kTok, 1};
-  return EncodeSwizzled128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split, dims, strides, box);
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * elem, static_cast<cuuint64_t>(rows * k) * elem};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / elem), kTok, 1};
+  return EncodeSwizzled128(map, int8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, split,
+                           dims, strides, box);
 }
+
+// Whether an int8 W8A8 matrix of k columns multiplies on the s8 wgmma, its inputs as int8 codes:
+// stages of 128 k, one scale a row (the published int8 W8A8 schemes' per-channel weights).
+bool S8WgmmaOk(const QuantMatrix& w, int64_t k) { return w.kind == kInt8 && w.act != 0 && k % 128 == 0 && w.group >= k; }
 
 template <int MODE>
 void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
-                 bool accumulate, const float* row_scale, const MoeArgs& moe, bool exact, dim3 grid, cudaStream_t s) {
+                 bool accumulate, const float* row_scale, const MoeArgs& moe, int xf, dim3 grid, cudaStream_t s) {
   auto go = [&](auto kernel, size_t smem) {
     KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
     LaunchKernel(kernel, grid, kThreads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
@@ -324,12 +421,18 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
                                                   static_cast<int>(std::min<int64_t>(w.group, k)), y,
                                                   accumulate, row_scale, moe);
   };
-  if (w.kind == kInt4)
-    exact ? go(QuantWgmmaKernel<kInt4, true, MODE>, kSmem<kInt4>) : go(QuantWgmmaKernel<kInt4, false, MODE>, kSmem<kInt4>);
+  const bool lo = xf == kXHiLo;
+  if (xf == kXS8)
+    go(QuantWgmmaKernel<kInt8, kXS8, MODE>, kSmem<kInt8, kXS8>);
+  else if (w.kind == kInt4)
+    lo ? go(QuantWgmmaKernel<kInt4, kXHiLo, MODE>, kSmem<kInt4, kXHiLo>)
+       : go(QuantWgmmaKernel<kInt4, kXHi, MODE>, kSmem<kInt4, kXHi>);
   else if (w.kind == kInt8)
-    exact ? go(QuantWgmmaKernel<kInt8, true, MODE>, kSmem<kInt8>) : go(QuantWgmmaKernel<kInt8, false, MODE>, kSmem<kInt8>);
+    lo ? go(QuantWgmmaKernel<kInt8, kXHiLo, MODE>, kSmem<kInt8, kXHiLo>)
+       : go(QuantWgmmaKernel<kInt8, kXHi, MODE>, kSmem<kInt8, kXHi>);
   else
-    exact ? go(QuantWgmmaKernel<kFp8, true, MODE>, kSmem<kFp8>) : go(QuantWgmmaKernel<kFp8, false, MODE>, kSmem<kFp8>);
+    lo ? go(QuantWgmmaKernel<kFp8, kXHiLo, MODE>, kSmem<kFp8, kXHiLo>)
+       : go(QuantWgmmaKernel<kFp8, kXHi, MODE>, kSmem<kFp8, kXHi>);
 }
 
 }  // namespace
@@ -337,38 +440,62 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                     uint16_t* split, bool exact, const float* row_scale, cudaStream_t s) {
   if (m <= 0 || n <= 0) return;
+  const bool int8_mma = row_scale != nullptr && S8WgmmaOk(*w, k);  // x holds W8A8 codes
   CUtensorMap map;
-  if (!SplitMap(split, m, k, exact ? 2 : 1, &map)) {
+  if (!SplitMap(split, m, k, exact ? 2 : 1, int8_mma, &map)) {
     // A driver without cuTensorMapEncodeTiled: the mma.sync kernel (k not split: no scratch here).
     QuantGemmMma(x, m, k, w, n, y, accumulate, exact, nullptr, row_scale, s);
     return;
   }
-  QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
+  if (int8_mma)
+    LaunchPackInt8(x, nullptr, 1, m, k, split, s);
+  else
+    QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
   const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
-  LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, row_scale, MoeArgs{}, exact, grid, s);
+  const int xf = int8_mma ? kXS8 : exact ? kXHiLo : kXHi;
+  LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, row_scale, MoeArgs{}, xf, grid, s);
 }
 
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
                    const int4* units, const int32_t* num_units, int64_t max_units, const QuantMatrix* experts,
                    const QuantMatrix* gate0, const QuantMatrix* down0, int64_t E, int64_t inter, bool gelu,
-                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, float* slot_out,
-                   cudaStream_t s) {
+                   const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, const float* x_scale,
+                   float* act_f32, float* act_codes, float* act_scale, float* slot_out, cudaStream_t s) {
   if (max_units <= 0 || pairs <= 0) return;
+  const bool w8a8 = x_scale != nullptr;
+  exact = exact && !w8a8;  // codes are exact in bf16: one MMA
+  // gate / up and down share their kind (QuantExperts' mma condition).
+  const bool int8_mma = w8a8 && S8WgmmaOk(*gate0, hidden) && S8WgmmaOk(*down0, inter);
   const int parts = exact ? 2 : 1;
+  const int xf = int8_mma ? kXS8 : exact ? kXHiLo : kXHi;
   CUtensorMap xmap, amap;
-  if (!SplitMap(x_split, pairs, hidden, parts, &xmap) || !SplitMap(act_split, pairs, inter, parts, &amap)) {
+  if (!SplitMap(x_split, pairs, hidden, parts, int8_mma, &xmap) ||
+      !SplitMap(act_split, pairs, inter, parts, int8_mma, &amap)) {
     std::fprintf(stderr, "tessera: cuTensorMapEncodeTiled refused an activation split's layout\n");
     std::abort();  // QuantWgmmaOk checked the encoder; a layout it refuses is a bug here
   }
-  LaunchSplit(x, order, top_k, pairs, hidden, gate0->kind, x_split, exact ? x_split + pairs * hidden : nullptr, s);
+  if (int8_mma)
+    LaunchPackInt8(x, order, top_k, pairs, hidden, x_split, s);
+  else
+    LaunchSplit(x, order, top_k, pairs, hidden, gate0->kind, x_split, exact ? x_split + pairs * hidden : nullptr, s);
   MoeArgs moe;
   moe.order = order, moe.units = units, moe.num_units = num_units, moe.weights = weights, moe.table = experts;
   moe.E = E, moe.act_hi = act_split, moe.act_lo = exact ? act_split + pairs * inter : nullptr;
   moe.act_kind = down0->kind, moe.gelu = gelu;
+  if (w8a8) moe.x_scale = x_scale, moe.top_k = static_cast<int>(top_k), moe.act_f32 = act_f32;
   const dim3 up_grid(static_cast<unsigned>((inter + kWRows / 2 - 1) / (kWRows / 2)), static_cast<unsigned>(max_units));
-  LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, nullptr, moe, exact, up_grid, s);
+  LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, nullptr, moe, xf, up_grid, s);
+  if (w8a8) {
+    // Each pair's activations as codes (rows in sorted order, so act_scale is by sorted position).
+    QuantPrepareInputCodes(act_f32, pairs, inter, down0, act_codes, act_scale, s);
+    if (int8_mma)
+      LaunchPackInt8(act_codes, nullptr, 1, pairs, inter, act_split, s);
+    else
+      LaunchSplit(act_codes, nullptr, 1, pairs, inter, down0->kind, act_split, nullptr, s);
+  }
   const dim3 down_grid(static_cast<unsigned>((hidden + kWRows - 1) / kWRows), static_cast<unsigned>(max_units));
-  LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, nullptr, moe, exact, down_grid, s);
+  LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, w8a8 ? act_scale : nullptr, moe, xf,
+                     down_grid, s);
 }
 
 }  // namespace tessera::cuda

@@ -1,8 +1,9 @@
 // tessera cuda backend: Hopper's warpgroup MMA (wgmma) and TMA helpers shared by the kernels that
 // use them (cuda_skinny_wgmma.cu, cuda_quant_wgmma.cu): the shared-memory matrix descriptor of the
-// 128-byte-swizzled K-major layout, mbarriers, TMA box loads, the wgmma fences, and the m64n128k16
-// bf16 wgmma with A from registers or shared memory. Header-only; the device functions exist in
-// sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL), the host tensor-map encoder everywhere.
+// 128-byte-swizzled K-major layout, mbarriers, TMA box loads, the wgmma fences, the m64n128k16
+// bf16 wgmma with A from registers or shared memory, and the m64n128k32 s8 one with A from
+// registers. Header-only; the device functions exist in sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL),
+// the host tensor-map encoder everywhere.
 #pragma once
 
 #include <cuda.h>
@@ -69,15 +70,17 @@ __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.as
 
 // The 64 f32 accumulators a thread holds of an m64n128 wgmma: the asm operand list (outputs %0..%63)
 // and its register braces, shared by both forms below.
-#define TESSERA_WGMMA_ACCS(d)                                                                                   \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),     \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),     \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),    \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),    \
-      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),    \
-      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),    \
-      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),    \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+// The 64 accumulators a thread holds of an m64n128 wgmma: the asm operand list (outputs %0..%63,
+// constraint c: "+f" for f32 sums, "+r" for s32) and its register braces, shared by the forms below.
+#define TESSERA_WGMMA_ACCS_AS(d, c)                                                                        \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),       \
+      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]),   \
+      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]),   \
+      c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]), c(d[40]),   \
+      c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]),   \
+      c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]),   \
+      c(d[61]), c(d[62]), c(d[63])
+#define TESSERA_WGMMA_ACCS(d) TESSERA_WGMMA_ACCS_AS(d, "+f")
 #define TESSERA_WGMMA_ACC_REGS                                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "   \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "    \
@@ -92,6 +95,15 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], const ui
                : TESSERA_WGMMA_ACCS(d)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+// d[64 x 128] += a[64 x 32] (registers: this warp's 16 rows, mma.m16n8k32's 8-bit A fragment)
+// b[32 x 128] (shared memory, K-major), signed 8-bit integers: exact s32 sums.
+__device__ __forceinline__ void Wgmma64x128S8(int32_t (&d)[kWgmmaN128Accs], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " TESSERA_WGMMA_ACC_REGS
+               ", {%64, %65, %66, %67}, %68, p;\n}\n"
+               : TESSERA_WGMMA_ACCS_AS(d, "+r")
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
 // d[64 x 128] += a[64 x 16] b[16 x 128], both K-major in shared memory (descriptors a, b).
 __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t a, uint64_t b) {
   // scale-d is a predicate (true: D += A B); the A and B scales +1; neither transposed (K-major).
@@ -102,6 +114,7 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t
                : "l"(a), "l"(b), "r"(1));
 }
 #undef TESSERA_WGMMA_ACCS
+#undef TESSERA_WGMMA_ACCS_AS
 #undef TESSERA_WGMMA_ACC_REGS
 #endif
 
