@@ -185,9 +185,9 @@ bool CudaBackend::QuantTiledExperts(const QuantExpertTable& qt, const float* x, 
   return true;
 }
 
-// Quantized experts grouped by expert on the device (units of QuantMoeMmaUnitRows rows), on the
-// tensor-core kernels of cuda_quant_mma.cu. False (nothing queued) where a matrix or the input cannot
-// take them.
+// Quantized experts grouped by expert on the device, on the tensor-core kernels: wgmma for
+// prompt-sized batches (cuda_quant_wgmma.cu), else mma.sync (cuda_quant_mma.cu, units of
+// QuantMoeMmaUnitRows rows). False (nothing queued) where a matrix or the input cannot take them.
 bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden,
                                   const int32_t* idx, const float* weights, int64_t k,
                                   const std::vector<ExpertWeights>& experts, float* out, const ResidualNorm* residual,
@@ -197,50 +197,22 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   if (!qt.mma || (reinterpret_cast<uintptr_t>(x) & 15u) != 0) return false;
   if (qt.w8a8 && slots < cuda::kQuantMoeW8a8MmaMinSlots) return false;
   const auto* table = static_cast<const cuda::QuantMatrix*>(qt.dev.data());
-  if (qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E) {
-    // Prompt-sized batches: the wgmma kernel, units of kQuantWgmmaUnitRows rows. W8A8: x as its
-    // codes (exact in bf16: one MMA), the pairs' activations coded between gate / up and down.
-    profiler_->Mark(qt.w8a8 ? "MoeExperts quantized wgmma w8a8" : "MoeExperts quantized wgmma");
-    const int unit_rows = cuda::kQuantWgmmaUnitRows;
-    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-    const bool exact = ExactActivations() && !qt.w8a8;
-    const int64_t parts = exact ? 2 : 1;
-    DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
-    DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
-    DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-        num_units(*this, sizeof(int32_t));
-    DeviceBuffer x_codes, x_scale, act, act_codes, act_scale;
-    const float* gate_in = x;
-    if (qt.w8a8) {
-      x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
-      act = DeviceBuffer::Floats(*this, slots * inter), act_codes = DeviceBuffer::Floats(*this, slots * inter);
-      act_scale = DeviceBuffer::Floats(*this, slots);
-      Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
-              x_scale.f32(), stream_);
-      gate_in = x_codes.f32();
-    }
-    Zero(slot_out.data(), slot_out.bytes());  // a pair in no unit (an out-of-range id) sums as zero
-    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
-            static_cast<int4*>(units.data()), num_units.i32(), stream_);
-    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, gate_in, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
-            static_cast<const int4*>(units.data()), static_cast<const int32_t*>(num_units.i32()), max_units, table,
-            &qt.gate0, &qt.down0, E, inter, gelu, weights, static_cast<uint16_t*>(xs.data()),
-            static_cast<uint16_t*>(as.data()), exact, static_cast<const float*>(x_scale.f32()), act.f32(),
-            act_codes.f32(), act_scale.f32(), slot_out.f32(), stream_);
-    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
-    return true;
-  }
-  profiler_->Mark(qt.w8a8 ? "MoeExperts quantized mma w8a8" : "MoeExperts quantized mma");
-  const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
+  // Prompt-sized batches take the wgmma kernel (units of kQuantWgmmaUnitRows rows), others mma.sync.
+  const bool wgmma = qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E;
+  profiler_->Mark(wgmma ? (qt.w8a8 ? "MoeExperts quantized wgmma w8a8" : "MoeExperts quantized wgmma")
+                        : (qt.w8a8 ? "MoeExperts quantized mma w8a8" : "MoeExperts quantized mma"));
+  const int unit_rows = wgmma ? cuda::kQuantWgmmaUnitRows : cuda::QuantMoeMmaUnitRows(slots, E);
   const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-  DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
   DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
       num_units(*this, sizeof(int32_t));
   // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
   Zero(slot_out.data(), slot_out.bytes());
   Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
           static_cast<int4*>(units.data()), num_units.i32(), stream_);
+  // f32 activations between gate / up and down (weight-only wgmma writes them split, for the down).
+  DeviceBuffer act;
+  if (!wgmma || qt.w8a8) act = DeviceBuffer::Floats(*this, slots * inter);
   const auto* u = static_cast<const int4*>(units.data());
   // W8A8: each row of x as its codes once for every gate and up (the experts share the rule), each
   // pair's activations once for its down; the codes are exact in bf16 (one MMA, hi alone) and the
@@ -249,17 +221,31 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   const float* gate_in = x;
   if (qt.w8a8) {
     x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
+    act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
     Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
             x_scale.f32(), stream_);
     gate_in = x_codes.f32();
   }
   const bool exact = ExactActivations() && !qt.w8a8;
+  if (wgmma) {
+    // x gathered in sorted order (split, or as int8 codes) and the activations written for the down
+    // launch by the kernel itself; W8A8 codes the pairs' activations in between (act -> act_codes).
+    const int64_t parts = exact ? 2 : 1;
+    DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
+    DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
+    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, gate_in, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
+            u, static_cast<const int32_t*>(num_units.i32()), max_units, table, &qt.gate0, &qt.down0, E, inter, gelu,
+            weights, static_cast<uint16_t*>(xs.data()), static_cast<uint16_t*>(as.data()), exact,
+            static_cast<const float*>(x_scale.f32()), act.f32(), act_codes.f32(), act_scale.f32(), slot_out.f32(),
+            stream_);
+    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
+    return true;
+  }
   Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, gate_in, hidden, k, order.i32(), u,
           num_units.i32(), max_units, table, &qt.gate0, E, inter, act.f32(), exact, gelu,
           static_cast<const float*>(x_scale.f32()), stream_);
   const float* down_in = act.f32();
   if (qt.w8a8) {
-    act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
     Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, act.f32(), slots, inter, &qt.down0,
             act_codes.f32(), act_scale.f32(), stream_);
     down_in = act_codes.f32();

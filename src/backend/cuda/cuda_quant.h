@@ -112,7 +112,8 @@ void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
 // W8A8 (x_scale not null): x holds each token's codes and x_scale their factors
 // (QuantPrepareInputCodes); gate / up sums are scaled by the token's factor, act goes to act_f32
 // [pairs, inter] f32 in sorted order, then as codes (act_codes, same size) with each pair's factor
-// (act_scale [pairs]) into act_split, and the down sums are scaled by it; one MMA (exact ignored).
+// (act_scale [pairs]) into act_split, and the down sums are scaled by it; one MMA (exact ignored):
+// int8 codes on the s8 MMA where QuantGemmWgmma would take them (both k), others as bf16.
 constexpr int kQuantWgmmaUnitRows = 128;
 constexpr int64_t kQuantWgmmaMinRowsPerExpert = 64;
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,
