@@ -167,6 +167,10 @@ class CudaBackend : public Backend {
     std::vector<const void*> host;  // [gate..., up..., down...]
     DeviceBuffer dev;
     bool aligned = true;  // every pointer 16-byte aligned (vector loads)
+    // The same matrices as the wgmma kernel's bf16 rows (cuda::kBf16Rows): [3 * E] cuda::QuantMatrix,
+    // and expert 0's gate and down on the host.
+    DeviceBuffer wgmma;
+    cuda::QuantMatrix gate0, down0;
   };
   // A host array copied to device memory in stream order for the op being queued. Small arrays go
   // through the pinned scratch ring (a truly asynchronous copy: no driver staging, no stream sync);
@@ -243,6 +247,14 @@ class CudaBackend : public Backend {
   bool QuantMmaExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                        const float* weights, int64_t k, const std::vector<ExpertWeights>& experts, float* out,
                        const ResidualNorm* residual, bool gelu);
+  // Routed experts of a prompt-sized batch on the wgmma kernel (cuda_quant_wgmma.cu), quantized or bf16
+  // rows (table: [3 E] matrices on the device, gate0 / down0 expert 0's on the host): grouped by expert
+  // into units of cuda::kQuantWgmmaUnitRows, the slots' sum into out. W8A8 (x_scale not null): x holds
+  // the rows' codes and x_scale their factors.
+  void WgmmaExperts(const float* x, const float* x_scale, int64_t rows, int64_t hidden, const int32_t* idx,
+                    const float* weights, int64_t k, int64_t E, int64_t inter, const cuda::QuantMatrix* table,
+                    const cuda::QuantMatrix& gate0, const cuda::QuantMatrix& down0, bool exact, bool gelu, float* out,
+                    const ResidualNorm* residual);
   void HostGroupedExperts(const float* x, int64_t rows, int64_t hidden, const int32_t* idx, const float* weights,
                           int64_t k, const std::vector<ExpertWeights>& experts, float* slot_out, bool gelu = false);
   std::unordered_map<const void*, std::unique_ptr<cuda::QuantMatrix>> quant_views_;

@@ -44,6 +44,19 @@ const CudaBackend::ExpertTable& CudaBackend::ExpertPointers(const std::vector<Ex
     slot->aligned = aligned;
     slot->dev = DeviceBuffer(*this, host.size() * sizeof(void*));
     Upload(slot->dev.data(), host.data(), host.size() * sizeof(void*));
+    std::vector<cuda::QuantMatrix> mats(3 * E);
+    for (int64_t i = 0; i < 3 * E; ++i) {
+      const Tensor& t = i < E ? experts[i].gate : i < 2 * E ? experts[i - E].up : experts[i - 2 * E].down;
+      cuda::QuantMatrix& m = mats[i];
+      m.codes = static_cast<const uint8_t*>(t.data);
+      m.row_bytes = 2 * t.dim(1);
+      m.group = static_cast<int32_t>(t.dim(1));
+      m.groups = 1;
+      m.kind = cuda::kBf16Rows;
+    }
+    if (E > 0) slot->gate0 = mats[0], slot->down0 = mats[2 * E];
+    slot->wgmma = DeviceBuffer(*this, mats.size() * sizeof(cuda::QuantMatrix));
+    Upload(slot->wgmma.data(), mats.data(), mats.size() * sizeof(cuda::QuantMatrix));
   }
   return *slot;
 }
@@ -137,6 +150,17 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
             stream_);
     Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
             slot_out.f32(), stream_);
+  } else if (vec && moe_tensor_cores_ && !ExactActivations() && slots <= moe_device_max_slots_ &&
+             slots >= cuda::kQuantWgmmaMinRowsPerExpert * E && cuda::Bf16WgmmaOk(hidden) && cuda::Bf16WgmmaOk(inter)) {
+    // Prompt-sized batches with bf16 activations on sm_90a: the quantized experts' wgmma kernel, the
+    // bf16 rows its operand (H100, 4K prompt of Qwen3-30B-A3B 226 -> 192 ms against the tiled kernels).
+    // Exact f32 activations stay on the tiled kernels: hi and lo make the wgmma's stages 121 KB, one
+    // block an SM, and it lost (250 -> 286 ms).
+    profiler_->Mark("MoeExperts device-grouped wgmma");
+    WgmmaExperts(x, nullptr, rows, hidden, idx, weights, k, E, inter,
+                 static_cast<const cuda::QuantMatrix*>(table.wgmma.data()), table.gate0, table.down0,
+                 ExactActivations(), gelu, out, residual);
+    return;
   } else if (vec && slots <= moe_device_max_slots_) {
     profiler_->Mark("MoeExperts device-grouped");
     const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
@@ -201,7 +225,24 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   const bool wgmma = qt.wgmma && slots >= cuda::kQuantWgmmaMinRowsPerExpert * E;
   profiler_->Mark(wgmma ? (qt.w8a8 ? "MoeExperts quantized wgmma w8a8" : "MoeExperts quantized wgmma")
                         : (qt.w8a8 ? "MoeExperts quantized mma w8a8" : "MoeExperts quantized mma"));
-  const int unit_rows = wgmma ? cuda::kQuantWgmmaUnitRows : cuda::QuantMoeMmaUnitRows(slots, E);
+  // W8A8: each row of x as its codes once for every gate and up (the experts share the rule), each
+  // pair's activations once for its down; the codes are exact in bf16 (one MMA, hi alone) and the
+  // kernels scale the sums by the rows' factors (as QuantMatMul's dense products do).
+  DeviceBuffer x_codes, x_scale;
+  const float* gate_in = x;
+  if (qt.w8a8) {
+    x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
+    Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
+            x_scale.f32(), stream_);
+    gate_in = x_codes.f32();
+  }
+  const bool exact = ExactActivations() && !qt.w8a8;
+  if (wgmma) {
+    WgmmaExperts(gate_in, qt.w8a8 ? x_scale.f32() : nullptr, rows, hidden, idx, weights, k, E, inter, table, qt.gate0,
+                 qt.down0, exact, gelu, out, residual);
+    return true;
+  }
+  const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
   const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
   DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
@@ -210,37 +251,9 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
   Zero(slot_out.data(), slot_out.bytes());
   Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
           static_cast<int4*>(units.data()), num_units.i32(), stream_);
-  // f32 activations between gate / up and down (weight-only wgmma writes them split, for the down).
-  DeviceBuffer act;
-  if (!wgmma || qt.w8a8) act = DeviceBuffer::Floats(*this, slots * inter);
   const auto* u = static_cast<const int4*>(units.data());
-  // W8A8: each row of x as its codes once for every gate and up (the experts share the rule), each
-  // pair's activations once for its down; the codes are exact in bf16 (one MMA, hi alone) and the
-  // kernels scale the sums by the rows' factors (as QuantMatMul's dense products do).
-  DeviceBuffer x_codes, x_scale, act_codes, act_scale;
-  const float* gate_in = x;
-  if (qt.w8a8) {
-    x_codes = DeviceBuffer::Floats(*this, rows * hidden), x_scale = DeviceBuffer::Floats(*this, rows);
-    act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
-    Enqueue("QuantPrepareInputCodes", cuda::QuantPrepareInputCodes, x, rows, hidden, &qt.gate0, x_codes.f32(),
-            x_scale.f32(), stream_);
-    gate_in = x_codes.f32();
-  }
-  const bool exact = ExactActivations() && !qt.w8a8;
-  if (wgmma) {
-    // x gathered in sorted order (split, or as int8 codes) and the activations written for the down
-    // launch by the kernel itself; W8A8 codes the pairs' activations in between (act -> act_codes).
-    const int64_t parts = exact ? 2 : 1;
-    DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
-    DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
-    Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, gate_in, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
-            u, static_cast<const int32_t*>(num_units.i32()), max_units, table, &qt.gate0, &qt.down0, E, inter, gelu,
-            weights, static_cast<uint16_t*>(xs.data()), static_cast<uint16_t*>(as.data()), exact,
-            static_cast<const float*>(x_scale.f32()), act.f32(), act_codes.f32(), act_scale.f32(), slot_out.f32(),
-            stream_);
-    SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
-    return true;
-  }
+  DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), act_codes, act_scale;
+  if (qt.w8a8) act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
   Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, gate_in, hidden, k, order.i32(), u,
           num_units.i32(), max_units, table, &qt.gate0, E, inter, act.f32(), exact, gelu,
           static_cast<const float*>(x_scale.f32()), stream_);
@@ -255,6 +268,38 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
           static_cast<const float*>(act_scale.f32()), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
   return true;
+}
+
+void CudaBackend::WgmmaExperts(const float* x, const float* x_scale, int64_t rows, int64_t hidden, const int32_t* idx,
+                               const float* weights, int64_t k, int64_t E, int64_t inter,
+                               const cuda::QuantMatrix* table, const cuda::QuantMatrix& gate0,
+                               const cuda::QuantMatrix& down0, bool exact, bool gelu, float* out,
+                               const ResidualNorm* residual) {
+  const int64_t slots = rows * k;
+  const int64_t max_units = cuda::MoeMaxUnits(slots, E, cuda::kQuantWgmmaUnitRows);
+  DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
+  DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
+      num_units(*this, sizeof(int32_t));
+  // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
+  Zero(slot_out.data(), slot_out.bytes());
+  Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, cuda::kQuantWgmmaUnitRows, order.i32(),
+          static_cast<int4*>(units.data()), num_units.i32(), stream_);
+  // x gathered in sorted order (split, or as int8 codes) and the activations written for the down
+  // launch by the kernel itself; W8A8 codes the pairs' activations in between (act -> act_codes).
+  DeviceBuffer act, act_codes, act_scale;
+  if (x_scale) {
+    act = DeviceBuffer::Floats(*this, slots * inter), act_codes = DeviceBuffer::Floats(*this, slots * inter);
+    act_scale = DeviceBuffer::Floats(*this, slots);
+  }
+  const int64_t parts = exact ? 2 : 1;
+  DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
+  DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
+  Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, x, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
+          static_cast<const int4*>(units.data()), static_cast<const int32_t*>(num_units.i32()), max_units, table,
+          &gate0, &down0, E, inter, gelu, weights, static_cast<uint16_t*>(xs.data()),
+          static_cast<uint16_t*>(as.data()), exact, x_scale, act.f32(), act_codes.f32(), act_scale.f32(),
+          slot_out.f32(), stream_);
+  SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
 }
 
 // (row, slot) pairs sorted by expert on the host (one copy of the routing), gathered, one product per

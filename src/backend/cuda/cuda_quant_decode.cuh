@@ -12,12 +12,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_quant.h"  // QuantMatrix's kinds (kBf16Rows)
+
 namespace tessera::cuda {
 
 enum : int8_t { kFp8 = 1, kInt8 = 2, kInt4 = 3 };  // core/quant.h QuantKind
 constexpr int kQuantStageK = 64;                     // k a stage
-template <int8_t KIND>
-constexpr int kBRowBytes = KIND == kInt4 ? kQuantStageK / 2 : kQuantStageK;  // code bytes of a row a stage
+template <int8_t KIND>                               // bytes of a staged row a stage
+constexpr int kBRowBytes = KIND == kInt4 ? kQuantStageK / 2 : KIND == kBf16Rows ? 2 * kQuantStageK : kQuantStageK;
 
 // 16-byte unit u of weight row w's staged codes, swizzled: a quarter warp's (int4: a warp's) loads
 // of one chunk land on distinct banks (row strides of 64 / 32 bytes would put rows g and g + 2 /
@@ -25,6 +27,8 @@ constexpr int kBRowBytes = KIND == kInt4 ? kQuantStageK / 2 : kQuantStageK;  // 
 template <int8_t KIND>
 __device__ __forceinline__ int QuantUnitOffset(int w, int u) {
   if constexpr (KIND == kInt4) return w * kBRowBytes<KIND> + ((u ^ ((w >> 2) & 1)) << 4);
+  // bf16 rows: a quarter warp reads 64 bytes of rows g and g + 1 each; the odd row's half swaps.
+  if constexpr (KIND == kBf16Rows) return w * kBRowBytes<KIND> + ((u ^ ((w & 1) << 2)) << 4);
   return w * kBRowBytes<KIND> + ((u ^ (((w >> 1) & 1) << 1)) << 4);
 }
 
@@ -35,11 +39,14 @@ __device__ __forceinline__ uint32_t Bf16Pair(float lo, float hi) {
 
 // This lane's 8 codes (physical k 8q..8q+7) of 32-wide chunk kk of staged row `row` as 8 exact bf16,
 // the weight operand of both k16 steps of the chunk: (x, y) the first step's register pair, (z, w) the
-// second's. int8 / fp8 in column order; int4 as the pairs (0,4) (1,5) (2,6) (3,7).
+// second's. bf16 rows, int8 / fp8 in column order; int4 as the pairs (0,4) (1,5) (2,6) (3,7).
 template <int8_t KIND>
 __device__ __forceinline__ uint4 LoadCodes(const unsigned char* stage, int row, int kk, int q) {
   uint32_t r[4];
-  if constexpr (KIND == kInt4) {
+  if constexpr (KIND == kBf16Rows) {
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + QuantUnitOffset<KIND>(row, 4 * kk + q));  // as stored
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (KIND == kInt4) {
     const uint32_t raw =
         *reinterpret_cast<const uint32_t*>(stage + QuantUnitOffset<KIND>(row, kk) + 4 * q) ^ 0x88888888u;  // n + 8
     const __nv_bfloat162 bias = __float2bfloat162_rn(136.f);

@@ -25,7 +25,9 @@
 //
 // Pipeline (as cuda_skinny_wgmma.cu's register-A form): kStages buffers, stage s + kStages - 2 loads
 // while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
-// between two sets for that reason; a group's end waits for all wgmmas before scaling.
+// between two sets for that reason; a group's end waits for all wgmmas before scaling. A block is one
+// warpgroup, which cannot hide its own waits (barrier, mbarrier, the A fragments' loads, a group's
+// end): the stages are sized so two blocks share an SM (kStagesOf).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -50,22 +52,31 @@ namespace {
 constexpr int kWRows = 64;    // weight rows of a block (the wgmma's M)
 constexpr int kTok = 128;     // activation rows of a block (the wgmma's N)
 constexpr int kKt = kQuantStageK;
-constexpr int kStages = 4;
 constexpr int kThreads = 128;
 constexpr int kXBox = kTok * 128;  // bytes: a TMA box of 128 rows x 128 bytes (64 bf16, or 128 int8)
-constexpr int kXStage = 2 * kXBox;
 // The B operand's form: bf16 (hi), bf16 hi + lo (exact f32 activations), or int8 codes (int8 W8A8:
 // the weights' codes go into the s8 wgmma as they are, a stage 128 of k, twice bf16's rate).
 enum XForm : int { kXHi, kXHiLo, kXS8 };
 template <int XF>
 constexpr int kStageK = XF == kXS8 ? 128 : kKt;
+// Activation bytes a stage: two boxes (hi, lo) for exact f32 activations, else one, so the one-box
+// forms (bf16 activations, W8A8 codes) stage in ~80-100 KB and two blocks share an SM.
+template <int XF>
+constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
+// Stages in flight: 4 of the one-box forms (~81-97 KB), 3 of the two-box form (~110 KB): two blocks an
+// SM either way, each hiding the other's waits (one warpgroup a block cannot hide its own).
+template <int XF>
+constexpr int kStagesOf = XF == kXHiLo ? 3 : 4;
 template <int8_t KIND, int XF>
 constexpr int kRowStage = XF == kXS8 ? 128 : kBRowBytes<KIND>;  // code bytes of a weight row a stage
+template <int8_t KIND>
+constexpr bool kScaled = KIND != kBf16Rows;  // bf16 weight rows have no scales
 template <int8_t KIND, int XF>
 constexpr int kCStage = kWRows * kRowStage<KIND, XF>;  // code bytes a stage
 constexpr int kSStage = kWRows * 4;                     // the stage's scale of each weight row
 template <int8_t KIND, int XF>
-constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage + kCStage<KIND, XF> + kSStage) + 8 * kStages + 1024;
+constexpr size_t kSmem = static_cast<size_t>(kStagesOf<XF>) * (kXStage<XF> + kCStage<KIND, XF> + kSStage) +
+                         8 * kStagesOf<XF> + 1024;
 
 // 16-byte unit u of weight row w's 128 staged int8 codes (kXS8), swizzled so the 8 rows a
 // quarter warp's fragment loads touch land on distinct banks.
@@ -160,11 +171,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
                      float* y, bool accumulate, const float* row_scale, const MoeArgs moe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = kStagesOf<XF>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);  // TMA's swizzled tiles: 1024-aligned
   unsigned char* sx = smem;                                         // [ST][hi, lo][128 rows][128 B]
-  unsigned char* sc = sx + kStages * kXStage;                       // [ST][64 rows][kRowStage]
+  unsigned char* sc = sx + kStages * kXStage<XF>;                   // [ST][64 rows][kRowStage]
   float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND, XF>);  // [ST][64]
   const auto bars = static_cast<uint32_t>(__cvta_generic_to_shared(ss + kStages * kWRows));  // [ST] mbarriers
 
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const float* srow = nullptr;
   int groups = 0;
-  if (t < kWRows) {
+  if (kScaled<KIND> && t < kWRows) {
     int col;
     const QuantMatrix* mat = weight_row(t, col);
     groups = mat ? mat->groups : w.groups;
@@ -224,19 +236,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int wr = t / kUnits + (kThreads / kUnits) * i, u = t % kUnits;
-      const int64_t byte = (KIND == kInt4 ? k0 / 2 : k0) + 16 * u;
-      const bool ok = crow[i] && (KIND == kInt4 ? 2 * byte : byte) < K;
+      // The unit's first k (k0 + 16 u k's per byte) and its byte in the row.
+      const int64_t byte = static_cast<int64_t>(k0) * kRowStage<KIND, XF> / KT + 16 * u;
+      const bool ok = crow[i] && k0 + 16 * u * KT / kRowStage<KIND, XF> < K;
       const int at = XF == kXS8 ? Int8UnitOffset(wr, u) : QuantUnitOffset<KIND>(wr, u);
       CpAsync16(c + at, ok ? crow[i] + byte : w.codes, ok);
     }
-    if (t < kWRows) {
+    if (kScaled<KIND> && t < kWRows) {
       const bool ok = srow != nullptr && k0 / group < groups;
       CpAsync4(ss + (s % kStages) * kWRows + t, ok ? srow + k0 / group : w.scales, ok);
     }
     if (t == 0) {
       const uint32_t bar = bars + 8 * (s % kStages);
-      const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage));
-      MbarExpectTx(bar, kExact ? kXStage : kXBox);
+      const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage<XF>));
+      MbarExpectTx(bar, kXStage<XF>);
       TmaLoad3d(a, &xmap, k0, tok0, 0, bar);
       if constexpr (kExact) TmaLoad3d(a + kXBox, &xmap, k0, tok0, 1, bar);
     }
@@ -290,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     WgmmaFence();  // the A registers (and the zeroed or scaled accumulators) before the wgmmas read them
-    const auto x = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage));
+    const auto x = static_cast<uint32_t>(__cvta_generic_to_shared(sx + (s % kStages) * kXStage<XF>));
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // k step j starts 32 j bytes into each 128-byte row
       if constexpr (XF == kXS8) {
@@ -317,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("" : "+f"(part[i])::"memory");
     }
     const float* scale = ss + (s % kStages) * kWRows + 16 * warp + g;
-    const float s0 = scale[0], s8 = scale[8];
+    const float s0 = kScaled<KIND> ? scale[0] : 1.0f, s8 = kScaled<KIND> ? scale[8] : 1.0f;
 #pragma unroll
     for (int i = 0; i < kWgmmaN128Accs; ++i) {
       acc[i] += ((i & 2) ? s8 : s0) * static_cast<float>(part[i]);
@@ -383,6 +396,15 @@ void QuantSplitActivations(const float* x, int64_t rows, int64_t k, int8_t kind,
   LaunchSplit(x, nullptr, 1, rows, k, kind, hi, lo, s);
 }
 
+bool Bf16WgmmaOk(int64_t k) {
+#if defined(TESSERA_CUDA_SM90A)
+  return k % kKt == 0 && TensorMapEncoderAvailable();
+#else
+  (void)k;
+  return false;
+#endif
+}
+
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k) {
 #if defined(TESSERA_CUDA_SM90A)
   return m >= kQuantWgmmaMinRows && QuantMmaOk(w, k) && w.zeros == nullptr && k % kKt == 0 &&
@@ -430,6 +452,9 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
   else if (w.kind == kInt8)
     lo ? go(QuantWgmmaKernel<kInt8, kXHiLo, MODE>, kSmem<kInt8, kXHiLo>)
        : go(QuantWgmmaKernel<kInt8, kXHi, MODE>, kSmem<kInt8, kXHi>);
+  else if (w.kind == kBf16Rows)
+    lo ? go(QuantWgmmaKernel<kBf16Rows, kXHiLo, MODE>, kSmem<kBf16Rows, kXHiLo>)
+       : go(QuantWgmmaKernel<kBf16Rows, kXHi, MODE>, kSmem<kBf16Rows, kXHi>);
   else
     lo ? go(QuantWgmmaKernel<kFp8, kXHiLo, MODE>, kSmem<kFp8, kXHiLo>)
        : go(QuantWgmmaKernel<kFp8, kXHi, MODE>, kSmem<kFp8, kXHi>);
