@@ -11,7 +11,9 @@
 // boxes of 64 k x 128 rows in the 128-byte swizzle. A stage is 64 of k: four k16 steps of one m64n128
 // wgmma (two with f32 activations: hi and lo) into a group accumulator, scaled into the result in f32
 // at the end of each scale group (group % 64 == 0, or one a row: at the end), as the mma.sync kernels
-// do. Symmetric codes only (no zero points: those stay on cuda_quant_mma.cu).
+// do. Symmetric codes only (no zero points: those stay on cuda_quant_mma.cu). bf16 weights come as
+// kind kBf16Rows (cuda_quant.h): staged as stored, no scales (a prompt's bf16 experts with bf16
+// activations: cuda_backend_moe.cpp).
 //
 // W8A8 (fp8 / int8 weights whose inputs are rounded to codes per token): the input codes are exact
 // in bf16, so they take the bf16 form above with one MMA (hi alone). Int8 ones where k is a multiple
