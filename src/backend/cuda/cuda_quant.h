@@ -28,7 +28,7 @@ struct QuantMatrix {
   const int32_t* perm = nullptr;   // [k] or null
   int64_t row_bytes = 0;
   int32_t group = 0, groups = 0;
-  int8_t kind = 0;  // core/quant.h QuantKind: 1 fp8, 2 int8, 3 int4; kBf16Rows below
+  int8_t kind = 0;  // core/quant.h QuantKind: 1 fp8, 2 int8, 3 int4; kBf16Rows above
   int8_t act = 0;   // ActQuant: 0 none, 1 dynamic per token, 2 static
   float act_scale = 0.f;
 };
@@ -104,7 +104,7 @@ void QuantGemmMma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, in
 // the s8 wgmma (x packed to int8 in split), others (fp8 among them) as bf16.
 constexpr int64_t kQuantWgmmaMinRows = 256;
 bool QuantWgmmaOk(const QuantMatrix& w, int64_t m, int64_t k);
-bool Bf16WgmmaOk(int64_t k);  // sm_90a, k % 64 == 0, a tensor-map encoder
+bool Bf16WgmmaOk(int64_t k);  // kBf16Rows matrices of k columns: sm_90a, k % 64 == 0, a tensor-map encoder
 void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, int64_t n, float* y, bool accumulate,
                     uint16_t* split, bool exact, const float* row_scale, cudaStream_t s);
 // Routed experts of prompt-sized batches on the wgmma kernel: MoeGroupByExpert with
@@ -118,8 +118,8 @@ void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
 // [pairs, inter] f32 in sorted order, then as codes (act_codes, same size) with each pair's factor
 // (act_scale [pairs]) into act_split, and the down sums are scaled by it; one MMA (exact ignored):
 // int8 codes on the s8 MMA where QuantGemmWgmma would take them (both k), others as bf16.
-// bf16 experts take the same kernel: matrices of kind 0 (cuda_quant_decode.cuh kBf16Rows: codes = the
-// bf16 rows, row_bytes = 2 k, group = k, no scales), where Bf16WgmmaOk holds for hidden and inter.
+// bf16 experts with bf16 activations (exact false) take the same kernel: matrices of kind kBf16Rows,
+// where Bf16WgmmaOk holds for hidden and inter.
 constexpr int kQuantWgmmaUnitRows = 128;
 constexpr int64_t kQuantWgmmaMinRowsPerExpert = 64;
 void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs, const int32_t* order,

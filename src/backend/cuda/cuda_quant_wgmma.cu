@@ -12,8 +12,8 @@
 // wgmma (two with f32 activations: hi and lo) into a group accumulator, scaled into the result in f32
 // at the end of each scale group (group % 64 == 0, or one a row: at the end), as the mma.sync kernels
 // do. Symmetric codes only (no zero points: those stay on cuda_quant_mma.cu). bf16 weights come as
-// kind kBf16Rows (cuda_quant.h): staged as stored, no scales (a prompt's bf16 experts with bf16
-// activations: cuda_backend_moe.cpp).
+// kind kBf16Rows (cuda_quant.h): staged as stored, no scales, bf16 activations only (a prompt's bf16
+// experts: cuda_backend_moe.cpp).
 //
 // W8A8 (fp8 / int8 weights whose inputs are rounded to codes per token): the input codes are exact
 // in bf16, so they take the bf16 form above with one MMA (hi alone). Int8 ones where k is a multiple
@@ -65,8 +65,9 @@ constexpr int kStageK = XF == kXS8 ? 128 : kKt;
 // forms (bf16 activations, W8A8 codes) stage in ~80-100 KB and two blocks share an SM.
 template <int XF>
 constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
-// Stages in flight: 4 of the one-box forms (~81-97 KB), 3 of the two-box form (~110 KB): two blocks an
-// SM either way, each hiding the other's waits (one warpgroup a block cannot hide its own).
+// Stages in flight: 4 of the one-box forms (~81-100 KB), 3 of the two-box form (~110 KB): two blocks an
+// SM either way, each hiding the other's waits (one warpgroup a block cannot hide its own). bf16 rows
+// with hi + lo would stage 121 KB (one block an SM) and lost to the tiled kernels: not built.
 template <int XF>
 constexpr int kStagesOf = XF == kXHiLo ? 3 : 4;
 template <int8_t KIND, int XF>
@@ -454,10 +455,10 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
   else if (w.kind == kInt8)
     lo ? go(QuantWgmmaKernel<kInt8, kXHiLo, MODE>, kSmem<kInt8, kXHiLo>)
        : go(QuantWgmmaKernel<kInt8, kXHi, MODE>, kSmem<kInt8, kXHi>);
-  else if (w.kind == kBf16Rows)
-    lo ? go(QuantWgmmaKernel<kBf16Rows, kXHiLo, MODE>, kSmem<kBf16Rows, kXHiLo>)
-       : go(QuantWgmmaKernel<kBf16Rows, kXHi, MODE>, kSmem<kBf16Rows, kXHi>);
-  else
+  else if (w.kind == kBf16Rows) {
+    // Experts with bf16 activations only: as dense products these lost to cuBLASLt (not built).
+    if constexpr (MODE != kDense) go(QuantWgmmaKernel<kBf16Rows, kXHi, MODE>, kSmem<kBf16Rows, kXHi>);
+  } else
     lo ? go(QuantWgmmaKernel<kFp8, kXHiLo, MODE>, kSmem<kFp8, kXHiLo>)
        : go(QuantWgmmaKernel<kFp8, kXHi, MODE>, kSmem<kFp8, kXHi>);
 }
@@ -489,6 +490,10 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
                    const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, const float* x_scale,
                    float* act_f32, float* act_codes, float* act_scale, float* slot_out, cudaStream_t s) {
   if (max_units <= 0 || pairs <= 0) return;
+  if (gate0->kind == kBf16Rows && exact) {
+    std::fprintf(stderr, "tessera: bf16 expert rows on wgmma take bf16 activations only\n");
+    std::abort();  // the backend keeps exact ones on the tiled kernels; anything else is a bug here
+  }
   const bool w8a8 = x_scale != nullptr;
   exact = exact && !w8a8;  // codes are exact in bf16: one MMA
   // gate / up and down share their kind (QuantExperts' mma condition).
