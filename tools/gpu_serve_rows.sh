@@ -65,7 +65,7 @@ for P in ${SERVE_ROWS_PRECISIONS:-f32 bf16}; do
     bench "${P}_c$C" --num-prompts $N --concurrency $C --input-len 512 --output-len 128 --warmup 2 --seed $(( C + 100 ))
   done
   stop
-  grep -E "gpu memory|error" "$OUT/logs/serve_act_$P.log" | head -5 | tee -a "$SUM"
+  grep -E "gpu memory|\[(error|warning)\]" "$OUT/logs/serve_act_$P.log" | head -5 | tee -a "$SUM"
 done
 
 if [ "${SERVE_ROWS_24G:-1}" = 1 ]; then
@@ -87,7 +87,7 @@ if [ "${SERVE_ROWS_24G:-1}" = 1 ]; then
   bench int4_32k --num-prompts 1 --concurrency 1 --input-len 32000 --output-len 16 --warmup 0 --seed 7 --timeout 240
   stop
   wait "$SAMPLER"
-  grep -E "gpu memory|KV|error" "$OUT/logs/serve_int4_24g.log" | head -6 | tee -a "$SUM"
+  grep -E "gpu memory|engine:|\[(error|warning)\]" "$OUT/logs/serve_int4_24g.log" | head -6 | tee -a "$SUM"
   peak=$(awk -F', *' -v pid="$SERVER" '$1 == pid && $2 + 0 > m {m = $2 + 0} END {print m + 0}' "$OUT/logs/memory_samples.txt")
   device_peak=$(awk -F', *' '$1 == "device" && $2 + 0 > m {m = $2 + 0} END {print m + 0}' "$OUT/logs/memory_samples.txt")
   # Without a per-process figure the device's (every process's, and the driver's own) stands in.
