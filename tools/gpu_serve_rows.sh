@@ -6,7 +6,8 @@
 #  2. Issue 29's 24 GiB check (SERVE_ROWS_24G=0 leaves it out): int4 weights quantized at load, bf16 cache,
 #     --gpu-memory-utilization = 0.95 x 24 GiB / this GPU's memory, --max-model-len 32768, one 32,000-token
 #     prompt (16 output tokens). Passes when the request completes and the server process never holds more
-#     than 24 GiB of the GPU (nvidia-smi's per-process memory, sampled every 0.2 s while it serves).
+#     than 24 GiB of the GPU (nvidia-smi's per-process memory, or the device's where a container hides the
+#     process list, sampled every 0.2 s while it serves).
 # Bundle (built here): GPU_BUNDLE_BINS=tessera bash scripts/gpu_bundle.sh build build-data/DIR/serve.tar.xz
 # (tessera, its libraries and the Qwen3 tokenizer); carry build-data/DIR and set SERVE_ROWS_BUNDLE to the pack.
 # Results: $OUT/summary.txt (the table rows and the check), $OUT/logs.tar.xz (server logs, bench JSONs).
