@@ -20,10 +20,11 @@
 // of 128 stay 8-bit instead (kXS8): the B tile is the codes as bytes (a TMA box of 128 k x 128 rows in
 // the same swizzle), the weights' codes go into the A registers unconverted (mma.m16n8k32's 8-bit
 // fragment), and each 128-k stage is four m64n128k32 s8 wgmmas with exact s32 sums: a 4K prompt of
-// Qwen3-30B-A3B int8 W8A8 370 -> 258 ms (H100, 2026-12-07). The same with e4m3 codes (FP8 W8A8, 371 ->
-// 257 ms) was dropped: the e4m3 wgmma's sums lost ~4e-4 of a product of 256 columns (the tensor core
+// Qwen3-30B-A3B int8 W8A8 370 -> 258 ms (H100, 2026-12-07; 201 at two blocks an SM). The same with
+// e4m3 codes (FP8 W8A8, 371 -> 257 ms) was dropped: the e4m3 wgmma's sums lost ~4e-4 of a product of 256 columns (the tensor core
 // adds in reduced precision), and the experts, whose down inputs are coded from those sums, moved by
-// 0.7-1.2% against the CPU (CudaQuant bound 0.4%); FP8 W8A8 takes the exact bf16 form (315 ms).
+// 0.7-1.2% against the CPU (CudaQuant bound 0.4%); FP8 W8A8 takes the exact bf16 form (315 ms, 245 at
+// two blocks an SM).
 //
 // Pipeline (as cuda_skinny_wgmma.cu's register-A form): kStages buffers, stage s + kStages - 2 loads
 // while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
