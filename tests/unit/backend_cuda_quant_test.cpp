@@ -119,6 +119,45 @@ TEST_F(CudaQuant, MatMulMatchesTheCpuOnEveryPath) {
   }
 }
 
+// One row through MatMulMulti (q / k / v): matrices of one kind and zero-point form share one tiled GEMV
+// launch (k split over warps by the launch's total rows), others go one by one. Each output must be
+// the CPU's product of its own matrix, not a neighbour's rows (the jobs' block ranges).
+TEST_F(CudaQuant, MatMulMultiOfOneRowMatchesTheCpu) {
+  struct Set {
+    QuantKind kinds[3];
+    bool zeros;
+    int64_t k;
+  };
+  const Set sets[] = {
+      {{QuantKind::kInt4, QuantKind::kInt4, QuantKind::kInt4}, false, 2048},  // one launch, k split
+      {{QuantKind::kInt8, QuantKind::kInt8, QuantKind::kInt8}, true, 512},    // zero points
+      {{QuantKind::kFp8, QuantKind::kFp8, QuantKind::kFp8}, false, 1536},     // 3 segments over 2 slices
+      {{QuantKind::kInt4, QuantKind::kFp8, QuantKind::kInt4}, false, 1024},   // mixed kinds: per matrix
+  };
+  const int64_t rows[3] = {520, 72, 72};  // q / k / v-like, not multiples of a warp's 8 rows
+  uint64_t seed = 700;
+  for (const Set& set : sets) {
+    std::unique_ptr<Pair> p[3];
+    for (int j = 0; j < 3; ++j) p[j] = Make(set.kinds[j], rows[j], set.k, set.zeros, false, ActQuant::kNone, ++seed);
+    const std::vector<float> x = Rand(set.k, -1.f, 1.f, seed * 5);
+    float* dx = Dev(x);
+    float* dy[3];
+    std::vector<Backend::MatMulOut> outs;
+    for (int j = 0; j < 3; ++j) {
+      dy[j] = Dev(std::vector<float>(rows[j], 7.f));  // overwritten, not accumulated
+      outs.push_back({&p[j]->dev, dy[j]});
+    }
+    gpu_->MatMulMulti(dx, 1, outs);
+    for (int j = 0; j < 3; ++j) {
+      std::vector<float> want(rows[j]);
+      cpu_->MatMul(x.data(), 1, p[j]->host, want.data());
+      const std::string name = std::string("quant matmul multi ") + QuantKindName(set.kinds[j]) + " k" +
+                               std::to_string(set.k) + " job " + std::to_string(j) + (set.zeros ? " zp" : "");
+      Report(name.c_str(), RelErr(Host(dy[j], rows[j]), want), kTol);
+    }
+  }
+}
+
 // bf16 activations (SetActivationPrecision(kBF16)): the tensor-core products multiply x rounded to
 // bf16, i.e. the CPU's product of the rounded x, on the mma.sync kernel (40 rows) and the wgmma
 // kernel (300 rows); one row (the tiled GEMV) keeps f32 x. A kernel that ignored the setting would

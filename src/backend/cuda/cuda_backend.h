@@ -220,6 +220,8 @@ class CudaBackend : public Backend {
   // for permuted / W8A8 / unaligned matrices, the per-pair staged kernels and host-grouped products.
   const cuda::QuantMatrix* QuantView(const Tensor& w);
   void QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate);
+  bool QuantTiledTakes(const float* x, const Tensor& w);
+  bool QuantGemvMulti(const float* x, const std::vector<MatMulOut>& outs);
   struct QuantExpertTable {
     std::vector<const void*> codes;  // identity of the layer's experts
     DeviceBuffer dev;                // [3 * E] cuda::QuantMatrix

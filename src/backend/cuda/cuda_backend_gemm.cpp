@@ -131,6 +131,7 @@ void CudaBackend::MatMul(const float* x, int64_t m, const Tensor& w, float* y, b
 // (m <= its row limit; decided here, before recording, as MatMul decides); anything else per weight.
 void CudaBackend::MatMulMulti(const float* x, int64_t m, const std::vector<MatMulOut>& outs) {
   static_assert(cuda::kGemvMaxJobs == 4 && cuda::kSkinnyMaxJobs == 4, "four weights a launch");
+  if (m == 1 && QuantGemvMulti(x, outs)) return;
   const bool gemv = m > 0 && m <= cuda::kGemvMaxRows;
   const int64_t k = !outs.empty() && outs[0].w->shape.size() == 2 ? outs[0].w->shape[1] : -1;
   int64_t cols = 0;
@@ -191,14 +192,44 @@ const cuda::QuantMatrix* CudaBackend::QuantView(const Tensor& w) {
   return slot.get();
 }
 
+// Whether one input row x takes the tiled quantized GEMV for w (weight-only codes, 16-byte vectors).
+bool CudaBackend::QuantTiledTakes(const float* x, const Tensor& w) {
+  return w.quantized() && w.shape.size() == 2 && w.dim(1) % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0 &&
+         cuda::QuantTiledOk(*QuantView(w));
+}
+
+// Batch-1 q / k / v on quantized weights: one tiled GEMV launch for up to kQuantGemvMaxJobs matrices of
+// one k, kind and zero-point form (H100, int4 Qwen3-30B-A3B: three launches took 19.7 us a layer). False
+// (nothing queued) where they differ or one does not take the tiled kernel.
+bool CudaBackend::QuantGemvMulti(const float* x, const std::vector<MatMulOut>& outs) {
+  if (outs.size() < 2 || outs.size() > static_cast<size_t>(cuda::kQuantGemvMaxJobs)) return false;
+  const cuda::QuantMatrix* q[cuda::kQuantGemvMaxJobs] = {};
+  float* y[cuda::kQuantGemvMaxJobs] = {};
+  int64_t n[cuda::kQuantGemvMaxJobs] = {};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& w = *outs[i].w;
+    if (!QuantTiledTakes(x, w) || w.dim(1) != outs[0].w->dim(1)) return false;
+    q[i] = QuantView(w);
+    if (q[i]->kind != q[0]->kind || (q[i]->zeros == nullptr) != (q[0]->zeros == nullptr)) return false;
+    y[i] = outs[i].y;
+    n[i] = w.dim(0);
+  }
+  profiler_->Mark("MatMul quantized gemv tiled multi");
+  Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q[0], n[0], y[0], q[1], n[1], y[1], q[2], n[2], y[2], false,
+          stream_);
+  return true;
+}
+
 void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate) {
   const int64_t n = w.dim(0), k = w.dim(1);
   const cuda::QuantMatrix* q = QuantView(w);
   // One row: the tiled GEMV (batch-1 decode). More: the tensor-core kernels, which won from 2 rows up
   // (cuda_quant_tiled.cu); the staged GEMV and the f32-scratch GEMM take the shapes those refuse.
-  if (m == 1 && cuda::QuantTiledOk(*q) && k % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
+  if (m == 1 && QuantTiledTakes(x, w)) {
     profiler_->Mark("MatMul quantized gemv tiled");
-    Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q, n, y, accumulate, stream_);
+    const cuda::QuantMatrix* none = nullptr;
+    Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q, n, y, none, int64_t{0}, static_cast<float*>(nullptr), none,
+            int64_t{0}, static_cast<float*>(nullptr), accumulate, stream_);
     return;
   }
   const bool mma = cuda::QuantMmaOk(*q, k);

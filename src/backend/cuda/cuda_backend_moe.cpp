@@ -150,12 +150,11 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
             stream_);
     Enqueue("MoeDown", cuda::MoeDown, act.f32(), inter, idx, weights, slots, ptrs, E, hidden, table.aligned,
             slot_out.f32(), stream_);
-  } else if (vec && moe_tensor_cores_ && !ExactActivations() && slots <= moe_device_max_slots_ &&
+  } else if (vec && moe_tensor_cores_ && slots <= moe_device_max_slots_ &&
              slots >= cuda::kQuantWgmmaMinRowsPerExpert * E && cuda::Bf16WgmmaOk(hidden) && cuda::Bf16WgmmaOk(inter)) {
-    // Prompt-sized batches with bf16 activations on sm_90a: the quantized experts' wgmma kernel, the
-    // bf16 rows its operand (H100, 4K prompt of Qwen3-30B-A3B 226 -> 192 ms against the tiled kernels).
-    // Exact f32 activations stay on the tiled kernels: hi and lo make the wgmma's stages 121 KB, one
-    // block an SM, and it lost (250 -> 286 ms).
+    // Prompt-sized batches on sm_90a: the quantized experts' wgmma kernel, the bf16 rows its operand
+    // (H100, 4K prompt of Qwen3-30B-A3B against the tiled kernels: bf16 activations 226 -> 192 ms; f32
+    // ones, hi + lo on two warpgroups a block, 310 -> 287 ms).
     profiler_->Mark("MoeExperts device-grouped wgmma");
     WgmmaExperts(x, nullptr, rows, hidden, idx, weights, k, E, inter,
                  static_cast<const cuda::QuantMatrix*>(table.wgmma.data()), table.gate0, table.down0,

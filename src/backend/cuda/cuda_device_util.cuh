@@ -29,11 +29,18 @@ __device__ __forceinline__ uint4 LoadStream16(const void* p) {
 
 // LoadStream16 as a volatile asm: issued where written, so a kernel can request its weights before
 // GridDependencyWait (the compiler may not sink it past the wait's volatile asm).
-__device__ __forceinline__ uint4 LoadStream16Early(const uint16_t* p) {
+__device__ __forceinline__ uint4 LoadStream16Early(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+  return v;
+}
+
+// A read-only f32 load issued where written (a quantized weight's scale before GridDependencyWait).
+__device__ __forceinline__ float LoadF32Early(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 

@@ -68,8 +68,13 @@ bool QuantVecOk(const QuantMatrix& w);
 // They take weight-only matrices on the vector path (no act-order permutation, no W8A8 rounding) and
 // 16-byte aligned f32 inputs with rows of a multiple of 4; the staged kernels above take the rest.
 bool QuantTiledOk(const QuantMatrix& w);
-// y[n] (+)= x[k] * dequant(w)^T for one row on the tiled kernels (2..8 rows take QuantGemmMma).
-void QuantGemvTiled(const float* x, const QuantMatrix* w, int64_t n, float* y, bool accumulate, cudaStream_t s);
+// y_j[n_j] (+)= x[k] * dequant(w_j)^T for one row on the tiled kernels (2..8 rows take QuantGemmMma),
+// up to kQuantGemvMaxJobs matrices of one k and one kind / zero-point form in one launch (q / k / v);
+// unused jobs are null. Each job's sums are the same whether it runs alone or with others only when
+// the launch splits k the same way (it depends on the launch's total rows).
+constexpr int kQuantGemvMaxJobs = 3;
+void QuantGemvTiled(const float* x, const QuantMatrix* w0, int64_t n0, float* y0, const QuantMatrix* w1, int64_t n1,
+                    float* y1, const QuantMatrix* w2, int64_t n2, float* y2, bool accumulate, cudaStream_t s);
 // Routed experts on the tiled kernels, per (row, expert) pair: pair u reads expert idx[u] (act and
 // slot_out indexed by pair); first: experts[0] on the host (every expert matrix shares its kind, zero
 // points and group). Up to kQuantMoePerPairMaxSlots pairs (at batch-1 / few-row decode no two pairs

@@ -3,17 +3,17 @@
 // each lane's codes and split its activations before every MMA, two blocks of 4 warps an SM: ncu
 // (H100, 4K x 4096 x 2048 fp8) 0.41 instructions a cycle a scheduler, the SM 40% busy, ~56 TFLOP/s.
 //
-// Here the roles are swapped: y^T = W x^T. A block is one warpgroup; its 64 weight rows are the
-// wgmma's A operand, decoded from codes staged in shared memory straight into registers
-// (LoadCodes: each warp's 16 rows, a lane's rows g and g + 8), and 128 activation rows are the B
+// Here the roles are swapped: y^T = W x^T. A warpgroup's 64 weight rows are the wgmma's A operand,
+// decoded from codes staged in shared memory straight into registers (LoadCodes: each warp's 16
+// rows, a lane's rows g and g + 8), and 128 activation rows are the B
 // operand, read by the wgmma itself from shared memory: QuantSplitActivations writes them once as bf16
 // hi and lo, each 32-wide chunk permuted for the codes' fragment order (PermutedK), and TMA brings
 // boxes of 64 k x 128 rows in the 128-byte swizzle. A stage is 64 of k: four k16 steps of one m64n128
 // wgmma (two with f32 activations: hi and lo) into a group accumulator, scaled into the result in f32
 // at the end of each scale group (group % 64 == 0, or one a row: at the end), as the mma.sync kernels
 // do. Symmetric codes only (no zero points: those stay on cuda_quant_mma.cu). bf16 weights come as
-// kind kBf16Rows (cuda_quant.h): staged as stored, no scales, bf16 activations only (a prompt's bf16
-// experts: cuda_backend_moe.cpp).
+// kind kBf16Rows (cuda_quant.h): staged as stored, no scales (a prompt's bf16 experts:
+// cuda_backend_moe.cpp).
 //
 // W8A8 (fp8 / int8 weights whose inputs are rounded to codes per token): the input codes are exact
 // in bf16, so they take the bf16 form above with one MMA (hi alone). Int8 ones where k is a multiple
@@ -28,9 +28,9 @@
 //
 // Pipeline (as cuda_skinny_wgmma.cu's register-A form): kStages buffers, stage s + kStages - 2 loads
 // while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
-// between two sets for that reason; a group's end waits for all wgmmas before scaling. A block is one
-// warpgroup, which cannot hide its own waits (barrier, mbarrier, the A fragments' loads, a group's
-// end): the stages are sized so two blocks share an SM (kStagesOf).
+// between two sets for that reason; a group's end waits for all wgmmas before scaling. One warpgroup
+// cannot hide its own waits (barrier, mbarrier, the A fragments' loads, a group's end): the one-box
+// forms run two blocks of one warpgroup an SM, the hi + lo form one block of two (kGroupsOf).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -52,10 +52,8 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int kWRows = 64;    // weight rows of a block (the wgmma's M)
-constexpr int kTok = 128;     // activation rows of a block (the wgmma's N)
+constexpr int kTok = 128;  // activation rows of a block (the wgmma's N)
 constexpr int kKt = kQuantStageK;
-constexpr int kThreads = 128;
 constexpr int kXBox = kTok * 128;  // bytes: a TMA box of 128 rows x 128 bytes (64 bf16, or 128 int8)
 // The B operand's form: bf16 (hi), bf16 hi + lo (exact f32 activations), or int8 codes (int8 W8A8:
 // the weights' codes go into the s8 wgmma as they are, a stage 128 of k, twice bf16's rate).
@@ -66,26 +64,40 @@ constexpr int kStageK = XF == kXS8 ? 128 : kKt;
 // forms (bf16 activations, W8A8 codes) stage in ~80-100 KB and two blocks share an SM.
 template <int XF>
 constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
-// Stages in flight: 4 of the one-box forms (~81-100 KB), 3 of the two-box form (~110 KB): two blocks an
-// SM either way, each hiding the other's waits (one warpgroup a block cannot hide its own). bf16 rows
-// with hi + lo would stage 121 KB (one block an SM) and lost to the tiled kernels: not built.
+// Warpgroups a block, each its own 64 weight rows (the wgmma's M) on the block's one B tile: two for
+// the hi + lo form, whose two boxes a stage they then share (a 4K prompt's f32 experts 310 -> 287 ms on
+// an H100, and they moved off the tiled kernels), one for the one-box forms, which lost with two (bf16
+// activations 236 -> 261 ms) and run two blocks an SM instead.
 template <int XF>
-constexpr int kStagesOf = XF == kXHiLo ? 3 : 4;
+constexpr int kGroupsOf = XF == kXHiLo ? 2 : 1;
+template <int XF>
+constexpr int kWRowsOf = 64 * kGroupsOf<XF>;
+template <int XF>
+constexpr int kThreadsOf = 128 * kGroupsOf<XF>;
+// Stages in flight: 4 (one-box forms ~81-100 KB: two blocks an SM; hi + lo 160-192 KB: one block of
+// two warpgroups).
+template <int XF>
+constexpr int kStagesOf = 4;
 template <int8_t KIND, int XF>
 constexpr int kRowStage = XF == kXS8 ? 128 : kBRowBytes<KIND>;  // code bytes of a weight row a stage
 template <int8_t KIND>
 constexpr bool kScaled = KIND != kBf16Rows;  // bf16 weight rows have no scales
 template <int8_t KIND, int XF>
-constexpr int kCStage = kWRows * kRowStage<KIND, XF>;  // code bytes a stage
-constexpr int kSStage = kWRows * 4;                     // the stage's scale of each weight row
+constexpr int kCStage = kWRowsOf<XF> * kRowStage<KIND, XF>;  // code bytes a stage
+template <int XF>
+constexpr int kSStage = kWRowsOf<XF> * 4;  // the stage's scale of each weight row
 template <int8_t KIND, int XF>
-constexpr size_t kSmem = static_cast<size_t>(kStagesOf<XF>) * (kXStage<XF> + kCStage<KIND, XF> + kSStage) +
+constexpr size_t kSmem = static_cast<size_t>(kStagesOf<XF>) * (kXStage<XF> + kCStage<KIND, XF> + kSStage<XF>) +
                          8 * kStagesOf<XF> + 1024;
 
 // 16-byte unit u of weight row w's 128 staged int8 codes (kXS8), swizzled so the 8 rows a
 // quarter warp's fragment loads touch land on distinct banks.
 __device__ __forceinline__ int Int8UnitOffset(int w, int u) { return w * 128 + ((u ^ (w & 7)) << 4); }
-static_assert(kWRows * kTok / kThreads == kWgmmaN128Accs, "an m64n128 tile a warpgroup");
+static_assert(kWRowsOf<kXHiLo> * kTok / kThreadsOf<kXHiLo> == kWgmmaN128Accs &&
+                  kWRowsOf<kXHi> * kTok / kThreadsOf<kXHi> == kWgmmaN128Accs,
+              "an m64n128 tile a warpgroup");
+// Weight rows of a block of form xf (host side: the grids).
+int WRowsOf(int xf) { return xf == kXHiLo ? kWRowsOf<kXHiLo> : kWRowsOf<kXHi>; }
 static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
 // x [rows, k] f32 (k a multiple of 32) -> hi (and lo) bf16 [rows, k], each 32-wide chunk permuted for
@@ -171,11 +183,11 @@ struct MoeArgs {
 // .. + 7 then the up rows of the same columns, so a lane holds gate (row g) and up (row g + 8) of one
 // column and token and writes silu(g) * u (or gelu-tanh) itself.
 template <int8_t KIND, int XF, int MODE>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreadsOf<XF>, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
                      float* y, bool accumulate, const float* row_scale, const MoeArgs moe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = kStagesOf<XF>;
+  constexpr int kStages = kStagesOf<XF>, kWRows = kWRowsOf<XF>, kThreads = kThreadsOf<XF>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);  // TMA's swizzled tiles: 1024-aligned
@@ -440,9 +452,10 @@ bool S8WgmmaOk(const QuantMatrix& w, int64_t k) { return w.kind == kInt8 && w.ac
 template <int MODE>
 void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
                  bool accumulate, const float* row_scale, const MoeArgs& moe, int xf, dim3 grid, cudaStream_t s) {
+  const int threads = 128 * (xf == kXHiLo ? kGroupsOf<kXHiLo> : kGroupsOf<kXHi>);
   auto go = [&](auto kernel, size_t smem) {
-    KernelResidency(kernel, smem, kThreads);  // sets the dynamic shared memory limit (once per device)
-    LaunchKernel(kernel, grid, kThreads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
+    KernelResidency(kernel, smem, threads);  // sets the dynamic shared memory limit (once per device)
+    LaunchKernel(kernel, grid, threads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
                                                   static_cast<int>(k),
                                                   static_cast<int>(std::min<int64_t>(w.group, k)), y,
                                                   accumulate, row_scale, moe);
@@ -457,8 +470,10 @@ void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_
     lo ? go(QuantWgmmaKernel<kInt8, kXHiLo, MODE>, kSmem<kInt8, kXHiLo>)
        : go(QuantWgmmaKernel<kInt8, kXHi, MODE>, kSmem<kInt8, kXHi>);
   else if (w.kind == kBf16Rows) {
-    // Experts with bf16 activations only: as dense products these lost to cuBLASLt (not built).
-    if constexpr (MODE != kDense) go(QuantWgmmaKernel<kBf16Rows, kXHi, MODE>, kSmem<kBf16Rows, kXHi>);
+    // Experts only: as dense products these lost to cuBLASLt (not built).
+    if constexpr (MODE != kDense)
+      lo ? go(QuantWgmmaKernel<kBf16Rows, kXHiLo, MODE>, kSmem<kBf16Rows, kXHiLo>)
+         : go(QuantWgmmaKernel<kBf16Rows, kXHi, MODE>, kSmem<kBf16Rows, kXHi>);
   } else
     lo ? go(QuantWgmmaKernel<kFp8, kXHiLo, MODE>, kSmem<kFp8, kXHiLo>)
        : go(QuantWgmmaKernel<kFp8, kXHi, MODE>, kSmem<kFp8, kXHi>);
@@ -480,8 +495,9 @@ void QuantGemmWgmma(const float* x, int64_t m, int64_t k, const QuantMatrix* w, 
     LaunchPackInt8(x, nullptr, 1, m, k, split, s);
   else
     QuantSplitActivations(x, m, k, w->kind, split, exact ? split + m * k : nullptr, s);
-  const dim3 grid(static_cast<unsigned>((n + kWRows - 1) / kWRows), static_cast<unsigned>((m + kTok - 1) / kTok));
   const int xf = int8_mma ? kXS8 : exact ? kXHiLo : kXHi;
+  const int64_t wrows = WRowsOf(xf);
+  const dim3 grid(static_cast<unsigned>((n + wrows - 1) / wrows), static_cast<unsigned>((m + kTok - 1) / kTok));
   LaunchWgmma<kDense>(map, *w, m, n, k, y, accumulate, row_scale, MoeArgs{}, xf, grid, s);
 }
 
@@ -491,10 +507,6 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
                    const float* weights, uint16_t* x_split, uint16_t* act_split, bool exact, const float* x_scale,
                    float* act_f32, float* act_codes, float* act_scale, float* slot_out, cudaStream_t s) {
   if (max_units <= 0 || pairs <= 0) return;
-  if (gate0->kind == kBf16Rows && exact) {
-    std::fprintf(stderr, "tessera: bf16 expert rows on wgmma take bf16 activations only\n");
-    std::abort();  // the backend keeps exact ones on the tiled kernels; anything else is a bug here
-  }
   const bool w8a8 = x_scale != nullptr;
   exact = exact && !w8a8;  // codes are exact in bf16: one MMA
   // gate / up and down share their kind (QuantExperts' mma condition).
@@ -516,7 +528,8 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
   moe.E = E, moe.act_hi = act_split, moe.act_lo = exact ? act_split + pairs * inter : nullptr;
   moe.act_kind = down0->kind, moe.gelu = gelu;
   if (w8a8) moe.x_scale = x_scale, moe.top_k = static_cast<int>(top_k), moe.act_f32 = act_f32;
-  const dim3 up_grid(static_cast<unsigned>((inter + kWRows / 2 - 1) / (kWRows / 2)), static_cast<unsigned>(max_units));
+  const int64_t wrows = WRowsOf(xf);
+  const dim3 up_grid(static_cast<unsigned>((inter + wrows / 2 - 1) / (wrows / 2)), static_cast<unsigned>(max_units));
   LaunchWgmma<kGateUp>(xmap, *gate0, pairs, inter, hidden, nullptr, false, nullptr, moe, xf, up_grid, s);
   if (w8a8) {
     // Each pair's activations as codes (rows in sorted order, so act_scale is by sorted position).
@@ -526,7 +539,7 @@ void QuantMoeWgmma(const float* x, int64_t hidden, int64_t top_k, int64_t pairs,
     else
       LaunchSplit(act_codes, nullptr, 1, pairs, inter, down0->kind, act_split, nullptr, s);
   }
-  const dim3 down_grid(static_cast<unsigned>((hidden + kWRows - 1) / kWRows), static_cast<unsigned>(max_units));
+  const dim3 down_grid(static_cast<unsigned>((hidden + wrows - 1) / wrows), static_cast<unsigned>(max_units));
   LaunchWgmma<kDown>(amap, *down0, pairs, hidden, inter, slot_out, false, w8a8 ? act_scale : nullptr, moe, xf,
                      down_grid, s);
 }
