@@ -20,7 +20,6 @@
 // wait (H100, int4 Qwen3-30B-A3B, ncu: q / k / v 19.7 -> 7.4 us a layer, o_proj 10.1 -> 6.3; a batch-1
 // step 3.68 -> 3.16 ms).
 #include <cuda_fp16.h>
-#include <cstdlib>
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_device_util.cuh"
@@ -341,51 +340,26 @@ struct GemvOp {
   }
 };
 
-int StudyVariant() {  // TEMPORARY study switch (removed before commit)
-  static const int v = std::getenv("TESSERA_STUDY_MOE_TILE") ? std::atoi(std::getenv("TESSERA_STUDY_MOE_TILE")) : 0;
-  return v;
-}
-
 struct GateUpOp {
-  template <int8_t KIND, bool kZero, int C, int U>
-  static void Go(const float* x, int hidden, int k, const int32_t* idx, int pairs, const QuantMatrix* experts, int E,
-                 int inter, float* act, cudaStream_t s) {
-    LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, C, U>, Blocks(int64_t{pairs} * ((inter + C - 1) / C)), kWarps * 32,
-                 0, s)(x, hidden, k, idx, experts, E, inter, pairs, act);
-  }
   template <int8_t KIND, bool kZero>
   static void Run(const float* x, int hidden, int k, const int32_t* idx, int pairs, const QuantMatrix* experts, int E,
                   int inter, float* act, cudaStream_t s) {
-    switch (StudyVariant()) {
-      case 1: Go<KIND, kZero, 2, 2>(x, hidden, k, idx, pairs, experts, E, inter, act, s); break;
-      case 2: Go<KIND, kZero, 1, 2>(x, hidden, k, idx, pairs, experts, E, inter, act, s); break;
-      case 3: Go<KIND, kZero, 2, 1>(x, hidden, k, idx, pairs, experts, E, inter, act, s); break;
-      default: Go<KIND, kZero, 4, 2>(x, hidden, k, idx, pairs, experts, E, inter, act, s); break;
-    }
+    LaunchKernel(MoeGateUpTiledKernel<KIND, kZero, 4, 2>, Blocks(int64_t{pairs} * ((inter + 3) / 4)), kWarps * 32, 0,
+                 s)(x, hidden, k, idx, experts, E, inter, pairs, act);
   }
 };
 
 struct DownOp {
-  template <int8_t KIND, bool kZero, int C, int U>
-  static void Go(const float* act, int inter, const int32_t* idx, int pairs, const float* weights,
-                 const QuantMatrix* experts, int E, int hidden, float* slot_out, cudaStream_t s) {
-    LaunchKernel(MoeDownTiledKernel<KIND, kZero, C, U>, Blocks(int64_t{pairs} * ((hidden + C - 1) / C)), kWarps * 32, 0,
-                 s)(act, inter, idx, weights, experts, E, hidden, pairs, slot_out);
-  }
   template <int8_t KIND, bool kZero>
   static void Run(const float* act, int inter, const int32_t* idx, int pairs, const float* weights,
                   const QuantMatrix* experts, int E, int hidden, bool one_segment, float* slot_out, cudaStream_t s) {
-    const int v = StudyVariant();
-    if (one_segment) {
-      if (v == 1 || v == 3) Go<KIND, kZero, 8, 1>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-      else if (v == 2) Go<KIND, kZero, 4, 1>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-      else Go<KIND, kZero, 16, 1>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-    } else {
-      if (v == 1) Go<KIND, kZero, 4, 2>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-      else if (v == 2) Go<KIND, kZero, 2, 2>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-      else if (v == 3) Go<KIND, kZero, 4, 1>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-      else Go<KIND, kZero, 8, 2>(act, inter, idx, pairs, weights, experts, E, hidden, slot_out, s);
-    }
+    const int64_t mu = pairs;
+    if (one_segment)
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 16, 1>, Blocks(mu * ((hidden + 15) / 16)), kWarps * 32, 0, s)(
+          act, inter, idx, weights, experts, E, hidden, pairs, slot_out);
+    else
+      LaunchKernel(MoeDownTiledKernel<KIND, kZero, 8, 2>, Blocks(mu * ((hidden + 7) / 8)), kWarps * 32, 0, s)(
+          act, inter, idx, weights, experts, E, hidden, pairs, slot_out);
   }
 };
 
