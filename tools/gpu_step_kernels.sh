@@ -4,7 +4,8 @@
 # the CudaBench batch-1 decode row (Qwen3-30B-A3B, dummy weights, ctx STEP_CONTEXT [1024]), alone and
 # with the caches left as the step leaves them (--cache-control none, clocks untouched), and prints
 # the step's kernels grouped by name (total us, calls, us a call, grid) and the plain row's step time:
-# their sum against the step shows what launch gaps and overlap add. TESSERA_CUDA_PROFILER_RANGE=1 limits ncu to the row's timed steps (cuda_backend.cpp).
+# their sum against the step shows what launch gaps and overlap add. TESSERA_CUDA_PROFILER_RANGE=1
+# limits ncu to the row's timed steps (cuda_backend.cpp).
 # Pack: GPU_BUNDLE_BINS=test_backend bash scripts/gpu_bundle.sh build build-data/DIR/bundle.tar.xz;
 # carry build-data/DIR; STEP_PACK names the pack (default build-data/gpu-bundle/bundle.tar.xz).
 # Output: $OUT/ncu_<format>.csv (ncu's rows), the tables on stdout.
