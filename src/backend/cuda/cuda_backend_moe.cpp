@@ -154,7 +154,7 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
              slots >= cuda::kQuantWgmmaMinRowsPerExpert * E && cuda::Bf16WgmmaOk(hidden) && cuda::Bf16WgmmaOk(inter)) {
     // Prompt-sized batches on sm_90a: the quantized experts' wgmma kernel, the bf16 rows its operand
     // (H100, 4K prompt of Qwen3-30B-A3B against the tiled kernels: bf16 activations 226 -> 192 ms; f32
-    // ones, hi + lo on two warpgroups a block, 310 -> 287 ms).
+    // ones, hi + lo on two warpgroups a block, 293 -> 274 ms on a slower H100 host).
     profiler_->Mark("MoeExperts device-grouped wgmma");
     WgmmaExperts(x, nullptr, rows, hidden, idx, weights, k, E, inter,
                  static_cast<const cuda::QuantMatrix*>(table.wgmma.data()), table.gate0, table.down0,
