@@ -65,9 +65,9 @@ constexpr int kStageK = XF == kXS8 ? 128 : kKt;
 template <int XF>
 constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
 // Warpgroups a block, each its own 64 weight rows (the wgmma's M) on the block's one B tile: two for
-// the hi + lo form, whose two boxes a stage they then share (a 4K prompt's f32 experts 310 -> 287 ms on
-// an H100, and they moved off the tiled kernels), one for the one-box forms, which lost with two (bf16
-// activations 236 -> 261 ms) and run two blocks an SM instead.
+// the hi + lo form, whose two boxes a stage they then share (a 4K prompt with f32 activations, bf16
+// experts moved off the tiled kernels: 293 -> 274 ms, fp8 294 -> 273, H100), one for the one-box forms,
+// which lost with two (bf16 activations 236 -> 261 ms) and run two blocks an SM instead.
 template <int XF>
 constexpr int kGroupsOf = XF == kXHiLo ? 2 : 1;
 template <int XF>
