@@ -220,7 +220,7 @@ class CudaBackend : public Backend {
   // for permuted / W8A8 / unaligned matrices, the per-pair staged kernels and host-grouped products.
   const cuda::QuantMatrix* QuantView(const Tensor& w);
   void QuantMatMul(const float* x, int64_t m, const Tensor& w, float* y, bool accumulate);
-  bool QuantTiledTakes(const float* x, const Tensor& w);
+  bool QuantTiledTakes(const float* x, const Tensor& w, const cuda::QuantMatrix& q);
   bool QuantGemvMulti(const float* x, const std::vector<MatMulOut>& outs);
   struct QuantExpertTable {
     std::vector<const void*> codes;  // identity of the layer's experts
@@ -249,6 +249,14 @@ class CudaBackend : public Backend {
   bool QuantMmaExperts(const QuantExpertTable& qt, const float* x, int64_t rows, int64_t hidden, const int32_t* idx,
                        const float* weights, int64_t k, const std::vector<ExpertWeights>& experts, float* out,
                        const ResidualNorm* residual, bool gelu);
+  // The (row, slot) pairs grouped by expert on the device into units of unit_rows (MoeGroupByExpert),
+  // slot_out zeroed first: a pair whose expert id were out of range is in no unit, its slot sums as zero.
+  struct ExpertUnits {
+    DeviceBuffer order, units, num_units;  // [slots] int32, [max_units] int4, [1] int32
+    int64_t max_units = 0;
+    const int4* list() const { return static_cast<const int4*>(units.data()); }
+  };
+  ExpertUnits GroupByExpert(const int32_t* idx, int64_t slots, int64_t E, int unit_rows, const DeviceBuffer& slot_out);
   // Routed experts of a prompt-sized batch on the wgmma kernel (cuda_quant_wgmma.cu), quantized or bf16
   // rows (table: [3 E] matrices on the device, gate0 / down0 expert 0's on the host): grouped by expert
   // into units of cuda::kQuantWgmmaUnitRows, the slots' sum into out. W8A8 (x_scale not null): x holds

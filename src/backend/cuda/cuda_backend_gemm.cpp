@@ -192,10 +192,10 @@ const cuda::QuantMatrix* CudaBackend::QuantView(const Tensor& w) {
   return slot.get();
 }
 
-// Whether one input row x takes the tiled quantized GEMV for w (weight-only codes, 16-byte vectors).
-bool CudaBackend::QuantTiledTakes(const float* x, const Tensor& w) {
-  return w.quantized() && w.shape.size() == 2 && w.dim(1) % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0 &&
-         cuda::QuantTiledOk(*QuantView(w));
+// Whether one input row x takes the tiled quantized GEMV for w, whose view is q (weight-only codes,
+// 16-byte vectors).
+bool CudaBackend::QuantTiledTakes(const float* x, const Tensor& w, const cuda::QuantMatrix& q) {
+  return w.dim(1) % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0 && cuda::QuantTiledOk(q);
 }
 
 // Batch-1 q / k / v on quantized weights: one tiled GEMV launch for up to kQuantGemvMaxJobs matrices of
@@ -208,9 +208,11 @@ bool CudaBackend::QuantGemvMulti(const float* x, const std::vector<MatMulOut>& o
   int64_t n[cuda::kQuantGemvMaxJobs] = {};
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& w = *outs[i].w;
-    if (!QuantTiledTakes(x, w) || w.dim(1) != outs[0].w->dim(1)) return false;
+    if (!w.quantized() || w.shape.size() != 2 || w.dim(1) != outs[0].w->dim(1)) return false;
     q[i] = QuantView(w);
-    if (q[i]->kind != q[0]->kind || (q[i]->zeros == nullptr) != (q[0]->zeros == nullptr)) return false;
+    if (!QuantTiledTakes(x, w, *q[i]) || q[i]->kind != q[0]->kind ||
+        (q[i]->zeros == nullptr) != (q[0]->zeros == nullptr))
+      return false;
     y[i] = outs[i].y;
     n[i] = w.dim(0);
   }
@@ -225,7 +227,7 @@ void CudaBackend::QuantMatMul(const float* x, int64_t m, const Tensor& w, float*
   const cuda::QuantMatrix* q = QuantView(w);
   // One row: the tiled GEMV (batch-1 decode). More: the tensor-core kernels, which won from 2 rows up
   // (cuda_quant_tiled.cu); the staged GEMV and the f32-scratch GEMM take the shapes those refuse.
-  if (m == 1 && QuantTiledTakes(x, w)) {
+  if (m == 1 && QuantTiledTakes(x, w, *q)) {
     profiler_->Mark("MatMul quantized gemv tiled");
     const cuda::QuantMatrix* none = nullptr;
     Enqueue("QuantGemvTiled", cuda::QuantGemvTiled, x, q, n, y, none, int64_t{0}, static_cast<float*>(nullptr), none,

@@ -164,19 +164,12 @@ void CudaBackend::ExpertsInto(const float* x, int64_t rows, int64_t hidden, cons
     profiler_->Mark("MoeExperts device-grouped");
     const bool mma = moe_tensor_cores_ && hidden % 32 == 0 && inter % 32 == 0;
     const int unit_rows = cuda::MoeUnitRows(mma, slots, E);
-    const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
-    DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-        num_units(*this, sizeof(int32_t));
+    const ExpertUnits g = GroupByExpert(idx, slots, E, unit_rows, slot_out);
     DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter);
-    // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
-    Zero(slot_out.data(), slot_out.bytes());
-    Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
-            static_cast<int4*>(units.data()), num_units.i32(), stream_);
-    const auto* u = static_cast<const int4*>(units.data());
-    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, unit_rows, x, hidden, k, order.i32(), u, num_units.i32(), max_units,
-            ptrs, E, inter, act.f32(), ExactActivations(), gelu, stream_);
-    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, unit_rows, act.f32(), inter, order.i32(), u, num_units.i32(), max_units,
-            weights, ptrs, E, hidden, slot_out.f32(), ExactActivations(), stream_);
+    Enqueue("MoeGroupedGateUp", cuda::MoeGroupedGateUp, unit_rows, x, hidden, k, g.order.i32(), g.list(),
+            g.num_units.i32(), g.max_units, ptrs, E, inter, act.f32(), ExactActivations(), gelu, stream_);
+    Enqueue("MoeGroupedDown", cuda::MoeGroupedDown, unit_rows, act.f32(), inter, g.order.i32(), g.list(),
+            g.num_units.i32(), g.max_units, weights, ptrs, E, hidden, slot_out.f32(), ExactActivations(), stream_);
   } else {
     HostGroupedExperts(x, rows, hidden, idx, weights, k, experts, slot_out.f32(), gelu);
   }
@@ -242,19 +235,12 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
     return true;
   }
   const int unit_rows = cuda::QuantMoeMmaUnitRows(slots, E);
-  const int64_t max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-  DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-      num_units(*this, sizeof(int32_t));
-  // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
-  Zero(slot_out.data(), slot_out.bytes());
-  Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, order.i32(),
-          static_cast<int4*>(units.data()), num_units.i32(), stream_);
-  const auto* u = static_cast<const int4*>(units.data());
+  const ExpertUnits g = GroupByExpert(idx, slots, E, unit_rows, slot_out);
   DeviceBuffer act = DeviceBuffer::Floats(*this, slots * inter), act_codes, act_scale;
   if (qt.w8a8) act_codes = DeviceBuffer::Floats(*this, slots * inter), act_scale = DeviceBuffer::Floats(*this, slots);
-  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, gate_in, hidden, k, order.i32(), u,
-          num_units.i32(), max_units, table, &qt.gate0, E, inter, act.f32(), exact, gelu,
+  Enqueue("QuantMoeMmaGateUp", cuda::QuantMoeMmaGateUp, unit_rows, gate_in, hidden, k, g.order.i32(), g.list(),
+          g.num_units.i32(), g.max_units, table, &qt.gate0, E, inter, act.f32(), exact, gelu,
           static_cast<const float*>(x_scale.f32()), stream_);
   const float* down_in = act.f32();
   if (qt.w8a8) {
@@ -262,11 +248,24 @@ bool CudaBackend::QuantMmaExperts(const QuantExpertTable& qt, const float* x, in
             act_codes.f32(), act_scale.f32(), stream_);
     down_in = act_codes.f32();
   }
-  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, down_in, inter, order.i32(), u, num_units.i32(),
-          max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), exact,
+  Enqueue("QuantMoeMmaDown", cuda::QuantMoeMmaDown, unit_rows, down_in, inter, g.order.i32(), g.list(),
+          g.num_units.i32(), g.max_units, weights, table, &qt.down0, E, hidden, slot_out.f32(), exact,
           static_cast<const float*>(act_scale.f32()), stream_);
   SumSlotsInto(slot_out.f32(), rows, k, hidden, out, residual);
   return true;
+}
+
+CudaBackend::ExpertUnits CudaBackend::GroupByExpert(const int32_t* idx, int64_t slots, int64_t E, int unit_rows,
+                                                     const DeviceBuffer& slot_out) {
+  ExpertUnits g;
+  g.max_units = cuda::MoeMaxUnits(slots, E, unit_rows);
+  g.order = DeviceBuffer(*this, slots * sizeof(int32_t));
+  g.units = DeviceBuffer(*this, g.max_units * sizeof(int4));
+  g.num_units = DeviceBuffer(*this, sizeof(int32_t));
+  Zero(slot_out.data(), slot_out.bytes());
+  Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, unit_rows, g.order.i32(),
+          static_cast<int4*>(g.units.data()), g.num_units.i32(), stream_);
+  return g;
 }
 
 void CudaBackend::WgmmaExperts(const float* x, const float* x_scale, int64_t rows, int64_t hidden, const int32_t* idx,
@@ -275,14 +274,8 @@ void CudaBackend::WgmmaExperts(const float* x, const float* x_scale, int64_t row
                                const cuda::QuantMatrix& down0, bool exact, bool gelu, float* out,
                                const ResidualNorm* residual) {
   const int64_t slots = rows * k;
-  const int64_t max_units = cuda::MoeMaxUnits(slots, E, cuda::kQuantWgmmaUnitRows);
   DeviceBuffer slot_out = DeviceBuffer::Floats(*this, slots * hidden);
-  DeviceBuffer order(*this, slots * sizeof(int32_t)), units(*this, max_units * sizeof(int4)),
-      num_units(*this, sizeof(int32_t));
-  // A pair whose expert id were out of range would be in no unit: its slot then sums as zero.
-  Zero(slot_out.data(), slot_out.bytes());
-  Enqueue("MoeGroupByExpert", cuda::MoeGroupByExpert, idx, slots, E, cuda::kQuantWgmmaUnitRows, order.i32(),
-          static_cast<int4*>(units.data()), num_units.i32(), stream_);
+  const ExpertUnits g = GroupByExpert(idx, slots, E, cuda::kQuantWgmmaUnitRows, slot_out);
   // x gathered in sorted order (split, or as int8 codes) and the activations written for the down
   // launch by the kernel itself; W8A8 codes the pairs' activations in between (act -> act_codes).
   DeviceBuffer act, act_codes, act_scale;
@@ -293,8 +286,8 @@ void CudaBackend::WgmmaExperts(const float* x, const float* x_scale, int64_t row
   const int64_t parts = exact ? 2 : 1;
   DeviceBuffer xs(*this, parts * slots * hidden * static_cast<int64_t>(sizeof(uint16_t)));
   DeviceBuffer as(*this, parts * slots * inter * static_cast<int64_t>(sizeof(uint16_t)));
-  Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, x, hidden, k, slots, static_cast<const int32_t*>(order.i32()),
-          static_cast<const int4*>(units.data()), static_cast<const int32_t*>(num_units.i32()), max_units, table,
+  Enqueue("QuantMoeWgmma", cuda::QuantMoeWgmma, x, hidden, k, slots, static_cast<const int32_t*>(g.order.i32()),
+          g.list(), static_cast<const int32_t*>(g.num_units.i32()), g.max_units, table,
           &gate0, &down0, E, inter, gelu, weights, static_cast<uint16_t*>(xs.data()),
           static_cast<uint16_t*>(as.data()), exact, x_scale, act.f32(), act_codes.f32(), act_scale.f32(),
           slot_out.f32(), stream_);

@@ -21,8 +21,8 @@
 // the same swizzle), the weights' codes go into the A registers unconverted (mma.m16n8k32's 8-bit
 // fragment), and each 128-k stage is four m64n128k32 s8 wgmmas with exact s32 sums: a 4K prompt of
 // Qwen3-30B-A3B int8 W8A8 370 -> 258 ms (H100, 2026-12-07; 201 at two blocks an SM). The same with
-// e4m3 codes (FP8 W8A8, 371 -> 257 ms) was dropped: the e4m3 wgmma's sums lost ~4e-4 of a product of 256 columns (the tensor core
-// adds in reduced precision), and the experts, whose down inputs are coded from those sums, moved by
+// e4m3 codes (FP8 W8A8, 371 -> 257 ms) was dropped: the e4m3 wgmma's sums lost ~4e-4 of a product of
+// 256 columns (the tensor core adds in reduced precision), and the experts, whose down inputs are coded from those sums, moved by
 // 0.7-1.2% against the CPU (CudaQuant bound 0.4%); FP8 W8A8 takes the exact bf16 form (315 ms, 245 at
 // two blocks an SM).
 //
@@ -30,7 +30,7 @@
 // while stage s is multiplied and stage s - 1's wgmmas may still run; the A registers alternate
 // between two sets for that reason; a group's end waits for all wgmmas before scaling. One warpgroup
 // cannot hide its own waits (barrier, mbarrier, the A fragments' loads, a group's end): the one-box
-// forms run two blocks of one warpgroup an SM, the hi + lo form one block of two (kGroupsOf).
+// forms run two blocks of one warpgroup an SM, the hi + lo form one block of two (GroupsOf).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -68,16 +68,14 @@ constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
 // the hi + lo form, whose two boxes a stage they then share (a 4K prompt with f32 activations, bf16
 // experts moved off the tiled kernels: 293 -> 274 ms, fp8 294 -> 273, H100), one for the one-box forms,
 // which lost with two (bf16 activations 236 -> 261 ms) and run two blocks an SM instead.
+constexpr int GroupsOf(int xf) { return xf == kXHiLo ? 2 : 1; }
 template <int XF>
-constexpr int kGroupsOf = XF == kXHiLo ? 2 : 1;
+constexpr int kWRowsOf = 64 * GroupsOf(XF);
 template <int XF>
-constexpr int kWRowsOf = 64 * kGroupsOf<XF>;
-template <int XF>
-constexpr int kThreadsOf = 128 * kGroupsOf<XF>;
-// Stages in flight: 4 (one-box forms ~81-100 KB: two blocks an SM; hi + lo 160-192 KB: one block of
-// two warpgroups).
-template <int XF>
-constexpr int kStagesOf = 4;
+constexpr int kThreadsOf = 128 * GroupsOf(XF);
+// Stages in flight (one-box forms ~81-100 KB: two blocks an SM; hi + lo 160-194 KB: one block of two
+// warpgroups).
+constexpr int kStages = 4;
 template <int8_t KIND, int XF>
 constexpr int kRowStage = XF == kXS8 ? 128 : kBRowBytes<KIND>;  // code bytes of a weight row a stage
 template <int8_t KIND>
@@ -87,8 +85,8 @@ constexpr int kCStage = kWRowsOf<XF> * kRowStage<KIND, XF>;  // code bytes a sta
 template <int XF>
 constexpr int kSStage = kWRowsOf<XF> * 4;  // the stage's scale of each weight row
 template <int8_t KIND, int XF>
-constexpr size_t kSmem = static_cast<size_t>(kStagesOf<XF>) * (kXStage<XF> + kCStage<KIND, XF> + kSStage<XF>) +
-                         8 * kStagesOf<XF> + 1024;
+constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXStage<XF> + kCStage<KIND, XF> + kSStage<XF>) +
+                         8 * kStages + 1024;
 
 // 16-byte unit u of weight row w's 128 staged int8 codes (kXS8), swizzled so the 8 rows a
 // quarter warp's fragment loads touch land on distinct banks.
@@ -97,7 +95,7 @@ static_assert(kWRowsOf<kXHiLo> * kTok / kThreadsOf<kXHiLo> == kWgmmaN128Accs &&
                   kWRowsOf<kXHi> * kTok / kThreadsOf<kXHi> == kWgmmaN128Accs,
               "an m64n128 tile a warpgroup");
 // Weight rows of a block of form xf (host side: the grids).
-int WRowsOf(int xf) { return xf == kXHiLo ? kWRowsOf<kXHiLo> : kWRowsOf<kXHi>; }
+int WRowsOf(int xf) { return 64 * GroupsOf(xf); }
 static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
 // x [rows, k] f32 (k a multiple of 32) -> hi (and lo) bf16 [rows, k], each 32-wide chunk permuted for
@@ -187,13 +185,13 @@ __global__ void __launch_bounds__(kThreadsOf<XF>, 1)
     QuantWgmmaKernel(const __grid_constant__ CUtensorMap xmap, const QuantMatrix w, int m, int n, int K, int group,
                      float* y, bool accumulate, const float* row_scale, const MoeArgs moe) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = kStagesOf<XF>, kWRows = kWRowsOf<XF>, kThreads = kThreadsOf<XF>;
+  constexpr int kWRows = kWRowsOf<XF>, kThreads = kThreadsOf<XF>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const auto raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024 - (raw & 1023)) & 1023);  // TMA's swizzled tiles: 1024-aligned
   unsigned char* sx = smem;                                         // [ST][hi, lo][128 rows][128 B]
-  unsigned char* sc = sx + kStages * kXStage<XF>;                   // [ST][64 rows][kRowStage]
-  float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND, XF>);  // [ST][64]
+  unsigned char* sc = sx + kStages * kXStage<XF>;                   // [ST][kWRows rows][kRowStage]
+  float* ss = reinterpret_cast<float*>(sc + kStages * kCStage<KIND, XF>);  // [ST][kWRows]
   const auto bars = static_cast<uint32_t>(__cvta_generic_to_shared(ss + kStages * kWRows));  // [ST] mbarriers
 
   const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, q = t & 3;
@@ -452,7 +450,7 @@ bool S8WgmmaOk(const QuantMatrix& w, int64_t k) { return w.kind == kInt8 && w.ac
 template <int MODE>
 void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
                  bool accumulate, const float* row_scale, const MoeArgs& moe, int xf, dim3 grid, cudaStream_t s) {
-  const int threads = 128 * (xf == kXHiLo ? kGroupsOf<kXHiLo> : kGroupsOf<kXHi>);
+  const int threads = 128 * GroupsOf(xf);
   auto go = [&](auto kernel, size_t smem) {
     KernelResidency(kernel, smem, threads);  // sets the dynamic shared memory limit (once per device)
     LaunchKernel(kernel, grid, threads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
