@@ -69,10 +69,13 @@ constexpr int kXStage = XF == kXHiLo ? 2 * kXBox : kXBox;
 // experts moved off the tiled kernels: 293 -> 274 ms, fp8 294 -> 273, H100), one for the one-box forms,
 // which lost with two (bf16 activations 236 -> 261 ms) and run two blocks an SM instead.
 constexpr int GroupsOf(int xf) { return xf == kXHiLo ? 2 : 1; }
+// Weight rows and threads of a block of form xf (the kernel's templates and the host's grids).
+constexpr int WRowsOf(int xf) { return 64 * GroupsOf(xf); }
+constexpr int ThreadsOf(int xf) { return 128 * GroupsOf(xf); }
 template <int XF>
-constexpr int kWRowsOf = 64 * GroupsOf(XF);
+constexpr int kWRowsOf = WRowsOf(XF);
 template <int XF>
-constexpr int kThreadsOf = 128 * GroupsOf(XF);
+constexpr int kThreadsOf = ThreadsOf(XF);
 // Stages in flight (one-box forms ~81-100 KB: two blocks an SM; hi + lo 160-194 KB: one block of two
 // warpgroups).
 constexpr int kStages = 4;
@@ -94,8 +97,6 @@ __device__ __forceinline__ int Int8UnitOffset(int w, int u) { return w * 128 + (
 static_assert(kWRowsOf<kXHiLo> * kTok / kThreadsOf<kXHiLo> == kWgmmaN128Accs &&
                   kWRowsOf<kXHi> * kTok / kThreadsOf<kXHi> == kWgmmaN128Accs,
               "an m64n128 tile a warpgroup");
-// Weight rows of a block of form xf (host side: the grids).
-int WRowsOf(int xf) { return 64 * GroupsOf(xf); }
 static_assert(kTok == kQuantWgmmaUnitRows, "a MoE unit is one B tile");
 
 // x [rows, k] f32 (k a multiple of 32) -> hi (and lo) bf16 [rows, k], each 32-wide chunk permuted for
@@ -450,7 +451,7 @@ bool S8WgmmaOk(const QuantMatrix& w, int64_t k) { return w.kind == kInt8 && w.ac
 template <int MODE>
 void LaunchWgmma(const CUtensorMap& map, const QuantMatrix& w, int64_t m, int64_t n, int64_t k, float* y,
                  bool accumulate, const float* row_scale, const MoeArgs& moe, int xf, dim3 grid, cudaStream_t s) {
-  const int threads = 128 * GroupsOf(xf);
+  const int threads = ThreadsOf(xf);
   auto go = [&](auto kernel, size_t smem) {
     KernelResidency(kernel, smem, threads);  // sets the dynamic shared memory limit (once per device)
     LaunchKernel(kernel, grid, threads, smem, s)(map, w, static_cast<int>(m), static_cast<int>(n),
