@@ -37,6 +37,8 @@ namespace tessera {
 namespace {
 
 constexpr double kTol = 1e-4;
+// Q, K, P and V rounded to bf16 (2^-9 relative each): a wrong fragment or layout is off by O(1).
+constexpr double kTolBf16Activations = 3e-2;
 
 // Random inputs, never zero (tests/test_util.h).
 constexpr auto& Rand = testing::NonZeroUniform;
@@ -255,33 +257,46 @@ const Shape kShapes[] = {{32, 4, 128}, {16, 2, 256}};
 const Shape kOtherGroups[] = {{16, 4, 128}, {32, 2, 256}};
 
 // The call on CUDA backends made with each kernel choice: the tensor-core kernels (decode calls on
-// the decode kernel), the flash kernel's few-row shape for decode calls too
-// (TESSERA_CUDA_ATTENTION_DECODE=0; only where `decode_off`), and with FLASH=0 the per-head kernel. An
+// the decode kernel, many-row calls of 128-dim heads on the wgmma kernel in sm_90a builds), the flash
+// kernel's few-row shape for decode calls too (TESSERA_CUDA_ATTENTION_DECODE=0; only where
+// `decode_off`), its many-row shape for the others (TESSERA_CUDA_ATTENTION_WGMMA=0; not where
+// `decode_off`), and with FLASH=0 the per-head kernel. An
 // f32 cache of these shapes is split (cuda_kv_layout.h).
 void RunKernels(const std::string& what, const Shape& sh, const std::vector<Seq>& seqs, uint64_t seed,
                 bool decode_off) {
   struct Choice {
-    const char *flash, *decode, *label;
+    const char *flash, *decode, *wgmma, *label;
   };
-  const Choice choices[] = {{"1", "1", "flash=1"}, {"1", "0", "flash=1 decode=0"}, {"0", "1", "flash=0"}};
+  const Choice choices[] = {{"1", "1", "1", "flash=1"},
+                            {"1", "0", "1", "flash=1 decode=0"},
+                            {"1", "1", "0", "flash=1 wgmma=0"},
+                            {"0", "1", "1", "flash=0"}};
   for (const bool bf16 : {false, true}) {
     const Call call(sh, seqs, seed, /*reference=*/true, bf16);
     for (const Choice& ch : choices) {
       if (!decode_off && std::string(ch.decode) == "0") continue;
-      std::unique_ptr<Backend> gpu;
-      {
-        ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
-        ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
-        gpu = MakeCudaBackend();
+      if (decode_off && std::string(ch.wgmma) == "0") continue;  // decode calls never take the wgmma kernel
+      // bf16 activations (Q, K, P, V rounded to bf16 in the tensor-core kernels of prompts and
+      // blocks): within kTolBf16Activations of the f32 reference.
+      for (const bool act_bf16 : {false, true}) {
+        if (act_bf16 && (decode_off || std::string(ch.flash) == "0")) continue;
+        std::unique_ptr<Backend> gpu;
+        {
+          ScopedEnv flash("TESSERA_CUDA_ATTENTION_FLASH", ch.flash);
+          ScopedEnv decode("TESSERA_CUDA_ATTENTION_DECODE", ch.decode);
+          ScopedEnv wgmma("TESSERA_CUDA_ATTENTION_WGMMA", ch.wgmma);
+          gpu = MakeCudaBackend();
+        }
+        if (bf16) gpu->SetKvCacheDType(DType::kBF16);
+        if (act_bf16) gpu->SetActivationPrecision(DType::kBF16);
+        const double err = call.RunOn(*gpu);
+        char name[176];
+        std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s kv=%s%s", what.c_str(),
+                      static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
+                      static_cast<long>(call.rows()), ch.label, bf16 ? "bf16" : "f32", act_bf16 ? " act=bf16" : "");
+        std::printf("attention %-80s rel err %.3e\n", name, err);
+        EXPECT_LE(err, act_bf16 ? kTolBf16Activations : kTol) << name;
       }
-      if (bf16) gpu->SetKvCacheDType(DType::kBF16);
-      const double err = call.RunOn(*gpu);
-      char name[160];
-      std::snprintf(name, sizeof(name), "%s heads=%ld/%ld hd=%ld rows=%ld %s kv=%s", what.c_str(),
-                    static_cast<long>(sh.heads), static_cast<long>(sh.kv_heads), static_cast<long>(sh.hd),
-                    static_cast<long>(call.rows()), ch.label, bf16 ? "bf16" : "f32");
-      std::printf("attention %-80s rel err %.3e\n", name, err);
-      EXPECT_LE(err, kTol) << name;
     }
   }
 }

@@ -124,6 +124,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // TESSERA_CUDA_ATTENTION_DECODE=0 gives decode calls the flash kernel's few-row shape instead (the
   // shape of 2-4-row calls; the attention tests run it on decode calls through it).
   decode_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_DECODE") != "0";
+  // TESSERA_CUDA_ATTENTION_WGMMA=0 gives prompts and diffusion blocks of 128-dim heads the flash
+  // kernel's many-row shape (the shape of other head sizes and of builds without sm_90a code; the
+  // attention tests run it at the models' shapes through it).
+  wgmma_attention_ = SwitchValue("TESSERA_CUDA_ATTENTION_WGMMA") != "0";
   // TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS moves the switch to the host-grouped path (tests use it).
   if (const std::string v = SwitchValue("TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS"); !v.empty())
     moe_device_max_slots_ = std::atoll(v.c_str());

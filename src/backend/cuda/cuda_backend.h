@@ -279,6 +279,7 @@ class CudaBackend : public Backend {
   bool moe_tensor_cores_ = true;                 // device-grouped experts on bf16 MMA
   bool flash_attention_ = true;                  // tensor-core flash attention where it applies
   bool decode_attention_ = true;                 // the decode kernel for calls of one-row tiles
+  bool wgmma_attention_ = true;                  // many-row calls on the wgmma kernel where it applies
   DType kv_dtype_ = DType::kF32;                 // element type of the paged KV cache (SetKvCacheDType)
   // f32 activations into the tensor-core products (hi + lo); false: bf16 (SetActivationPrecision).
   bool exact_activations_ = true;

@@ -204,8 +204,13 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     // Decode steps (one row a sequence) take the decode kernel: its tiles hold fewer rows.
     const bool decode = decode_attention_ && !masked && cuda::AttentionDecodeSupported(heads, kv_heads, D) &&
                         max_t <= cuda::AttentionDecodeTileRows(group);
-    const int64_t tile_rows =
-        decode ? cuda::AttentionDecodeTileRows(group) : cuda::AttentionFlashTileRows(group, D, few_rows);
+    // Other calls of more rows than a decode tile: the wgmma kernel where it applies (sm_90a, 128-dim
+    // heads), else the flash kernel's many-row shape.
+    const bool wgmma =
+        !decode && !few_rows && wgmma_attention_ && cuda::AttentionWgmmaSupported(heads, kv_heads, D, layout);
+    const int64_t tile_rows = decode  ? cuda::AttentionDecodeTileRows(group)
+                              : wgmma ? cuda::AttentionWgmmaTileRows(group)
+                                      : cuda::AttentionFlashTileRows(group, D, few_rows);
     std::vector<int4> tiles;
     std::vector<std::pair<int64_t, size_t>> order;  // (keys the tile's rows see, tile)
     int64_t row0 = 0;
@@ -246,6 +251,9 @@ void CudaBackend::AttentionBatch(const std::vector<AttentionArgs>& args) {
     if (decode) {
       Enqueue("AttentionDecode", cuda::AttentionDecode, dd, dt, num_tiles, heads, kv_heads, D, layout, splits, chunk,
               partial.f32(), stream_);
+    } else if (wgmma) {
+      Enqueue("AttentionWgmma", cuda::AttentionWgmma, dd, dt, num_tiles, heads, kv_heads, layout, splits, chunk,
+              partial.f32(), ExactActivations(), stream_);
     } else {
       Enqueue("AttentionFlash", cuda::AttentionFlash, dd, dt, num_tiles, heads, kv_heads, D, few_rows, layout,
               splits, chunk, partial.f32(), ExactActivations(), stream_);

@@ -246,6 +246,15 @@ int64_t AttentionFlashOutputParts(int64_t head_dim);
 void AttentionFlash(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
                     int64_t kv_heads, int64_t head_dim, bool few_rows, KvLayout layout, int splits, int64_t key_chunk,
                     float* partial, bool exact, cudaStream_t s);
+// Attention of many-row tiles on Hopper's warpgroup MMA (cuda_attention_wgmma.cu, sm_90a builds): the
+// flash kernel's contract (tiles, masks, splits, partials, alignment, exact) with tiles of
+// AttentionWgmmaTileRows(G) rows, for head_dim 128 and 2, 4, 8 or 16 query heads a KV head on a bf16
+// or split cache (AttentionWgmmaSupported; false in builds without sm_90a code).
+bool AttentionWgmmaSupported(int64_t heads, int64_t kv_heads, int64_t head_dim, KvLayout layout);
+int64_t AttentionWgmmaTileRows(int64_t group);
+void AttentionWgmma(const AttentionParams* descs, const int4* tiles, int64_t num_tiles, int64_t heads,
+                    int64_t kv_heads, KvLayout layout, int splits, int64_t key_chunk, float* partial, bool exact,
+                    cudaStream_t s);
 // Decode attention on tensor cores (cuda_attention_decode.cu): the flash kernel's tiles, block grid,
 // masks and partial layout for calls whose tiles have at most AttentionDecodeTileRows(G) rows (1, or
 // 2 at G = 4), with the keys as the MMA's M dimension so a row's G heads fill its N. Keys [0, last]

@@ -80,6 +80,8 @@ const std::vector<SwitchSpec>& Switches() {
       // Attention: the per-head kernel and the flash kernel's few-row shape at the models' shapes (tests).
       {"TESSERA_CUDA_ATTENTION_FLASH", K::kFlag, "", false},
       {"TESSERA_CUDA_ATTENTION_DECODE", K::kFlag, "", false},
+      // ... and the flash kernel's many-row shape where the wgmma one applies (tests).
+      {"TESSERA_CUDA_ATTENTION_WGMMA", K::kFlag, "", false},
       // Gated DeltaNet: the chunked form, not yet measured against the recurrent one.
       {"TESSERA_CUDA_GDN", K::kChoice, "chunked", false},
       // MoE: the CUDA-core grouped kernels and the host-grouped path at the models' shapes (tests).

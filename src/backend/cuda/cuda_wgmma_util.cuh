@@ -1,8 +1,8 @@
 // tessera cuda backend: Hopper's warpgroup MMA (wgmma) and TMA helpers shared by the kernels that
 // use them (cuda_skinny_wgmma.cu, cuda_quant_wgmma.cu): the shared-memory matrix descriptor of the
-// 128-byte-swizzled K-major layout, mbarriers, TMA box loads, the wgmma fences, the m64n128k16
-// bf16 wgmma with A from registers or shared memory, and the m64n128k32 s8 one with A from
-// registers. Header-only; the device functions exist in sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL),
+// 128-byte-swizzled K-major (and MN-major) layout, mbarriers, TMA box loads, the wgmma fences, the
+// m64n128k16 bf16 wgmma with A from registers or shared memory (B K-major or MN-major), the m64n64k16
+// one from shared memory (cuda_attention_wgmma.cu), and the m64n128k32 s8 one with A from registers. Header-only; the device functions exist in sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL),
 // the host tensor-map encoder everywhere.
 #pragma once
 
@@ -113,9 +113,42 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t
                : TESSERA_WGMMA_ACCS(d)
                : "l"(a), "l"(b), "r"(1));
 }
+// d[64 x 128] += a[64 x 16] (registers) b[16 x 128] (shared memory, MN-major: the 128 columns
+// contiguous, WgmmaDescriptorMn), the attention kernel's P V with V's rows (keys) as stored.
+__device__ __forceinline__ void Wgmma64x128MnB(float (&d)[kWgmmaN128Accs], const uint32_t (&a)[4], uint64_t b) {
+  // The last immediate transposes B (imm-trans-b 1: MN-major).
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_ACC_REGS
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+               : TESSERA_WGMMA_ACCS(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
 #undef TESSERA_WGMMA_ACCS
 #undef TESSERA_WGMMA_ACCS_AS
 #undef TESSERA_WGMMA_ACC_REGS
+
+constexpr int kWgmmaN64Accs = 32;  // f32 accumulators a thread holds of an m64n64 wgmma
+// d[64 x 64] += a[64 x 16] b[16 x 64], both K-major in shared memory (descriptors a, b).
+__device__ __forceinline__ void Wgmma64x64(float (&d)[kWgmmaN64Accs], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// Descriptor of an MN-major operand in the 128-byte-swizzled layout (atoms of 8 k-rows of 128 bytes:
+// 64 bf16 of the M or N dimension a row, 16-byte chunk c of row r at c ^ (r & 7), 1024-aligned): the
+// next 64 columns `mn_step` bytes on (leading byte offset), the next 8 k-rows 1024 bytes on (stride).
+__device__ __forceinline__ uint64_t WgmmaDescriptorMn(uint32_t smem_addr, uint32_t mn_step) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((mn_step >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
 #endif
 
 // The driver's cuTensorMapEncodeTiled, looked up once (null where the driver lacks it).
