@@ -2,15 +2,11 @@
 # tessera: the GPU check (docs/CUDA.md), run on a machine with an NVIDIA GPU: build the CUDA backend
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT, or from the pack $GPU_CHECK_BUNDLE that
 # scripts/gpu_bundle.sh makes on a CPU machine), run the conformance suite, the GPU golden
-# tests and the diffusion fixtures through the engine (test_engine), the chunked gated delta rule
-# (TESSERA_CUDA_GDN=chunked, not yet the default) through its own test, the GDN tests, the goldens and
-# the diffusion fixtures, compute-sanitizer memcheck on the golden tests and the chunked form's test,
-# the gated delta rule's two forms timed alone (CudaBench.GatedDeltaRuleForms), then the dummy-weight
-# decode / prefill micro-benchmark of the full-size configs (GPU_CHECK_CONFIGS,
-# default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16"; the hybrid config's
-# prompt and denoise rows once more with TESSERA_CUDA_GDN=chunked; GPU_CHECK_PROFILE=1
-# adds the per-op profiles of batch-1 and batch-64 decode, which queue op by op; GPU_CHECK_NO_GRAPHS=1
-# the rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
+# tests and the diffusion fixtures through the engine (test_engine), compute-sanitizer memcheck on
+# the golden tests, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
+# (GPU_CHECK_CONFIGS, default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16";
+# GPU_CHECK_PROFILE=1 adds the per-op profiles of batch-1 and batch-64 decode, which queue op by op;
+# GPU_CHECK_NO_GRAPHS=1 the rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RES=${OUT:-$ROOT/gpu-results}
@@ -20,10 +16,10 @@ mkdir -p "$RES"
 SUMMARY=$RES/summary.txt
 : >"$SUMMARY"
 log() { echo "== $*" | tee -a "$SUMMARY"; }
-# GPU_CHECK_STAGES picks parts (default all): correctness (conformance, goldens, engine fixtures, the
-# chunked GDN under its switch), memcheck, gdn (the GDN forms timed), bench (the configs' rows). A
-# device call is limited to 10 minutes: the whole check takes more, so run it in two or three calls.
-STAGES=" ${GPU_CHECK_STAGES:-correctness memcheck gdn bench} "
+# GPU_CHECK_STAGES picks parts (default all): correctness (conformance, goldens, engine fixtures),
+# memcheck, bench (the configs' rows). A device call is limited to 10 minutes: the whole check takes
+# more, so run it in two or three calls.
+STAGES=" ${GPU_CHECK_STAGES:-correctness memcheck bench} "
 Want() { case "$STAGES" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 cd "$ROOT"
 
@@ -74,18 +70,6 @@ if Want correctness; then
   else
     log "no test_engine binary ($ENGINE_BIN): not run"; status=1
   fi
-
-  # The chunked gated delta rule (not yet the default): its own test, the GDN conformance tests and the
-  # goldens with every run of more than one token sent to it.
-  log "chunked gated delta rule (TESSERA_CUDA_GDN=chunked)"
-  TESSERA_CUDA_GDN=chunked timeout 200 "$BIN" --gtest_filter='CudaConformance.GatedDelta*:Fixtures/CudaGolden.*' 2>&1 |
-    tee "$RES/gdn_chunked.txt" | grep -E "conformance Gdn|conformance GatedDelta|golden|FAILED|PASSED|Failure"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  if [ -x "$ENGINE_BIN" ]; then
-    TESSERA_CUDA_GDN=chunked timeout 150 "$ENGINE_BIN" --gtest_filter='*OnCuda*' 2>&1 | tee "$RES/gdn_chunked_engine.txt" |
-      grep -E "OK|FAILED|PASSED|SKIPPED|Failure"
-    [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  fi
 fi
 
 if Want memcheck; then
@@ -97,24 +81,9 @@ if Want memcheck; then
     tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
     log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
     [ $rc = 0 ] || status=1
-    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
-      --gtest_filter='CudaConformance.GatedDeltaRuleChunkedMatchesCpu' >"$RES/memcheck_gdn_chunked.txt" 2>&1
-    rc=$?
-    log "memcheck of the chunked gated delta rule: exit code $rc"
-    [ $rc = 0 ] || status=1
   else
     log "compute-sanitizer not found"
   fi
-fi
-
-if Want gdn; then
-  # The gated delta rule alone, both forms, on the 35B's prompt / block / decode shapes: its share of a
-  # step and which form is faster at which T (CudaBench.GatedDeltaRuleForms).
-  log "gated delta rule, recurrent against chunked (CudaBench.GatedDeltaRuleForms)"
-  TESSERA_CUDA_BENCH_GDN=1 timeout 200 "$BIN" --gtest_filter='CudaBench.GatedDeltaRuleForms' >"$RES/bench_gdn.txt" 2>&1
-  rc=$?
-  grep -E "^bench-gdn|Failure|error|what\(\)" "$RES/bench_gdn.txt" | tee -a "$SUMMARY"
-  [ $rc = 0 ] || { log "gated delta rule benchmark exit code $rc"; status=1; }
 fi
 
 if Want bench; then
@@ -128,15 +97,6 @@ if Want bench; then
         grep -v "weights on" | tee -a "$SUMMARY"
       [ $rc = 0 ] || { log "benchmark $cfg ($kv KV cache) exit code $rc"; status=1; }
     done
-    # The hybrid model's prompt and denoise rows again with the chunked gated delta rule (not yet the
-    # default): the A/B that decides it.
-    if [ "$cfg" = qwen3.5-35b-a3b ]; then
-      log "benchmark $cfg with TESSERA_CUDA_GDN=chunked (prefill and denoise rows, f32 KV cache)"
-      TESSERA_CUDA_GDN=chunked TESSERA_CUDA_BENCH_CONFIG=$ROOT/tests/data/configs/$cfg TESSERA_CUDA_BENCH_BATCHES=, \
-        timeout 300 "$BIN" --gtest_filter='CudaBench.DummyDecodeAndPrefill' 2>&1 | grep -E "^bench-row|Failure" |
-        tee -a "$SUMMARY"
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    fi
     # The same decode and denoise rows with every op queued at once (no CUDA graphs), for comparison.
     if [ -n "${GPU_CHECK_NO_GRAPHS:-}" ]; then
       log "benchmark $cfg without CUDA graphs (TESSERA_CUDA_GRAPHS=0)"

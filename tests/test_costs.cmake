@@ -29,7 +29,6 @@ set(tessera_test_costs
   "Families/EngineDiffusion.SixtyFourConcurrentRequestsEqualEachAlone/\"qwen3_moe\"|4|11"
   "Families/EngineDiffusion.SeededSamplingReproducesAndSeedsDiffer/\"qwen3_5_moe\"|9|3"
   "Families/EngineDiffusion.SeededSamplingReproducesAndSeedsDiffer/\"qwen3_moe\"|8|3"
-  "GdnChunkedEmulated.BlocksMatchCpuRecurrent|4|11"
   "GrammarSchemaSuite.RandomWalksValidateWithPythonJsonschema|12|31"
   "GrammarQwen3Masks.RegexMasksEqualPcre2PartialMatching|2|30"
   "GrammarQwen3Masks.EqualBruteForce|3|26"

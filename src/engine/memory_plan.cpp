@@ -48,11 +48,9 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
     kv = std::max(kv, a.num_kv_heads * a.head_dim);
   }
   const int64_t attention = 2 * q + 2 * kv;
-  // Gated DeltaNet: conv in / out and the value-sized buffers, plus the normalised q / k and the CUDA
-  // backend's chunked form's records (U, W, a chunk-wide A row and its decay: key + value dim + 65
-  // floats a token and value head, cuda_gdn_chunked.cuh).
+  // Gated DeltaNet: conv in / out and the value-sized buffers, plus the normalised q / k.
   const int64_t vh = mc.linear_num_value_heads, dk = mc.linear_key_head_dim, dv = mc.linear_value_head_dim;
-  const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * vh * dv) + 2 * mc.linear_num_key_heads * dk + vh * (dk + dv + 65);
+  const int64_t gdn = 2 * (mc.LinearConvDim() + 2 * vh * dv) + 2 * mc.linear_num_key_heads * dk;
   // Feed-forward: the routed slots (slot outputs, activations, the host-grouped path's gathered
   // copies) at the experts' width, the shared expert's gate / up / product, and a dense MLP's where a
   // layer runs one (DiffusionGemma: every layer, beside its experts; the Qwen families: layers off the

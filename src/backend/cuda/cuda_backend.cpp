@@ -507,21 +507,11 @@ void CudaBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_s
   Enqueue("CausalConv1dUpdateState", cuda::CausalConv1dUpdateState, x, T, x_stride, channels, K, state, stream_);
 }
 
-// The chunked form for a run of T tokens: asked for (kChunked) or switched on for kAuto
-// (TESSERA_CUDA_GDN=chunked, until it is measured against the recurrent kernel), more than one token,
-// and shapes it has (key_dim 128, value_dim a multiple of 64 up to 128).
-static bool UseGdnChunked(GdnMode mode, int64_t T, int64_t dk, int64_t dv) {
-  if (T <= 1 || mode == GdnMode::kRecurrent || !cuda::GdnChunkedFits(dk, dv)) return false;
-  return mode == GdnMode::kChunked || cuda::GdnChunkedRequested();
-}
-
-void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) {
-  if (UseGdnChunked(mode, a.T, a.key_dim, a.value_dim)) {
-    GatedDeltaRuleBatch({a}, mode);  // the batched launcher holds the chunked form
-    return;
-  }
+// The CUDA backend has one form of the gated delta rule, the recurrent one, for every GdnMode:
+// GdnMode::kChunked selects a form only on the CPU backend (the GPU's chunked form lost to the
+// recurrent kernel at every run length and was removed, docs/CUDA.md).
+void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
   profiler_->Mark("GatedDeltaRule");
-  // The recurrent form (the chunked one goes through GatedDeltaRuleBatch).
   if (a.T == 0) return;
   if (a.key_dim > cuda::kGdnMaxKeyDim) Fail(ErrorKind::kUnsupported, "cuda gated delta rule: key_dim {} > {}", a.key_dim, cuda::kGdnMaxKeyDim);
   if (a.key_heads <= 0 || a.value_heads % a.key_heads != 0)
@@ -587,11 +577,11 @@ void CudaBackend::CausalConv1dSiluUpdateBatch(const float* x, int64_t x_stride, 
           static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), y, stream_);
 }
 
-void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) {
+// Recurrent whatever the mode (GdnMode::kChunked selects a form only on the CPU backend).
+void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
   profiler_->Mark("GatedDeltaRuleBatch");
   std::vector<cuda::GdnRunParams> params;
-  std::vector<int2> rows, chunks;
-  const int64_t chunk_tokens = cuda::GdnChunkTokens();
+  std::vector<int2> rows;
   for (const GatedDeltaArgs& a : runs) {
     if (a.T == 0) continue;
     const GatedDeltaArgs& a0 = runs[0];
@@ -604,29 +594,20 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
         a.value_dim != a0.value_dim)
       Fail(ErrorKind::kInvalidArgument, "gated delta rule batch: runs with different head shapes");
     const int run = static_cast<int>(params.size());
-    const bool chunked = UseGdnChunked(mode, a.T, a.key_dim, a.value_dim);
     params.push_back({a.q, a.k, a.qk_stride, a.v, a.v_stride, a.g, a.beta, a.T, a.state, a.out,
-                      static_cast<int64_t>(rows.size()), chunked ? static_cast<int64_t>(chunks.size()) : -1});
+                      static_cast<int64_t>(rows.size())});
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(run, static_cast<int>(t)));
-    if (chunked)
-      for (int64_t t0 = 0; t0 < a.T; t0 += chunk_tokens) chunks.push_back(make_int2(run, static_cast<int>(t0)));
   }
   if (params.empty()) return;
   const GatedDeltaArgs& a0 = runs[0];
-  const int64_t R = static_cast<int64_t>(rows.size()), nchunks = static_cast<int64_t>(chunks.size());
+  const int64_t R = static_cast<int64_t>(rows.size());
   DeviceBuffer qn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
   DeviceBuffer kn = DeviceBuffer::Floats(*this, R * a0.key_heads * a0.key_dim);
-  // The chunked runs' per-(chunk, value head) U, W, A and decays (~1.3 KB a token and value head).
-  DeviceBuffer records;
-  if (nchunks > 0)
-    records = DeviceBuffer::Floats(*this, nchunks * a0.value_heads * cuda::GdnChunkRecordFloats(a0.value_dim));
   const ScratchArray dp = UploadScratch(params.data(), params.size() * sizeof(cuda::GdnRunParams));
   const ScratchArray dr = UploadScratch(rows.data(), rows.size() * sizeof(int2));
-  const ScratchArray dc = UploadScratch(chunks.data(), chunks.size() * sizeof(int2));  // none: nullptr
   Enqueue("GatedDeltaRuleBatch", cuda::GatedDeltaRuleBatch, static_cast<const cuda::GdnRunParams*>(dp.data),
           static_cast<int64_t>(params.size()), static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads,
-          a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), static_cast<const int2*>(dc.data), nchunks, records.f32(),
-          stream_);
+          a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
 }
 
 void CudaBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,

@@ -326,26 +326,11 @@ struct GdnRunParams {
   float* state;
   float* out;
   int64_t compact_row0;  // first row of this run in qn / kn
-  int64_t first_chunk;   // >= 0: the run takes the chunked form, its chunks from this index on; -1: recurrent
 };
 // n independent runs (distinct states): q/k of all R rows normalised into qn / kn ([R, key_heads,
-// dk], scratch), then one recurrent block per (value head, column tile, run) for the runs not chunked,
-// and the chunked form (GatedDeltaChunkedRuns) for the others when nchunks > 0.
+// dk], scratch), then one recurrent block per (value head, column tile, run).
 void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
-                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, const int2* chunks,
-                         int64_t nchunks, float* records, cudaStream_t s);
-// The chunked (WY / UT) form, cuda_gdn_chunked.cu: for key_dim 128 and value_dim a multiple of 64 (at
-// most 128) (GdnChunkedFits). A run with first_chunk = f owns chunks f .. f + ceil(T / GdnChunkTokens())
-// - 1 of `chunks` (run index, first row; a run's chunks in order, GdnChunkTokens() rows each but the
-// last), and records of GdnChunkRecordFloats(dv) floats per (chunk, value head) as scratch. Not yet the
-// default: TESSERA_CUDA_GDN=chunked (GdnChunkedRequested) sends every run of more than one token there.
-bool GdnChunkedFits(int64_t dk, int64_t dv);
-int64_t GdnChunkRecordFloats(int64_t dv);
-int64_t GdnChunkTokens();
-bool GdnChunkedRequested();
-void GatedDeltaChunkedRuns(const GdnRunParams* runs, int64_t n, const int2* chunks, int64_t nchunks, const float* qn,
-                           const float* kn, int64_t key_heads, int64_t value_heads, int64_t dv, float* records,
-                           cudaStream_t s);
+                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s);
 // Largest key_dim GatedDeltaRecurrent supports.
 constexpr int64_t kGdnMaxKeyDim = 256;
 

@@ -445,7 +445,8 @@ __global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* q
 // both halves with one shuffle, then S[:, c] += k * delta_c, o_c = S[:, c] . q the same way), where
 // the kernel above needs three. (One thread per column needs 128 state registers and spills.) The
 // tokens' q / k / decay / beta are staged in shared memory kGdnColTokens at a time: a 32-token
-// diffusion block is one pass. The step is latency-bound, not bandwidth-bound.
+// diffusion block is one pass. The step is latency-bound, not bandwidth-bound. A chunked (WY / UT)
+// form lost to it at every run length on an H100 and was removed (docs/CUDA.md, "Switches").
 constexpr int kGdnColKeyDim = 128;
 constexpr int kGdnColHalf = kGdnColKeyDim / 2;  // state rows per thread
 constexpr int kGdnColTokens = 32;
@@ -535,7 +536,6 @@ __global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const Gdn
                                                                        int64_t dk, int64_t dv) {
   GridDependencyWait();
   const GdnRunParams& r = runs[blockIdx.z];
-  if (r.first_chunk >= 0) return;  // the chunked form's (cuda_gdn_chunked.cu)
   GdnColumnBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta, r.T,
                  vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
 }
@@ -758,8 +758,7 @@ void CausalConv1dUpdateStateBatch(const float* x, int64_t x_stride, int64_t chan
 }
 
 void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
-                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, const int2* chunks,
-                         int64_t nchunks, float* records, cudaStream_t s) {
+                         int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s) {
   if (n <= 0 || R <= 0) return;
   const int64_t warps = R * key_heads;
   LaunchKernel(NormalizeQkBatchKernel, static_cast<unsigned>((warps + 7) / 8), 256, 0, s)(runs, rows, R, key_heads, dk,
@@ -768,7 +767,6 @@ void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, 
     const dim3 grid(static_cast<unsigned>(value_heads),
                     static_cast<unsigned>((dv + kGdnColColumns - 1) / kGdnColColumns), static_cast<unsigned>(n));
     LaunchKernel(GdnColumnBatchKernel, grid, kGdnColThreads, 0, s)(runs, qn, kn, key_heads, value_heads, dk, dv);
-    GatedDeltaChunkedRuns(runs, n, chunks, nchunks, qn, kn, key_heads, value_heads, dv, records, s);
     return;
   }
   const dim3 grid(static_cast<unsigned>(value_heads), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols),

@@ -82,8 +82,6 @@ const std::vector<SwitchSpec>& Switches() {
       {"TESSERA_CUDA_ATTENTION_DECODE", K::kFlag, "", false},
       // ... and the flash kernel's many-row shape where the wgmma one applies (tests).
       {"TESSERA_CUDA_ATTENTION_WGMMA", K::kFlag, "", false},
-      // Gated DeltaNet: the chunked form, not yet measured against the recurrent one.
-      {"TESSERA_CUDA_GDN", K::kChoice, "chunked", false},
       // MoE: the CUDA-core grouped kernels and the host-grouped path at the models' shapes (tests).
       {"TESSERA_CUDA_MOE_KERNEL", K::kChoice, "simt", false},
       {"TESSERA_CUDA_MOE_GROUPED_MAX_SLOTS", K::kInteger, "", false},
@@ -101,7 +99,6 @@ const std::vector<SwitchSpec>& Switches() {
       {"TESSERA_CUDA_BENCH_CANVAS_HOST", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_LOGITS", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_MATMUL", K::kText, "", true},
-      {"TESSERA_CUDA_BENCH_GDN", K::kFlag, "", true},
       {"TESSERA_CUDA_ATTENTION_BENCH", K::kFlag, "", true},
       {"TESSERA_CUDA_TP", K::kInteger, "", true},
       {"TESSERA_CUDA_TP_BENCH_CONFIG", K::kText, "", true},
