@@ -288,10 +288,7 @@ __global__ void __launch_bounds__(DecodeShape<T, G, D, KW>::kThreads)
         mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 4));
         mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 8));
         mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], 16));
-        const float m_new = fmaxf(m_run[nt][c], mx[c]);
-        corr[nt][c] = m_new == -INFINITY ? 1.0f : exp2f(m_run[nt][c] - m_new);
-        mbase[nt][c] = m_new == -INFINITY ? 0.0f : m_new;
-        m_run[nt][c] = m_new;
+        corr[nt][c] = OnlineSoftmaxRescale(mx[c], m_run[nt][c], mbase[nt][c]);
         l_run[nt][c] *= corr[nt][c];
       }
 #pragma unroll

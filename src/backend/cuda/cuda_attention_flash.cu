@@ -262,35 +262,8 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW, DV>::kThreads
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] = sa[0][j][e] + sa[1][j][e];
       // Mask, then the online softmax per row: s[j][e] is row g + 8 (e / 2), key kb + 8 j + 2 q + e % 2.
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < NKW / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int key = kb + 8 * j + 2 * q + (e & 1);
-          if (key < from[h] || key >= lim[h]) s[j][e] = -INFINITY;
-          mx[h] = fmaxf(mx[h], s[j][e]);
-        }
-      float corr[2], mbase[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));  // the 4 lanes of a row
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m_run[h], mx[h]);
-        // No visible key yet (m_new = -inf): nothing to rescale, every p is 0 (no -inf - -inf).
-        corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
-        mbase[h] = m_new == -INFINITY ? 0.0f : m_new;
-        m_run[h] = m_new;
-        l_run[h] *= corr[h];
-      }
-#pragma unroll
-      for (int j = 0; j < NKW / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - mbase[e >> 1]);  // masked: exp2(-inf) = 0
-          l_run[e >> 1] += s[j][e];
-        }
+      float corr[2];
+      TileSoftmax<NKW / 2>(&s[0][0], kb, q, from, lim, m_run, l_run, corr);
 #pragma unroll
       for (int t = 0; t < DV / 8; ++t) {
         acc[t][0] *= corr[0], acc[t][1] *= corr[0];
@@ -331,12 +304,9 @@ __global__ void __launch_bounds__(FlashShape<T, G, D, QW, KW, NKW, DV>::kThreads
     issue(n + 2, next_rows);
   }
 
-  // The rows' sums over their 4 lanes (a fixed butterfly: all 4 end with the same value).
+  // The rows' sums over their 4 lanes.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
+  for (int h = 0; h < 2; ++h) l_run[h] = QuadSum(l_run[h]);
   float m_fin[2] = {m_run[0], m_run[1]}, l_fin[2] = {l_run[0], l_run[1]};
   if constexpr (KW > 1) {
     // Merge the key warps of a query warp: common max, each warp scales its accumulators, warps

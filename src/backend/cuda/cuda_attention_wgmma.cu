@@ -202,31 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       from[h] = max(0, min(NK, row_begin[h] - key0));
       lim[h] = max(0, min(NK, row_end[h] - key0));
     }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kWgmmaN64Accs; ++i) {
-      const int h = (i >> 1) & 1, key = 8 * (i >> 2) + 2 * q + (i & 1);
-      if (key < from[h] || key >= lim[h]) s[i] = -INFINITY;
-      mx[h] = fmaxf(mx[h], s[i]);
-    }
-    float corr[2], mbase[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m_run[h], mx[h]);
-      // No visible key yet (m_new = -inf): nothing to rescale, every p is 0 (no -inf - -inf).
-      corr[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);
-      mbase[h] = m_new == -INFINITY ? 0.0f : m_new;
-      m_run[h] = m_new;
-      l_run[h] *= corr[h];
-    }
-#pragma unroll
-    for (int i = 0; i < kWgmmaN64Accs; ++i) {
-      const int h = (i >> 1) & 1;
-      s[i] = exp2f(s[i] - mbase[h]);  // masked: exp2(-inf) = 0
-      l_run[h] += s[i];
-    }
+    float corr[2];
+    TileSoftmax<kWgmmaN64Accs>(s, 0, q, from, lim, m_run, l_run, corr);
 #pragma unroll
     for (int i = 0; i < kWgmmaN128Accs; ++i) acc[i] *= corr[(i >> 1) & 1];
     // P as A fragments of k-step kk (keys 16 kk .. + 15): accumulators 8 kk .. 8 kk + 7 in order.
@@ -242,10 +219,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < NK / 16; ++kk) {
       const uint32_t voff = kk * 16 * 128;
       const uint64_t vh = WgmmaDescriptorMn(v_addr + voff, kBoxBytes);
-      Wgmma64x128MnB(acc, ph[kk], vh);
+      Wgmma64x128<true>(acc, ph[kk], vh);
       if constexpr (kExact) {
-        if constexpr (S::kPlanes == 2) Wgmma64x128MnB(acc, ph[kk], WgmmaDescriptorMn(v_addr + S::kPlaneBytes + voff, kBoxBytes));
-        Wgmma64x128MnB(acc, pl[kk], vh);
+        if constexpr (S::kPlanes == 2)
+          Wgmma64x128<true>(acc, ph[kk], WgmmaDescriptorMn(v_addr + S::kPlaneBytes + voff, kBoxBytes));
+        Wgmma64x128<true>(acc, pl[kk], vh);
       }
     }
     WgmmaCommit();
@@ -254,12 +232,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue(n + 2, next_row);
   }
 
-  // The rows' sums over their 4 lanes (a fixed butterfly: all 4 end with the same value).
+  // The rows' sums over their 4 lanes.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
+  for (int h = 0; h < 2; ++h) l_run[h] = QuadSum(l_run[h]);
   const int64_t heads = static_cast<int64_t>(gridDim.y) * G;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -108,6 +108,57 @@ __device__ __forceinline__ float GatedActF(float g, float u, bool gelu) { return
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// One tile's step of a row's online softmax (base 2): the running maximum m_run takes the tile's
+// maximum mx; returns the factor the row's running sum and output are rescaled by, and sets base to
+// the exponent base of the tile's scores. No visible key yet (maximum -inf): nothing to rescale,
+// every exponential is 0 (no -inf - -inf).
+__device__ __forceinline__ float OnlineSoftmaxRescale(float mx, float& m_run, float& base) {
+  const float m_new = fmaxf(m_run, mx);
+  const float corr = m_new == -INFINITY ? 1.0f : exp2f(m_run - m_new);
+  base = m_new == -INFINITY ? 0.0f : m_new;
+  m_run = m_new;
+  return corr;
+}
+// The maximum / sum of x over the 4 lanes of a quad (the lanes holding one row of an MMA accumulator),
+// a fixed butterfly: all 4 end with the same value.
+__device__ __forceinline__ float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The masked online softmax of one tile of scores held as an m16n8 MMA accumulator (n8 tiles in a
+// row: s[4 j + e] is row half e / 2 (rows g, g + 8), key key0 + 8 j + 2 q + e % 2 of the tile, a row's
+// keys over the 4 lanes of a quad): keys outside [from[h], lim[h]) masked, the running max / sum of
+// both row halves updated, s replaced by its exponentials; corr: the factors the rows' outputs are
+// rescaled by.
+template <int N>
+__device__ __forceinline__ void TileSoftmax(float* s, int key0, int q, const int (&from)[2], const int (&lim)[2],
+                                            float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i >> 1) & 1, key = key0 + 8 * (i >> 2) + 2 * q + (i & 1);
+    if (key < from[h] || key >= lim[h]) s[i] = -INFINITY;
+    mx[h] = fmaxf(mx[h], s[i]);
+  }
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    corr[h] = OnlineSoftmaxRescale(QuadMax(mx[h]), m_run[h], base[h]);
+    l_run[h] *= corr[h];
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = exp2f(s[i] - base[h]);  // masked: exp2(-inf) = 0
+    l_run[h] += s[i];
+  }
+}
+
 // The keys row t of an attention step sees (cuda_attention_mask.h): from 0, or from its sliding window's
 // start; up to itself (causal), the end of its diffusion block (block-causal, blocks of block_size from
 // position 0, never past the step's rows), or the step's last row (a DiffusionGemma canvas row). The

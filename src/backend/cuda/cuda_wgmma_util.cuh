@@ -1,9 +1,10 @@
 // tessera cuda backend: Hopper's warpgroup MMA (wgmma) and TMA helpers shared by the kernels that
-// use them (cuda_skinny_wgmma.cu, cuda_quant_wgmma.cu): the shared-memory matrix descriptor of the
-// 128-byte-swizzled K-major (and MN-major) layout, mbarriers, TMA box loads, the wgmma fences, the
-// m64n128k16 bf16 wgmma with A from registers or shared memory (B K-major or MN-major), the m64n64k16
-// one from shared memory (cuda_attention_wgmma.cu), and the m64n128k32 s8 one with A from registers. Header-only; the device functions exist in sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL),
-// the host tensor-map encoder everywhere.
+// use them (cuda_skinny_wgmma.cu, cuda_quant_wgmma.cu, cuda_attention_wgmma.cu): the shared-memory
+// matrix descriptors of the 128-byte-swizzled K-major and MN-major layouts, mbarriers, TMA box loads,
+// the wgmma fences, the m64n128k16 bf16 wgmma with A from registers (B K-major or MN-major) or shared
+// memory, the m64n64k16 one from shared memory, and the m64n128k32 s8 one with A from registers.
+// Header-only; the device functions exist in sm_90a code only (__CUDA_ARCH_FEAT_SM90_ALL), the host
+// tensor-map encoder everywhere.
 #pragma once
 
 #include <cuda.h>
@@ -65,11 +66,10 @@ template <int N>
 __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Makes the mbarriers' initialisation visible to the async proxy (the TMA copies that complete on them).
+// Makes this thread's shared-memory writes (mbarrier initialisation, stores, cp.async copies) visible
+// to the async proxy (TMA copies that complete on the mbarriers, wgmma's operand reads).
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// The 64 f32 accumulators a thread holds of an m64n128 wgmma: the asm operand list (outputs %0..%63)
-// and its register braces, shared by both forms below.
 // The 64 accumulators a thread holds of an m64n128 wgmma: the asm operand list (outputs %0..%63,
 // constraint c: "+f" for f32 sums, "+r" for s32) and its register braces, shared by the forms below.
 #define TESSERA_WGMMA_ACCS_AS(d, c)                                                                        \
@@ -86,14 +86,17 @@ __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.as
   "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "    \
   "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d[64 x 128] += a[64 x 16] (registers, this warp's 16 rows) b[16 x 128] (shared memory, K-major).
+// d[64 x 128] += a[64 x 16] (registers, this warp's 16 rows) b[16 x 128] (shared memory): B K-major,
+// or with kMnMajorB MN-major (the 128 columns contiguous, WgmmaDescriptorMn: the attention kernel's
+// P V with V's rows, the keys, as stored).
+template <bool kMnMajorB = false>
 __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], const uint32_t (&a)[4], uint64_t b) {
-  // scale-d is a predicate (true: D += A B); the A and B scales +1; B not transposed (K-major).
+  // scale-d is a predicate (true: D += A B); the A and B scales +1; imm-trans-b 0 (K-major) or 1.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_ACC_REGS
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
                : TESSERA_WGMMA_ACCS(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1), "n"(kMnMajorB ? 1 : 0));
 }
 // d[64 x 128] += a[64 x 32] (registers: this warp's 16 rows, mma.m16n8k32's 8-bit A fragment)
 // b[32 x 128] (shared memory, K-major), signed 8-bit integers: exact s32 sums.
@@ -112,16 +115,6 @@ __device__ __forceinline__ void Wgmma64x128(float (&d)[kWgmmaN128Accs], uint64_t
                ", %64, %65, p, 1, 1, 0, 0;\n}\n"
                : TESSERA_WGMMA_ACCS(d)
                : "l"(a), "l"(b), "r"(1));
-}
-// d[64 x 128] += a[64 x 16] (registers) b[16 x 128] (shared memory, MN-major: the 128 columns
-// contiguous, WgmmaDescriptorMn), the attention kernel's P V with V's rows (keys) as stored.
-__device__ __forceinline__ void Wgmma64x128MnB(float (&d)[kWgmmaN128Accs], const uint32_t (&a)[4], uint64_t b) {
-  // The last immediate transposes B (imm-trans-b 1: MN-major).
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TESSERA_WGMMA_ACC_REGS
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-               : TESSERA_WGMMA_ACCS(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 #undef TESSERA_WGMMA_ACCS
 #undef TESSERA_WGMMA_ACCS_AS
