@@ -507,10 +507,19 @@ void CudaBackend::CausalConv1dUpdateState(const float* x, int64_t T, int64_t x_s
   Enqueue("CausalConv1dUpdateState", cuda::CausalConv1dUpdateState, x, T, x_stride, channels, K, state, stream_);
 }
 
-// The CUDA backend has one form of the gated delta rule, the recurrent one, for every GdnMode:
-// GdnMode::kChunked selects a form only on the CPU backend (the GPU's chunked form lost to the
-// recurrent kernel at every run length and was removed, docs/CUDA.md).
-void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode /*mode*/) {
+// The chunked form for a run of T tokens: long runs under kAuto (kGdnChunkedMinTokens, measured), any
+// run of more than one token under kChunked (tests), none under kRecurrent; only at the shapes it has
+// (key_dim 128, value_dim a multiple of 32 up to 128).
+static bool UseGdnChunked(GdnMode mode, int64_t T, int64_t dk, int64_t dv) {
+  if (T <= 1 || mode == GdnMode::kRecurrent || !cuda::GdnChunkedFits(dk, dv)) return false;
+  return mode == GdnMode::kChunked || T >= cuda::kGdnChunkedMinTokens;
+}
+
+void CudaBackend::GatedDeltaRule(const GatedDeltaArgs& a, GdnMode mode) {
+  if (UseGdnChunked(mode, a.T, a.key_dim, a.value_dim)) {
+    GatedDeltaRuleBatch({a}, mode);  // the batched launcher holds the chunked form
+    return;
+  }
   profiler_->Mark("GatedDeltaRule");
   if (a.T == 0) return;
   if (a.key_dim > cuda::kGdnMaxKeyDim) Fail(ErrorKind::kUnsupported, "cuda gated delta rule: key_dim {} > {}", a.key_dim, cuda::kGdnMaxKeyDim);
@@ -577,11 +586,13 @@ void CudaBackend::CausalConv1dSiluUpdateBatch(const float* x, int64_t x_stride, 
           static_cast<const cuda::ConvSegmentParams*>(dp.data), static_cast<int64_t>(params.size()), y, stream_);
 }
 
-// Recurrent whatever the mode (GdnMode::kChunked selects a form only on the CPU backend).
-void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode /*mode*/) {
+// Every run's q / k normalised at once, then the recurrent kernel for the short runs and the chunked
+// form for the long ones (UseGdnChunked).
+void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, GdnMode mode) {
   profiler_->Mark("GatedDeltaRuleBatch");
   std::vector<cuda::GdnRunParams> params;
   std::vector<int2> rows;
+  std::vector<int64_t> chunked_lengths;
   for (const GatedDeltaArgs& a : runs) {
     if (a.T == 0) continue;
     const GatedDeltaArgs& a0 = runs[0];
@@ -594,8 +605,10 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
         a.value_dim != a0.value_dim)
       Fail(ErrorKind::kInvalidArgument, "gated delta rule batch: runs with different head shapes");
     const int run = static_cast<int>(params.size());
+    const bool chunked = UseGdnChunked(mode, a.T, a.key_dim, a.value_dim);
     params.push_back({a.q, a.k, a.qk_stride, a.v, a.v_stride, a.g, a.beta, a.T, a.state, a.out,
-                      static_cast<int64_t>(rows.size())});
+                      static_cast<int64_t>(rows.size()), chunked ? static_cast<int64_t>(chunked_lengths.size()) : -1});
+    if (chunked) chunked_lengths.push_back(a.T);
     for (int64_t t = 0; t < a.T; ++t) rows.push_back(make_int2(run, static_cast<int>(t)));
   }
   if (params.empty()) return;
@@ -608,6 +621,22 @@ void CudaBackend::GatedDeltaRuleBatch(const std::vector<GatedDeltaArgs>& runs, G
   Enqueue("GatedDeltaRuleBatch", cuda::GatedDeltaRuleBatch, static_cast<const cuda::GdnRunParams*>(dp.data),
           static_cast<int64_t>(params.size()), static_cast<const int2*>(dr.data), R, a0.key_heads, a0.value_heads,
           a0.key_dim, a0.value_dim, qn.f32(), kn.f32(), stream_);
+  if (chunked_lengths.empty()) return;
+  // The chunked runs' per-(chunk, value head) records (~144 KB each, at most kGdnChunkSlots chunks a
+  // head), filled and consumed pass by pass.
+  const int64_t nchunked = static_cast<int64_t>(chunked_lengths.size());
+  const cuda::GdnChunkPassShape shape = cuda::GdnChunkPasses(nchunked);
+  DeviceBuffer records(*this, static_cast<size_t>(cuda::GdnChunkRecordsBytes(nchunked, a0.value_heads, a0.value_dim)));
+  for (int group = 0; int64_t{group} * shape.runs_per_group < nchunked; ++group) {
+    const auto begin = chunked_lengths.begin() + int64_t{group} * shape.runs_per_group;
+    const auto end = chunked_lengths.begin() + std::min<int64_t>(nchunked, int64_t{group + 1} * shape.runs_per_group);
+    const int64_t longest = *std::max_element(begin, end);
+    const int64_t chunks = (longest + cuda::kGdnChunkTokens - 1) / cuda::kGdnChunkTokens;
+    for (int piece = 0; int64_t{piece} * shape.chunks_per_run < chunks; ++piece)
+      Enqueue("GatedDeltaChunkedPass", cuda::GatedDeltaChunkedPass, static_cast<const cuda::GdnRunParams*>(dp.data),
+              static_cast<int64_t>(params.size()), group, shape.runs_per_group, shape.chunks_per_run, piece,
+              qn.f32(), kn.f32(), a0.key_heads, a0.value_heads, a0.value_dim, records.data(), stream_);
+  }
 }
 
 void CudaBackend::GdnGates(const float* a, const float* b, int64_t T, int64_t heads, int64_t a_stride,

@@ -326,11 +326,33 @@ struct GdnRunParams {
   float* state;
   float* out;
   int64_t compact_row0;  // first row of this run in qn / kn
+  int64_t chunk_rank;    // >= 0: the run takes the chunked form, the rank-th such run of the batch; -1: recurrent
 };
 // n independent runs (distinct states): q/k of all R rows normalised into qn / kn ([R, key_heads,
-// dk], scratch), then one recurrent block per (value head, column tile, run).
+// dk], scratch), then one recurrent block per (value head, column tile, run) for the runs not chunked
+// (the chunked ones: GatedDeltaChunkedRuns, after this).
 void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
                          int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s);
+// The chunked (WY / UT) form with its state pass on tensor cores, cuda_gdn_chunked.cu: for key_dim 128
+// and value_dim a multiple of 32 up to 128 (GdnChunkedFits). A batch's chunked runs (chunk_rank 0, 1,
+// ...) go in passes over records of at most kGdnChunkSlots chunks of every value head: groups of
+// runs_per_group runs (by rank), chunks_per_run chunks of each a pass (GdnChunkPasses); pass (group,
+// piece) covers chunks piece * chunks_per_run .. of the group's runs, and a group's passes go in
+// piece order. qn / kn as GatedDeltaRuleBatch left them; records: GdnChunkRecordsBytes of scratch.
+constexpr int64_t kGdnChunkSlots = 16;
+constexpr int64_t kGdnChunkTokens = 64;
+// Runs of at least this many tokens take the chunked form under GdnMode::kAuto (measured on an H100:
+// docs/CUDA.md, "The chunked gated delta rule").
+constexpr int64_t kGdnChunkedMinTokens = 128;
+struct GdnChunkPassShape {
+  int runs_per_group, chunks_per_run;
+};
+bool GdnChunkedFits(int64_t dk, int64_t dv);
+GdnChunkPassShape GdnChunkPasses(int64_t chunked_runs);
+int64_t GdnChunkRecordsBytes(int64_t chunked_runs, int64_t value_heads, int64_t dv);
+void GatedDeltaChunkedPass(const GdnRunParams* runs, int64_t n, int group, int runs_per_group, int chunks_per_run,
+                           int piece, const float* qn, const float* kn, int64_t key_heads, int64_t value_heads,
+                           int64_t dv, void* records, cudaStream_t s);
 // Largest key_dim GatedDeltaRecurrent supports.
 constexpr int64_t kGdnMaxKeyDim = 256;
 

@@ -77,6 +77,17 @@ __device__ __forceinline__ void MmaChunk(float* c, const uint32_t (&hi)[2][4], c
   if (exact) Mma(c, lo[1], w.z, w.w);
 }
 
+// Four 8x8 bf16 matrices from shared memory as stored (lanes 8i..8i+7 give matrix i's row
+// addresses): lane (g, q) gets elements (g, 2q) and (g, 2q + 1) of each. With lane l addressing row
+// (l & 15), column 8 (l >> 4) of a row-major [m][k] tile, the four are an m16k16 A fragment.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
 // Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i..8i+7 give matrix i's row
 // addresses): lane (g, q) gets elements (2q, g) and (2q + 1, g) of each, i.e. an MMA fragment whose k
 // runs along the stored rows (V of the attention kernels: keys are rows).

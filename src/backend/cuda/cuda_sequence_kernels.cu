@@ -435,6 +435,7 @@ __global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* q
                                         int64_t vh, int64_t dk, int64_t dv) {
   GridDependencyWait();
   const GdnRunParams& r = runs[blockIdx.z];
+  if (r.chunk_rank >= 0) return;  // the chunked form's (cuda_gdn_chunked.cu)
   GdnRecurrentBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta,
                     r.T, vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
 }
@@ -445,8 +446,8 @@ __global__ void GdnRecurrentBatchKernel(const GdnRunParams* runs, const float* q
 // both halves with one shuffle, then S[:, c] += k * delta_c, o_c = S[:, c] . q the same way), where
 // the kernel above needs three. (One thread per column needs 128 state registers and spills.) The
 // tokens' q / k / decay / beta are staged in shared memory kGdnColTokens at a time: a 32-token
-// diffusion block is one pass. The step is latency-bound, not bandwidth-bound. A chunked (WY / UT)
-// form lost to it at every run length on an H100 and was removed (docs/CUDA.md, "Switches").
+// diffusion block is one pass. The step is latency-bound, not bandwidth-bound: runs of
+// kGdnChunkedMinTokens or more take the chunked form (cuda_gdn_chunked.cu).
 constexpr int kGdnColKeyDim = 128;
 constexpr int kGdnColHalf = kGdnColKeyDim / 2;  // state rows per thread
 constexpr int kGdnColTokens = 32;
@@ -536,6 +537,7 @@ __global__ void __launch_bounds__(kGdnColThreads) GdnColumnBatchKernel(const Gdn
                                                                        int64_t dk, int64_t dv) {
   GridDependencyWait();
   const GdnRunParams& r = runs[blockIdx.z];
+  if (r.chunk_rank >= 0) return;  // the chunked form's (cuda_gdn_chunked.cu)
   GdnColumnBlock(qn + r.compact_row0 * kh * dk, kn + r.compact_row0 * kh * dk, kh, r.v, r.v_stride, r.g, r.beta, r.T,
                  vh, dk, dv, r.state, r.out, blockIdx.x, blockIdx.y);
 }

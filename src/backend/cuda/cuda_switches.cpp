@@ -99,6 +99,7 @@ const std::vector<SwitchSpec>& Switches() {
       {"TESSERA_CUDA_BENCH_CANVAS_HOST", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_LOGITS", K::kFlag, "", true},
       {"TESSERA_CUDA_BENCH_MATMUL", K::kText, "", true},
+      {"TESSERA_CUDA_BENCH_GDN", K::kFlag, "", true},
       {"TESSERA_CUDA_ATTENTION_BENCH", K::kFlag, "", true},
       {"TESSERA_CUDA_TP", K::kInteger, "", true},
       {"TESSERA_CUDA_TP_BENCH_CONFIG", K::kText, "", true},

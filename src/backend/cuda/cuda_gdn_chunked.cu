@@ -1,0 +1,407 @@
+// tessera cuda backend: the gated delta rule in chunked (WY / UT) form with its serial state pass on
+// tensor cores, for prompts and other long runs (key_dim 128, value_dim a multiple of 32 up to 128:
+// Qwen3.5 / Qwen3-Next). The algebra is the CPU backend's GatedDeltaHeadChunked (cpu_sequence_ops.cpp):
+// for a chunk of C tokens with cum = prefix sums of the log decays g and last = cum[len - 1],
+//   L[i][j] = beta_i (k_i . k_j) exp(cum_i - cum_j) (j < i),   A[i][j] = (q_i . k_j) exp(cum_i - cum_j) (j <= i),
+//   (I + L) U = beta v,   (I + L) W = beta exp(cum) k,
+//   v' = U - W S,   o = (exp(cum) q) S + A v',   S <- exp(last) S + (exp(last - cum) k)^T v'.
+// Only the last three lines depend on the state. The prep kernel computes everything else for every
+// chunk at once (a block per (chunk, value head), f32 on CUDA cores) into a record; the state kernel
+// walks a run's chunks in order, a block per (value head, 32 value columns, run), its products on
+// m16n8k16 bf16 MMAs with both operands split hi + lo (three MMAs a product: ~16 mantissa bits, the
+// recurrent kernel's f32 to ~1e-5). The record holds the state kernel's operands in the form its
+// ldmatrix loads want (bf16 hi / lo planes, exp(cum) q, the transposed exp(last - cum) k), so the
+// serial chain only streams them (cp.async, a chunk ahead) and multiplies.
+//
+// The records of a pass are bounded (kGdnChunkSlots chunks of every value head): a long run takes
+// several passes (prep, state, prep, state ...), the state carried in the run's state buffer.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_mma_util.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kC = static_cast<int>(kGdnChunkTokens);  // tokens a chunk
+constexpr int kDk = 128;   // key dim
+constexpr int kCols = 32;  // value columns a state block
+constexpr int kPrepThreads = 256;  // a thread per solved column of [beta v | beta exp(cum) k]
+constexpr int kStateThreads = 128;
+constexpr int kKs = kDk + 1;  // prep's staged row stride (conflict-free column reads)
+
+using Bf16 = __nv_bfloat16;
+
+// A record (one chunk, one value head), in bf16 elements from its start: the hi plane of W
+// ([kC][kDk]), then its lo plane; the same for exp(cum) q and for (exp(last - cum) k)^T ([kDk][kC]);
+// A's two planes ([kC][kC]); then U ([kC][dv] f32) and exp(last), padded so records stay 128-byte aligned.
+constexpr int64_t kPlane = int64_t{kC} * kDk;
+constexpr int64_t kWOff = 0, kQOff = 2 * kPlane, kKOff = 4 * kPlane, kAOff = 6 * kPlane;
+constexpr int64_t kPlanesBytes = (6 * kPlane + 2 * kC * kC) * 2;
+__host__ __device__ constexpr int64_t RecordBytes(int64_t dv) { return kPlanesBytes + int64_t{kC} * dv * 4 + 128; }
+static_assert(RecordBytes(128) == 256 * (3 * kDk + kC + 128) + 128 && kGdnChunkSlots == 16,
+              "engine/memory_plan.cpp reserves 16 records of this size a value head");
+
+constexpr size_t kPrepSmemBytes = sizeof(float) * (2 * kC * kKs + kC * (kC + 1) + 2 * kC);
+
+// The state block's shared memory, in bf16 elements; rows padded by 16 bytes so that ldmatrix's eight
+// rows of a matrix fall in distinct banks.
+constexpr int kRowDk = kDk + 8;   // W, exp(cum) q: [kC][kDk]
+constexpr int kRowC = kC + 8;     // k^T: [kDk][kC], A: [kC][kC]
+constexpr int kRowN = kCols + 8;  // S: [kDk][kCols], v': [kC][kCols]
+constexpr int kRowU = kCols + 8;  // U: [kC][kCols] f32
+constexpr int kSW = 0, kSQ = kSW + 2 * kC * kRowDk, kSK = kSQ + 2 * kC * kRowDk, kSA = kSK + 2 * kDk * kRowC,
+              kSS = kSA + 2 * kC * kRowC, kSV = kSS + 2 * kDk * kRowN, kSU = kSV + 2 * kC * kRowN;
+constexpr size_t kStateSmemBytes = size_t{kSU} * 2 + sizeof(float) * (kC * kRowU + 4);
+
+// Which runs and chunks a pass covers: the chunked runs of group `group` (ranks group * runs_per_group
+// .. + runs_per_group - 1), chunks piece * chunks_per_run .. + chunks_per_run - 1 of each; a run's
+// chunk j of the pass has record slot (rank % runs_per_group) * chunks_per_run + j.
+struct ChunkPass {
+  int group, runs_per_group, chunks_per_run, piece;
+};
+
+__device__ __forceinline__ void StoreSplit(Bf16* hi, Bf16* lo, int64_t i, float x) {
+  const Bf16 h = __float2bfloat16_rn(x);
+  hi[i] = h;
+  lo[i] = __float2bfloat16_rn(x - __bfloat162float(h));
+}
+
+__device__ __forceinline__ int ChunkLen(int64_t T, int64_t t0) { return static_cast<int>(T - t0 < kC ? T - t0 : kC); }
+
+// The run's first chunk of this pass, or -1 when the block has nothing to do.
+__device__ __forceinline__ int64_t PassFirstChunk(const GdnRunParams& r, const ChunkPass& pass) {
+  if (r.chunk_rank < 0 || r.chunk_rank / pass.runs_per_group != pass.group) return -1;
+  const int64_t first = int64_t{pass.piece} * pass.chunks_per_run;
+  return first * kC < r.T ? first : -1;
+}
+
+__device__ __forceinline__ uint8_t* RecordOf(uint8_t* records, const GdnRunParams& r, const ChunkPass& pass, int j,
+                                             int64_t hv, int64_t vh, int64_t dv) {
+  const int64_t slot = int64_t{r.chunk_rank % pass.runs_per_group} * pass.chunks_per_run + j;
+  return records + (slot * vh + hv) * RecordBytes(dv);
+}
+
+// Block (chunk of the pass, value head, run).
+__global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunParams* runs, ChunkPass pass,
+                                                                   const float* qn, const float* kn, int64_t kh,
+                                                                   int64_t vh, int64_t dv, uint8_t* records) {
+  GridDependencyWait();
+  const GdnRunParams& r = runs[blockIdx.z];
+  const int64_t first = PassFirstChunk(r, pass);
+  const int64_t t0 = (first + blockIdx.x) * kC;
+  if (first < 0 || t0 >= r.T) return;
+  const int len = ChunkLen(r.T, t0);
+  const int64_t hv = blockIdx.y, hk = hv / (vh / kh);
+  extern __shared__ float smem[];
+  float* ks = smem;                // [kC][kKs]
+  float* qs = ks + kC * kKs;       // [kC][kKs]
+  float* L = qs + kC * kKs;        // [kC][kC + 1]
+  float* cum = L + kC * (kC + 1);  // [kC]
+  float* bet = cum + kC;           // [kC]
+  const int tid = threadIdx.x;
+  const float* q_rows = qn + r.compact_row0 * kh * kDk;
+  const float* k_rows = kn + r.compact_row0 * kh * kDk;
+#pragma unroll 8
+  for (int e = tid; e < kC * kDk; e += kPrepThreads) {  // 8 loads of each in flight a thread
+    const int i = e / kDk, d = e % kDk;
+    const int64_t row = ((t0 + i) * kh + hk) * kDk + d;
+    ks[i * kKs + d] = i < len ? k_rows[row] : 0.0f;
+    qs[i * kKs + d] = i < len ? q_rows[row] : 0.0f;
+  }
+  if (tid == 0) {  // 64 additions in order, as the CPU does
+    float run = 0.0f;
+    for (int i = 0; i < kC; ++i) {
+      run += i < len ? r.g[(t0 + i) * vh + hv] : 0.0f;
+      cum[i] = run;
+    }
+  }
+  for (int i = tid; i < kC; i += kPrepThreads) bet[i] = i < len ? r.beta[(t0 + i) * vh + hv] : 0.0f;
+  __syncthreads();
+
+  uint8_t* rec = RecordOf(records, r, pass, static_cast<int>(blockIdx.x), hv, vh, dv);
+  Bf16* planes = reinterpret_cast<Bf16*>(rec);
+  float* U = reinterpret_cast<float*>(rec + kPlanesBytes);
+  // K K^T and Q K^T: thread (i, quarter) owns columns j = 16 quarter .. + 15 of row i.
+  {
+    const int i = tid / 4, j0 = (tid % 4) * 16;
+    float kk[16], qk[16];
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) kk[jj] = qk[jj] = 0.0f;
+    for (int d = 0; d < kDk; ++d) {
+      const float a = ks[i * kKs + d], q = qs[i * kKs + d];
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        const float b = ks[(j0 + jj) * kKs + d];
+        kk[jj] += a * b;
+        qk[jj] += q * b;
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) {
+      const int j = j0 + jj;
+      const float decay = j <= i ? expf(cum[i] - cum[j]) : 0.0f;
+      L[i * (kC + 1) + j] = j < i ? bet[i] * kk[jj] * decay : 0.0f;
+      StoreSplit(planes + kAOff, planes + kAOff + kC * kC, i * kC + j, qk[jj] * decay);
+    }
+  }
+  // The state's operands: exp(cum) q ([kC][kDk]) and (exp(last - cum) k)^T ([kDk][kC]); rows past len are zero.
+  const float last = cum[len - 1];
+  for (int e = tid; e < kC * kDk; e += kPrepThreads) {
+    const int i = e / kDk, d = e % kDk;
+    StoreSplit(planes + kQOff, planes + kQOff + kPlane, e, i < len ? expf(cum[i]) * qs[i * kKs + d] : 0.0f);
+  }
+  for (int e = tid; e < kC * kDk; e += kPrepThreads) {
+    const int d = e / kC, i = e % kC;
+    StoreSplit(planes + kKOff, planes + kKOff + kPlane, e, i < len ? expf(last - cum[i]) * ks[i * kKs + d] : 0.0f);
+  }
+  if (tid == 0) U[kC * dv] = expf(last);
+  __syncthreads();
+
+  // Forward substitution, a thread per column of [beta v | beta exp(cum) k]; rows past len are zero
+  // (their L rows and right-hand sides are), so they solve to zero.
+  const bool is_v = tid < dv;
+  const int col = is_v ? tid : tid - static_cast<int>(dv);
+  if (!is_v && col >= kDk) return;
+  float x[kC];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    float b = 0.0f;
+    if (i < len)
+      b = is_v ? bet[i] * r.v[(t0 + i) * r.v_stride + hv * dv + col] : bet[i] * expf(cum[i]) * ks[i * kKs + col];
+#pragma unroll
+    for (int j = 0; j < i; ++j) b -= L[i * (kC + 1) + j] * x[j];
+    x[i] = b;
+  }
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    if (is_v)
+      U[i * dv + col] = x[i];
+    else
+      StoreSplit(planes + kWOff, planes + kWOff + kPlane, i * kDk + col, x[i]);
+  }
+}
+
+// cp.async of a [rows][cols] bf16 plane pair (hi, then lo kPlaneElems later) into padded rows.
+template <int kRows, int kRowElems, int kSmemRow>
+__device__ __forceinline__ void CopyPlanes(Bf16* dst, const Bf16* src, int64_t plane_elems) {
+  constexpr int kPieces = kRowElems / 8;  // 16-byte pieces a row
+  for (int e = threadIdx.x; e < 2 * kRows * kPieces; e += kStateThreads) {
+    const int p = e / (kRows * kPieces), rest = e % (kRows * kPieces), row = rest / kPieces, c = rest % kPieces;
+    CpAsync16(dst + (p * kRows + row) * kSmemRow + 8 * c, src + p * plane_elems + row * kRowElems + 8 * c, true);
+  }
+}
+
+// The m16 x n32 product of 16 rows of A ([m][k] planes at a, row stride lda) with B ([k][n] planes at
+// b, row stride kRowN) over k-steps k0 .. k1 - 1, hi * hi + hi * lo + lo * hi, into acc[4 n-tiles][4].
+template <int kLda>
+__device__ __forceinline__ void MmaRows16(float (&acc)[4][4], const Bf16* a, int64_t a_lo, const Bf16* b, int64_t b_lo,
+                                          int k0, int k1) {
+  const int lane = threadIdx.x & 31, lr = lane & 15, lc = (lane >> 4) * 8;
+  for (int ks = k0; ks < k1; ++ks) {
+    uint32_t ah[4], al[4], bh[2][4], bl[2][4];
+    LdMatrixX4(ah, a + lr * kLda + 16 * ks + lc);
+    LdMatrixX4(al, a + a_lo + lr * kLda + 16 * ks + lc);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      LdMatrixX4Trans(bh[np], b + (16 * ks + lr) * kRowN + 16 * np + lc);
+      LdMatrixX4Trans(bl[np], b + b_lo + (16 * ks + lr) * kRowN + 16 * np + lc);
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const uint32_t* h = &bh[n >> 1][2 * (n & 1)];
+      const uint32_t* l = &bl[n >> 1][2 * (n & 1)];
+      Mma(acc[n], ah, h[0], h[1]);
+      Mma(acc[n], ah, l[0], l[1]);
+      Mma(acc[n], al, h[0], h[1]);
+    }
+  }
+}
+
+// Rows row0 .. row0 + 15 of an accumulator, split hi + lo into a [rows][kRowN] plane pair.
+__device__ __forceinline__ void StoreRows16(const float (&acc)[4][4], Bf16* dst, int64_t lo, int row0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t hi, lo_bits;
+      SplitPair(acc[n][2 * h], acc[n][2 * h + 1], hi, lo_bits);
+      const int at = (row0 + g + 8 * h) * kRowN + 8 * n + 2 * t;
+      *reinterpret_cast<uint32_t*>(dst + at) = hi;
+      *reinterpret_cast<uint32_t*>(dst + lo + at) = lo_bits;
+    }
+}
+
+// Block (value head, 32 value columns, run): the pass's chunks of the run in order. Warp w keeps
+// state rows 32 w .. 32 w + 31 (of this block's columns) in its accumulators; per chunk warps 0-1 make
+// v' = U - W S, warps 2-3 (exp(cum) q) S then + A v' (the chunk's output), and every warp its rows of
+// the new state. A chunk's W / q / U are copied in while the previous chunk's A v' and state update
+// run, its k^T / A while its own W S runs (two cp.async groups a chunk).
+__global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const GdnRunParams* runs, ChunkPass pass,
+                                                                     int64_t vh, int64_t dv, uint8_t* records) {
+  GridDependencyWait();
+  const GdnRunParams& r = runs[blockIdx.z];
+  const int64_t first = PassFirstChunk(r, pass);
+  if (first < 0) return;
+  const int64_t total = (r.T + kC - 1) / kC;
+  const int n_chunks = static_cast<int>(total - first < pass.chunks_per_run ? total - first : pass.chunks_per_run);
+  const int64_t hv = blockIdx.x, col0 = int64_t{blockIdx.y} * kCols;
+  extern __shared__ __align__(16) Bf16 sm[];
+  Bf16 *sW = sm + kSW, *sQ = sm + kSQ, *sK = sm + kSK, *sA = sm + kSA, *sS = sm + kSS, *sV = sm + kSV;
+  float* sU = reinterpret_cast<float*>(sm + kSU);
+  float* sEl = sU + kC * kRowU;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+  auto copy_wqu = [&](int j) {
+    const uint8_t* rec = RecordOf(records, r, pass, j, hv, vh, dv);
+    const Bf16* planes = reinterpret_cast<const Bf16*>(rec);
+    CopyPlanes<kC, kDk, kRowDk>(sW, planes + kWOff, kPlane);
+    CopyPlanes<kC, kDk, kRowDk>(sQ, planes + kQOff, kPlane);
+    const float* U = reinterpret_cast<const float*>(rec + kPlanesBytes);
+    for (int e = tid; e < kC * (kCols / 4); e += kStateThreads) {
+      const int row = e / (kCols / 4), c = e % (kCols / 4);
+      CpAsync16(sU + row * kRowU + 4 * c, U + row * dv + col0 + 4 * c, true);
+    }
+  };
+  auto copy_ka = [&](int j) {
+    const uint8_t* rec = RecordOf(records, r, pass, j, hv, vh, dv);
+    const Bf16* planes = reinterpret_cast<const Bf16*>(rec);
+    CopyPlanes<kDk, kC, kRowC>(sK, planes + kKOff, kPlane);
+    CopyPlanes<kC, kC, kRowC>(sA, planes + kAOff, int64_t{kC} * kC);
+    if (tid == 0) CpAsync16(sEl, rec + kPlanesBytes + int64_t{kC} * dv * 4, true);
+  };
+
+  // The state's rows of this warp: rows 32 warp + 16 m + g (+ 8), columns 8 n + 2 t (+ 1).
+  float* state = r.state + hv * kDk * dv + col0;
+  float s[2][4][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 v = *reinterpret_cast<const float2*>(state + (32 * warp + 16 * m + g + 8 * h) * dv + 8 * n + 2 * t);
+        s[m][n][2 * h] = v.x, s[m][n][2 * h + 1] = v.y;
+      }
+#pragma unroll
+  for (int m = 0; m < 2; ++m) StoreRows16(s[m], sS, kDk * kRowN, 32 * warp + 16 * m);
+  copy_wqu(0);
+  CpAsyncCommit();
+  copy_ka(0);
+  CpAsyncCommit();
+  CpAsyncWait<1>();
+  __syncthreads();
+
+  const int64_t out_stride = vh * dv;
+  for (int j = 0; j < n_chunks; ++j) {
+    const int64_t t0 = (first + j) * kC;
+    const int len = ChunkLen(r.T, t0);
+    // Warps 0-1: W S (rows of v'); warps 2-3: (exp(cum) q) S (rows of the output).
+    const int own0 = 32 * (warp & 1);  // this warp's chunk rows own0 .. own0 + 31
+    float acc[2][4][4] = {};
+    const Bf16* a = (warp < 2 ? sW : sQ) + own0 * kRowDk;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) MmaRows16<kRowDk>(acc[m], a + 16 * m * kRowDk, kC * kRowDk, sS, kDk * kRowN, 0, kDk / 16);
+    if (warp < 2) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float2 u = *reinterpret_cast<const float2*>(sU + (own0 + 16 * m + g + 8 * h) * kRowU + 8 * n + 2 * t);
+            acc[m][n][2 * h] = u.x - acc[m][n][2 * h];
+            acc[m][n][2 * h + 1] = u.y - acc[m][n][2 * h + 1];
+          }
+        StoreRows16(acc[m], sV, kC * kRowN, own0 + 16 * m);
+      }
+    }
+    CpAsyncWait<0>();  // this chunk's k^T / A
+    __syncthreads();   // v' is whole; W, q and U are read
+    if (j + 1 < n_chunks) copy_wqu(j + 1);
+    CpAsyncCommit();
+    if (warp >= 2) {
+      // o = (exp(cum) q) S + A v' (A is lower triangular: k-steps up to the diagonal block).
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int row0 = own0 + 16 * m;
+        MmaRows16<kRowC>(acc[m], sA + row0 * kRowC, kC * kRowC, sV, kC * kRowN, 0, row0 / 16 + 1);
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = row0 + g + 8 * h;
+            if (i < len)
+              *reinterpret_cast<float2*>(r.out + (t0 + i) * out_stride + hv * dv + col0 + 8 * n + 2 * t) =
+                  make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
+          }
+      }
+    }
+    // S <- exp(last) S + (exp(last - cum) k)^T v'.
+    const float el = *sEl;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][n][e] *= el;
+      MmaRows16<kRowC>(s[m], sK + (32 * warp + 16 * m) * kRowC, kDk * kRowC, sV, kC * kRowN, 0, kC / 16);
+    }
+    __syncthreads();  // k^T, A and v' are read; the old S planes too
+#pragma unroll
+    for (int m = 0; m < 2; ++m) StoreRows16(s[m], sS, kDk * kRowN, 32 * warp + 16 * m);
+    if (j + 1 < n_chunks) copy_ka(j + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();  // the next chunk's W / q / U
+    __syncthreads();
+  }
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(state + (32 * warp + 16 * m + g + 8 * h) * dv + 8 * n + 2 * t) =
+            make_float2(s[m][n][2 * h], s[m][n][2 * h + 1]);
+}
+
+}  // namespace
+
+bool GdnChunkedFits(int64_t dk, int64_t dv) { return dk == kDk && dv > 0 && dv % kCols == 0 && dv + dk <= kPrepThreads; }
+
+GdnChunkPassShape GdnChunkPasses(int64_t chunked_runs) {
+  const int per_group = static_cast<int>(std::clamp<int64_t>(chunked_runs, 1, kGdnChunkSlots));
+  return {per_group, static_cast<int>(kGdnChunkSlots / per_group)};
+}
+
+int64_t GdnChunkRecordsBytes(int64_t chunked_runs, int64_t value_heads, int64_t dv) {
+  if (chunked_runs <= 0) return 0;
+  const GdnChunkPassShape shape = GdnChunkPasses(chunked_runs);
+  return int64_t{shape.runs_per_group} * shape.chunks_per_run * value_heads * RecordBytes(dv);
+}
+
+void GatedDeltaChunkedPass(const GdnRunParams* runs, int64_t n, int group, int runs_per_group, int chunks_per_run,
+                           int piece, const float* qn, const float* kn, int64_t key_heads, int64_t value_heads,
+                           int64_t dv, void* records, cudaStream_t s) {
+  if (n <= 0) return;
+  KernelResidency(GdnChunkPrepKernel, kPrepSmemBytes, kPrepThreads);
+  KernelResidency(GdnChunkStateKernel, kStateSmemBytes, kStateThreads);
+  const ChunkPass pass{group, runs_per_group, chunks_per_run, piece};
+  auto* rec = static_cast<uint8_t*>(records);
+  LaunchKernel(GdnChunkPrepKernel,
+               dim3(static_cast<unsigned>(chunks_per_run), static_cast<unsigned>(value_heads), static_cast<unsigned>(n)),
+               kPrepThreads, kPrepSmemBytes, s)(runs, pass, qn, kn, key_heads, value_heads, dv, rec);
+  LaunchKernel(GdnChunkStateKernel,
+               dim3(static_cast<unsigned>(value_heads), static_cast<unsigned>(dv / kCols), static_cast<unsigned>(n)),
+               kStateThreads, kStateSmemBytes, s)(runs, pass, value_heads, dv, rec);
+}
+
+}  // namespace tessera::cuda
