@@ -1,8 +1,8 @@
 // The GPU's chunked gated delta rule (cuda_gdn_chunked.cu) against the CPU backend: runs of several
 // lengths in one batch (one token, within a chunk, exactly a chunk, a chunk and one, several chunks:
-// the 300-token run takes two passes of the records), asked for with GdnMode::kChunked, against the
+// the 300-token run takes several passes of the records), asked for with GdnMode::kChunked, against the
 // CPU's recurrent form (token by token) and its chunked form (double inside); more chunked runs than
-// the records have slots (two groups of passes); kAuto's mix of both forms; the single-run op too.
+// the records have slots (several groups of passes); kAuto's mix of both forms; the single-run op too.
 // Qwen3.5-35B-A3B's shapes (16 key / 32 value heads of 128), decays and betas over their whole range.
 #include <gtest/gtest.h>
 
@@ -57,7 +57,7 @@ void CudaGdnChunked::CompareBatch(const std::vector<int64_t>& lengths, GdnMode g
 
 TEST_F(CudaGdnChunked, MatchesCpu) {
   CompareBatch({1, 5, 64, 65, 150, 1, 300}, GdnMode::kChunked, "GdnChunked batch");
-  // 18 chunked runs: two groups of kGdnChunkSlots and 2 runs, one chunk each a pass.
+  // 18 chunked runs: groups of kGdnChunkSlots runs (and the rest), one chunk each a pass.
   CompareBatch({2, 70, 9, 64, 33, 130, 3, 17, 66, 2, 40, 129, 5, 63, 12, 80, 7, 100}, GdnMode::kChunked,
                "GdnChunked 18 runs");
   // kAuto: the long runs chunked, the short ones recurrent, in one batch.

@@ -33,9 +33,12 @@ namespace {
 constexpr int kC = static_cast<int>(kGdnChunkTokens);  // tokens a chunk
 constexpr int kDk = 128;   // key dim
 constexpr int kCols = 32;  // value columns a state block
-constexpr int kPrepThreads = 256;  // a thread per solved column of [beta v | beta exp(cum) k]
 constexpr int kStateThreads = 128;
-constexpr int kKs = kDk + 1;  // prep's staged row stride (conflict-free column reads)
+constexpr int kPrepThreads = 256;  // a thread per solved column of [beta v | beta exp(cum) k]
+// Prep's staged rows: k and q at a stride of 132 floats (16-byte rows for float4 reads; a thread's
+// columns 16 apart put a quarter-warp's eight rows in distinct banks), L at 68.
+constexpr int kKs = kDk + 4;
+constexpr int kLs = kC + 4;
 
 using Bf16 = __nv_bfloat16;
 
@@ -46,10 +49,10 @@ constexpr int64_t kPlane = int64_t{kC} * kDk;
 constexpr int64_t kWOff = 0, kQOff = 2 * kPlane, kKOff = 4 * kPlane, kAOff = 6 * kPlane;
 constexpr int64_t kPlanesBytes = (6 * kPlane + 2 * kC * kC) * 2;
 __host__ __device__ constexpr int64_t RecordBytes(int64_t dv) { return kPlanesBytes + int64_t{kC} * dv * 4 + 128; }
-static_assert(RecordBytes(128) == 256 * (3 * kDk + kC + 128) + 128 && kGdnChunkSlots == 16,
-              "engine/memory_plan.cpp reserves 16 records of this size a value head");
+static_assert(RecordBytes(128) == 256 * (3 * kDk + kC + 128) + 128 && kGdnChunkSlots == 8,
+              "engine/memory_plan.cpp reserves 8 records of this size a value head");
 
-constexpr size_t kPrepSmemBytes = sizeof(float) * (2 * kC * kKs + kC * (kC + 1) + 2 * kC);
+constexpr size_t kPrepSmemBytes = sizeof(float) * (2 * kC * kKs + kC * kLs + 4 * kC);
 
 // The state block's shared memory, in bf16 elements; rows padded by 16 bytes so that ldmatrix's eight
 // rows of a matrix fall in distinct banks.
@@ -100,27 +103,38 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
   if (first < 0 || t0 >= r.T) return;
   const int len = ChunkLen(r.T, t0);
   const int64_t hv = blockIdx.y, hk = hv / (vh / kh);
-  extern __shared__ float smem[];
-  float* ks = smem;                // [kC][kKs]
-  float* qs = ks + kC * kKs;       // [kC][kKs]
-  float* L = qs + kC * kKs;        // [kC][kC + 1]
-  float* cum = L + kC * (kC + 1);  // [kC]
-  float* bet = cum + kC;           // [kC]
+  extern __shared__ __align__(16) float smem[];
+  float* ks = smem;              // [kC][kKs]
+  float* qs = ks + kC * kKs;     // [kC][kKs]
+  float* L = qs + kC * kKs;      // [kC][kLs]
+  float* cum = L + kC * kLs;     // [kC]
+  float* bet = cum + kC;         // [kC]
+  float* ecum = bet + kC;        // exp(cum) [kC]
+  float* edecay = ecum + kC;     // exp(last - cum) [kC]
   const int tid = threadIdx.x;
   const float* q_rows = qn + r.compact_row0 * kh * kDk;
   const float* k_rows = kn + r.compact_row0 * kh * kDk;
 #pragma unroll 8
-  for (int e = tid; e < kC * kDk; e += kPrepThreads) {  // 8 loads of each in flight a thread
-    const int i = e / kDk, d = e % kDk;
+  for (int e = tid; e < kC * kDk / 4; e += kPrepThreads) {  // 8 float4 loads of each in flight a thread
+    const int i = e / (kDk / 4), d = 4 * (e % (kDk / 4));
     const int64_t row = ((t0 + i) * kh + hk) * kDk + d;
-    ks[i * kKs + d] = i < len ? k_rows[row] : 0.0f;
-    qs[i * kKs + d] = i < len ? q_rows[row] : 0.0f;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *reinterpret_cast<float4*>(ks + i * kKs + d) = i < len ? *reinterpret_cast<const float4*>(k_rows + row) : zero;
+    *reinterpret_cast<float4*>(qs + i * kKs + d) = i < len ? *reinterpret_cast<const float4*>(q_rows + row) : zero;
   }
-  if (tid == 0) {  // 64 additions in order, as the CPU does
-    float run = 0.0f;
-    for (int i = 0; i < kC; ++i) {
-      run += i < len ? r.g[(t0 + i) * vh + hv] : 0.0f;
-      cum[i] = run;
+  if (tid < 32) {  // the prefix sums in order, as the CPU adds them (lane 0), then the decays
+    if (tid == 0) {
+      float run = 0.0f;
+      for (int i = 0; i < kC; ++i) {
+        run += i < len ? r.g[(t0 + i) * vh + hv] : 0.0f;
+        cum[i] = run;
+      }
+    }
+    __syncwarp();
+    const float last = cum[len - 1];
+    for (int i = tid; i < kC; i += 32) {
+      ecum[i] = expf(cum[i]);
+      edecay[i] = expf(last - cum[i]);
     }
   }
   for (int i = tid; i < kC; i += kPrepThreads) bet[i] = i < len ? r.beta[(t0 + i) * vh + hv] : 0.0f;
@@ -129,55 +143,73 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
   uint8_t* rec = RecordOf(records, r, pass, static_cast<int>(blockIdx.x), hv, vh, dv);
   Bf16* planes = reinterpret_cast<Bf16*>(rec);
   float* U = reinterpret_cast<float*>(rec + kPlanesBytes);
-  // K K^T and Q K^T: thread (i, quarter) owns columns j = 16 quarter .. + 15 of row i.
+  // K K^T and Q K^T: thread (ib, jb) owns rows ib + 16 a and columns jb + 16 c (a, c < 4), float4 along d.
   {
-    const int i = tid / 4, j0 = (tid % 4) * 16;
-    float kk[16], qk[16];
+    const int ib = tid >> 4, jb = tid & 15;
+    float kk[4][4] = {}, qk[4][4] = {};
+#pragma unroll 2
+    for (int d = 0; d < kDk; d += 4) {
+      float4 kr[4], qr[4], kc[4];
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) kk[jj] = qk[jj] = 0.0f;
-    for (int d = 0; d < kDk; ++d) {
-      const float a = ks[i * kKs + d], q = qs[i * kKs + d];
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const float b = ks[(j0 + jj) * kKs + d];
-        kk[jj] += a * b;
-        qk[jj] += q * b;
+      for (int a = 0; a < 4; ++a) {
+        kr[a] = *reinterpret_cast<const float4*>(ks + (ib + 16 * a) * kKs + d);
+        qr[a] = *reinterpret_cast<const float4*>(qs + (ib + 16 * a) * kKs + d);
+        kc[a] = *reinterpret_cast<const float4*>(ks + (jb + 16 * a) * kKs + d);
       }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          kk[a][c] += kr[a].x * kc[c].x + kr[a].y * kc[c].y + kr[a].z * kc[c].z + kr[a].w * kc[c].w;
+          qk[a][c] += qr[a].x * kc[c].x + qr[a].y * kc[c].y + qr[a].z * kc[c].z + qr[a].w * kc[c].w;
+        }
     }
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      const int j = j0 + jj;
-      const float decay = j <= i ? expf(cum[i] - cum[j]) : 0.0f;
-      L[i * (kC + 1) + j] = j < i ? bet[i] * kk[jj] * decay : 0.0f;
-      StoreSplit(planes + kAOff, planes + kAOff + kC * kC, i * kC + j, qk[jj] * decay);
-    }
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = ib + 16 * a, j = jb + 16 * c;
+        const float decay = j <= i ? expf(cum[i] - cum[j]) : 0.0f;
+        L[i * kLs + j] = j < i ? bet[i] * kk[a][c] * decay : 0.0f;
+        StoreSplit(planes + kAOff, planes + kAOff + kC * kC, i * kC + j, qk[a][c] * decay);
+      }
   }
   // The state's operands: exp(cum) q ([kC][kDk]) and (exp(last - cum) k)^T ([kDk][kC]); rows past len are zero.
-  const float last = cum[len - 1];
   for (int e = tid; e < kC * kDk; e += kPrepThreads) {
     const int i = e / kDk, d = e % kDk;
-    StoreSplit(planes + kQOff, planes + kQOff + kPlane, e, i < len ? expf(cum[i]) * qs[i * kKs + d] : 0.0f);
+    StoreSplit(planes + kQOff, planes + kQOff + kPlane, e, i < len ? ecum[i] * qs[i * kKs + d] : 0.0f);
   }
   for (int e = tid; e < kC * kDk; e += kPrepThreads) {
     const int d = e / kC, i = e % kC;
-    StoreSplit(planes + kKOff, planes + kKOff + kPlane, e, i < len ? expf(last - cum[i]) * ks[i * kKs + d] : 0.0f);
+    StoreSplit(planes + kKOff, planes + kKOff + kPlane, e, i < len ? edecay[i] * ks[i * kKs + d] : 0.0f);
   }
-  if (tid == 0) U[kC * dv] = expf(last);
+  if (tid == 0) U[kC * dv] = expf(cum[len - 1]);
   __syncthreads();
 
-  // Forward substitution, a thread per column of [beta v | beta exp(cum) k]; rows past len are zero
-  // (their L rows and right-hand sides are), so they solve to zero.
+  // Forward substitution in place, a thread per column of [beta v | beta exp(cum) k]: every right-hand
+  // side loaded first (64 loads in flight, not one a row), then L's rows read as float4 (a quarter of
+  // the shared-memory loads). Rows past len are zero (their L rows and right-hand sides are), so they
+  // solve to zero.
   const bool is_v = tid < dv;
   const int col = is_v ? tid : tid - static_cast<int>(dv);
   if (!is_v && col >= kDk) return;
   float x[kC];
 #pragma unroll
-  for (int i = 0; i < kC; ++i) {
-    float b = 0.0f;
-    if (i < len)
-      b = is_v ? bet[i] * r.v[(t0 + i) * r.v_stride + hv * dv + col] : bet[i] * expf(cum[i]) * ks[i * kKs + col];
+  for (int i = 0; i < kC; ++i)
+    x[i] = i >= len ? 0.0f
+           : is_v   ? bet[i] * r.v[(t0 + i) * r.v_stride + hv * dv + col]
+                    : bet[i] * ecum[i] * ks[i * kKs + col];
 #pragma unroll
-    for (int j = 0; j < i; ++j) b -= L[i * (kC + 1) + j] * x[j];
+  for (int i = 1; i < kC; ++i) {
+    float b = x[i];
+#pragma unroll
+    for (int j = 0; j < i; j += 4) {
+      const float4 l = *reinterpret_cast<const float4*>(L + i * kLs + j);
+      b -= l.x * x[j];
+      if (j + 1 < i) b -= l.y * x[j + 1];
+      if (j + 2 < i) b -= l.z * x[j + 2];
+      if (j + 3 < i) b -= l.w * x[j + 3];
+    }
     x[i] = b;
   }
 #pragma unroll
@@ -199,29 +231,36 @@ __device__ __forceinline__ void CopyPlanes(Bf16* dst, const Bf16* src, int64_t p
   }
 }
 
-// The m16 x n32 product of 16 rows of A ([m][k] planes at a, row stride lda) with B ([k][n] planes at
-// b, row stride kRowN) over k-steps k0 .. k1 - 1, hi * hi + hi * lo + lo * hi, into acc[4 n-tiles][4].
+// The m32 x n32 product of 32 rows of A ([m][k] planes at a, row stride kLda) with B ([k][n] planes at
+// b, row stride kRowN) over k-steps k0 .. k1 - 1, hi * hi + hi * lo + lo * hi, into acc[2 m-tiles][4
+// n-tiles][4]. The three parts go one after the other over all eight tiles, so that the MMAs into one
+// accumulator are eight apart.
 template <int kLda>
-__device__ __forceinline__ void MmaRows16(float (&acc)[4][4], const Bf16* a, int64_t a_lo, const Bf16* b, int64_t b_lo,
-                                          int k0, int k1) {
+__device__ __forceinline__ void MmaRows32(float (&acc)[2][4][4], const Bf16* a, int64_t a_lo, const Bf16* b,
+                                          int64_t b_lo, int k0, int k1) {
   const int lane = threadIdx.x & 31, lr = lane & 15, lc = (lane >> 4) * 8;
   for (int ks = k0; ks < k1; ++ks) {
-    uint32_t ah[4], al[4], bh[2][4], bl[2][4];
-    LdMatrixX4(ah, a + lr * kLda + 16 * ks + lc);
-    LdMatrixX4(al, a + a_lo + lr * kLda + 16 * ks + lc);
+    uint32_t ah[2][4], al[2][4], bh[2][4], bl[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      LdMatrixX4(ah[m], a + (16 * m + lr) * kLda + 16 * ks + lc);
+      LdMatrixX4(al[m], a + a_lo + (16 * m + lr) * kLda + 16 * ks + lc);
+    }
 #pragma unroll
     for (int np = 0; np < 2; ++np) {
       LdMatrixX4Trans(bh[np], b + (16 * ks + lr) * kRowN + 16 * np + lc);
       LdMatrixX4Trans(bl[np], b + b_lo + (16 * ks + lr) * kRowN + 16 * np + lc);
     }
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      const uint32_t* h = &bh[n >> 1][2 * (n & 1)];
-      const uint32_t* l = &bl[n >> 1][2 * (n & 1)];
-      Mma(acc[n], ah, h[0], h[1]);
-      Mma(acc[n], ah, l[0], l[1]);
-      Mma(acc[n], al, h[0], h[1]);
-    }
+    for (int part = 0; part < 3; ++part)
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const uint32_t* fa = part == 2 ? al[m] : ah[m];
+          const uint32_t* fb = part == 1 ? &bl[n >> 1][2 * (n & 1)] : &bh[n >> 1][2 * (n & 1)];
+          Mma(acc[m][n], fa, fb[0], fb[1]);
+        }
   }
 }
 
@@ -308,8 +347,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
     const int own0 = 32 * (warp & 1);  // this warp's chunk rows own0 .. own0 + 31
     float acc[2][4][4] = {};
     const Bf16* a = (warp < 2 ? sW : sQ) + own0 * kRowDk;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) MmaRows16<kRowDk>(acc[m], a + 16 * m * kRowDk, kC * kRowDk, sS, kDk * kRowN, 0, kDk / 16);
+    MmaRows32<kRowDk>(acc, a, kC * kRowDk, sS, kDk * kRowN, 0, kDk / 16);
     if (warp < 2) {
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
@@ -329,32 +367,30 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
     if (j + 1 < n_chunks) copy_wqu(j + 1);
     CpAsyncCommit();
     if (warp >= 2) {
-      // o = (exp(cum) q) S + A v' (A is lower triangular: k-steps up to the diagonal block).
+      // o = (exp(cum) q) S + A v' (A is lower triangular: k-steps up to the second m-tile's diagonal
+      // block; the first m-tile's share of that block is A's stored zeros).
+      MmaRows32<kRowC>(acc, sA + own0 * kRowC, kC * kRowC, sV, kC * kRowN, 0, own0 / 16 + 2);
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int row0 = own0 + 16 * m;
-        MmaRows16<kRowC>(acc[m], sA + row0 * kRowC, kC * kRowC, sV, kC * kRowN, 0, row0 / 16 + 1);
+      for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int n = 0; n < 4; ++n)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int i = row0 + g + 8 * h;
+            const int i = own0 + 16 * m + g + 8 * h;
             if (i < len)
               *reinterpret_cast<float2*>(r.out + (t0 + i) * out_stride + hv * dv + col0 + 8 * n + 2 * t) =
                   make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
           }
-      }
     }
     // S <- exp(last) S + (exp(last - cum) k)^T v'.
     const float el = *sEl;
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int n = 0; n < 4; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[m][n][e] *= el;
-      MmaRows16<kRowC>(s[m], sK + (32 * warp + 16 * m) * kRowC, kDk * kRowC, sV, kC * kRowN, 0, kC / 16);
-    }
+    MmaRows32<kRowC>(s, sK + 32 * warp * kRowC, kDk * kRowC, sV, kC * kRowN, 0, kC / 16);
     __syncthreads();  // k^T, A and v' are read; the old S planes too
 #pragma unroll
     for (int m = 0; m < 2; ++m) StoreRows16(s[m], sS, kDk * kRowN, 32 * warp + 16 * m);
@@ -393,12 +429,12 @@ void GatedDeltaChunkedPass(const GdnRunParams* runs, int64_t n, int group, int r
                            int64_t dv, void* records, cudaStream_t s) {
   if (n <= 0) return;
   KernelResidency(GdnChunkPrepKernel, kPrepSmemBytes, kPrepThreads);
-  KernelResidency(GdnChunkStateKernel, kStateSmemBytes, kStateThreads);
   const ChunkPass pass{group, runs_per_group, chunks_per_run, piece};
   auto* rec = static_cast<uint8_t*>(records);
   LaunchKernel(GdnChunkPrepKernel,
                dim3(static_cast<unsigned>(chunks_per_run), static_cast<unsigned>(value_heads), static_cast<unsigned>(n)),
                kPrepThreads, kPrepSmemBytes, s)(runs, pass, qn, kn, key_heads, value_heads, dv, rec);
+  KernelResidency(GdnChunkStateKernel, kStateSmemBytes, kStateThreads);
   LaunchKernel(GdnChunkStateKernel,
                dim3(static_cast<unsigned>(value_heads), static_cast<unsigned>(dv / kCols), static_cast<unsigned>(n)),
                kStateThreads, kStateSmemBytes, s)(runs, pass, value_heads, dv, rec);

@@ -339,11 +339,12 @@ void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, 
 // runs_per_group runs (by rank), chunks_per_run chunks of each a pass (GdnChunkPasses); pass (group,
 // piece) covers chunks piece * chunks_per_run .. of the group's runs, and a group's passes go in
 // piece order. qn / kn as GatedDeltaRuleBatch left them; records: GdnChunkRecordsBytes of scratch.
-constexpr int64_t kGdnChunkSlots = 16;
+// 8: a pass's records (~38 MB for Qwen3.5-35B-A3B's 32 value heads) stay in L2 between prep and state.
+constexpr int64_t kGdnChunkSlots = 8;
 constexpr int64_t kGdnChunkTokens = 64;
-// Runs of at least this many tokens take the chunked form under GdnMode::kAuto (measured on an H100:
-// docs/CUDA.md, "The chunked gated delta rule").
-constexpr int64_t kGdnChunkedMinTokens = 128;
+// Runs of at least this many tokens take the chunked form under GdnMode::kAuto (CudaBench.GatedDeltaRuleForms
+// on an H100: chunked 0.074 against 0.098 ms at 64 tokens, 0.060 against 0.043 at 32; docs/CUDA.md).
+constexpr int64_t kGdnChunkedMinTokens = 64;
 struct GdnChunkPassShape {
   int runs_per_group, chunks_per_run;
 };

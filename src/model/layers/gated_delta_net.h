@@ -1,7 +1,7 @@
 // tessera model layer: Gated DeltaNet (linear attention) of Qwen3-Next / Qwen3.5: input projections
 // into [q k v | z | b | a], causal depthwise conv1d + SiLU over q,k,v, beta = sigmoid(b),
-// g = -exp(A_log) * softplus(a + dt_bias), the gated delta rule (the CPU backend: chunked for
-// prompts, recurrent for decode; CUDA: recurrent), gated RMSNorm w * norm(o) * silu(z), out_proj.
+// g = -exp(A_log) * softplus(a + dt_bias), the gated delta rule (chunked for prompts, recurrent for
+// decode; on CUDA recurrent also for diffusion blocks), gated RMSNorm w * norm(o) * silu(z), out_proj.
 // Per segment the committed rows advance the sequence's state slot; an uncommitted block runs from a
 // copy and leaves the slot untouched.
 #pragma once
