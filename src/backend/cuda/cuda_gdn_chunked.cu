@@ -11,7 +11,7 @@
 // m16n8k16 bf16 MMAs with both operands split hi + lo (three MMAs a product: ~16 mantissa bits, the
 // recurrent kernel's f32 to ~1e-5). The record holds the state kernel's operands in the form its
 // ldmatrix loads want (bf16 hi / lo planes, exp(cum) q, the transposed exp(last - cum) k), so the
-// serial chain only streams them (cp.async, a chunk ahead) and multiplies.
+// serial chain only copies them in (cp.async, while the previous step's products run) and multiplies.
 //
 // The records of a pass are bounded (kGdnChunkSlots chunks of every value head): a long run takes
 // several passes (prep, state, prep, state ...), the state carried in the run's state buffer.

@@ -330,7 +330,7 @@ struct GdnRunParams {
 };
 // n independent runs (distinct states): q/k of all R rows normalised into qn / kn ([R, key_heads,
 // dk], scratch), then one recurrent block per (value head, column tile, run) for the runs not chunked
-// (the chunked ones: GatedDeltaChunkedRuns, after this).
+// (the chunked ones: GatedDeltaChunkedPass, after this).
 void GatedDeltaRuleBatch(const GdnRunParams* runs, int64_t n, const int2* rows, int64_t R, int64_t key_heads,
                          int64_t value_heads, int64_t dk, int64_t dv, float* qn, float* kn, cudaStream_t s);
 // The chunked (WY / UT) form with its state pass on tensor cores, cuda_gdn_chunked.cu: for key_dim 128
