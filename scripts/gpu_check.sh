@@ -3,7 +3,7 @@
 # (or take prebuilt binaries from $GPU_CHECK_PREBUILT, or from the pack $GPU_CHECK_BUNDLE that
 # scripts/gpu_bundle.sh makes on a CPU machine), run the conformance suite, the GPU golden
 # tests and the diffusion fixtures through the engine (test_engine), compute-sanitizer memcheck on
-# the golden tests, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
+# the golden tests and the chunked gated delta rule's test, then the dummy-weight decode / prefill micro-benchmark of the full-size configs
 # (GPU_CHECK_CONFIGS, default both; each on the KV caches of GPU_CHECK_KV_DTYPES, default "f32 bf16";
 # GPU_CHECK_PROFILE=1 adds the per-op profiles of batch-1 and batch-64 decode, which queue op by op;
 # GPU_CHECK_NO_GRAPHS=1 the rows without CUDA graphs). Results go under $OUT (or ./gpu-results/).
@@ -51,8 +51,8 @@ fi
 
 status=0
 if Want correctness; then
-  log "conformance (CudaConformance.*, CudaAttention.*)"
-  timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  log "conformance (CudaConformance.*, CudaAttention.*, CudaGdnChunked.*)"
+  timeout 200 "$BIN" --gtest_filter='CudaConformance.*:CudaAttention.*:CudaGdnChunked.*' 2>&1 | tee "$RES/conformance.txt" | grep -E "conformance|OK|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   log "dense products on the mma.sync few-row kernel (TESSERA_CUDA_SKINNY=v2; the default is the wgmma one)"
   TESSERA_CUDA_SKINNY=v2 timeout 200 "$BIN" --gtest_filter='CudaConformance.MatMul*:CudaConformance.RowTiled*' 2>&1 | tee "$RES/conformance_skinny_v2.txt" | grep -E "conformance|FAILED|PASSED|Failure|error" ; [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -80,6 +80,11 @@ if Want memcheck; then
     rc=$?
     tail -5 "$RES/memcheck.txt" | tee -a "$SUMMARY"
     log "memcheck exit code $rc (0: no error; 3: errors found; 124: timed out)"
+    [ $rc = 0 ] || status=1
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN" \
+      --gtest_filter='CudaGdnChunked.*' >"$RES/memcheck_gdn_chunked.txt" 2>&1
+    rc=$?
+    log "memcheck of the chunked gated delta rule: exit code $rc"
     [ $rc = 0 ] || status=1
   else
     log "compute-sanitizer not found"

@@ -3,9 +3,10 @@
 // cross: kGdnChunkedMinTokens), one 32-token diffusion block, 8 blocks of different sequences, 64
 // decode rows. The step benchmarks (CudaBench.DummyDecodeAndPrefill) give
 // a layer's whole time; this one gives the recurrence's share and decides which form a kAuto run of
-// T tokens takes (docs/CUDA.md, "The chunked gated delta rule"). Not a timed test: it runs only when
-// TESSERA_CUDA_BENCH_GDN=1 and a CUDA device exists (scripts/gpu_check.sh sets it), prints its numbers
-// and checks only that the two forms agree.
+// T tokens takes (kGdnChunkedMinTokens; docs/CUDA.md's GatedDeltaRule rows). Not a timed test: it runs
+// only when TESSERA_CUDA_BENCH_GDN=1 and a CUDA device exists (`TESSERA_CUDA_BENCH_GDN=1 test_backend
+// --gtest_filter=CudaBench.GatedDeltaRuleForms`), prints its numbers and checks only that the two forms
+// agree.
 //
 // Output, one line a shape (runs x tokens):
 //   bench-gdn | <runs>x<T> | recurrent <ms> (<TFLOP/s>) | chunked <ms> (<TFLOP/s>) | chunked/recurrent
