@@ -87,11 +87,12 @@ int64_t ActivationReserveBytes(const ModelConfig& mc, int64_t max_num_batched_to
   const int64_t kept_inputs = mc.canvas_length > 0 ? max_num_seqs * mc.canvas_length * H * 4 : 0;
   // Hybrid models: the CUDA backend's chunked gated delta rule keeps the records of at most 8 chunks
   // of every value head at once (cuda_gdn_chunked.cu; a 64-token chunk: bf16 hi + lo planes of W,
-  // exp(cum) q and exp(last - cum) k^T, A's, U in f32: 256 (3 key dim + 64 + value dim) bytes, + 128).
+  // exp(cum) q and exp(last - cum) k^T, A's, U in f32, 256 (3 key dim + 64 + value dim) bytes, in rows
+  // padded for shared memory: at most 5/4 of that, + 128).
   const int64_t gdn_records =
       mc.linear_num_value_heads > 0
           ? int64_t{8} * mc.linear_num_value_heads *
-                (256 * (3 * mc.linear_key_head_dim + 64 + mc.linear_value_head_dim) + 128)
+                (5 * 256 * (3 * mc.linear_key_head_dim + 64 + mc.linear_value_head_dim) / 4 + 128)
           : 0;
   return 2 * floats * 4 + quant_scratch + kept_inputs + gdn_records + (int64_t{256} << 20);
 }

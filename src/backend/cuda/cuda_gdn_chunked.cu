@@ -42,16 +42,6 @@ constexpr int kLs = kC + 4;
 
 using Bf16 = __nv_bfloat16;
 
-// A record (one chunk, one value head), in bf16 elements from its start: the hi plane of W
-// ([kC][kDk]), then its lo plane; the same for exp(cum) q and for (exp(last - cum) k)^T ([kDk][kC]);
-// A's two planes ([kC][kC]); then U ([kC][dv] f32) and exp(last), padded so records stay 128-byte aligned.
-constexpr int64_t kPlane = int64_t{kC} * kDk;
-constexpr int64_t kWOff = 0, kQOff = 2 * kPlane, kKOff = 4 * kPlane, kAOff = 6 * kPlane;
-constexpr int64_t kPlanesBytes = (6 * kPlane + 2 * kC * kC) * 2;
-__host__ __device__ constexpr int64_t RecordBytes(int64_t dv) { return kPlanesBytes + int64_t{kC} * dv * 4 + 128; }
-static_assert(RecordBytes(128) == 256 * (3 * kDk + kC + 128) + 128 && kGdnChunkSlots == 8,
-              "engine/memory_plan.cpp reserves 8 records of this size a value head");
-
 constexpr size_t kPrepSmemBytes = sizeof(float) * (2 * kC * kKs + kC * kLs + 4 * kC);
 
 // The state block's shared memory, in bf16 elements; rows padded by 16 bytes so that ldmatrix's eight
@@ -63,6 +53,19 @@ constexpr int kRowU = kCols + 8;  // U: [kC][kCols] f32
 constexpr int kSW = 0, kSQ = kSW + 2 * kC * kRowDk, kSK = kSQ + 2 * kC * kRowDk, kSA = kSK + 2 * kDk * kRowC,
               kSS = kSA + 2 * kC * kRowC, kSV = kSS + 2 * kDk * kRowN, kSU = kSV + 2 * kC * kRowN;
 constexpr size_t kStateSmemBytes = size_t{kSU} * 2 + sizeof(float) * (kC * kRowU + 4);
+
+// A record (one chunk, one value head) is laid out as the state block's shared memory, so that its
+// copies are plain 16-byte runs: the planes (bf16 hi, then lo) of W and exp(cum) q ([kC][kRowDk]),
+// (exp(last - cum) k)^T ([kDk][kRowC]) and A ([kC][kRowC]), as shared memory [kSW, kSS); then U as
+// dv / 32 column tiles of [kC][kRowU] f32; then exp(last), padded so records stay 128-byte aligned.
+// Pad elements are written by no one and read by no one.
+constexpr int64_t kPlanesBytes = int64_t{kSS} * 2;
+constexpr int64_t kUTileBytes = int64_t{kC} * kRowU * 4;
+__host__ __device__ constexpr int64_t RecordBytes(int64_t dv) { return kPlanesBytes + dv / kCols * kUTileBytes + 128; }
+static_assert(kPlanesBytes % 16 == 0 && kUTileBytes % 16 == 0 && kGdnChunkSlots == 8 &&
+                  RecordBytes(128) <= 5 * 256 * (3 * kDk + kC + 128) / 4 + 128 &&
+                  RecordBytes(32) <= 5 * 256 * (3 * kDk + kC + 32) / 4 + 128,
+              "engine/memory_plan.cpp reserves 8 records of at most this size a value head");
 
 // Which runs and chunks a pass covers: the chunked runs of group `group` (ranks group * runs_per_group
 // .. + runs_per_group - 1), chunks piece * chunks_per_run .. + chunks_per_run - 1 of each; a run's
@@ -122,11 +125,16 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
     *reinterpret_cast<float4*>(ks + i * kKs + d) = i < len ? *reinterpret_cast<const float4*>(k_rows + row) : zero;
     *reinterpret_cast<float4*>(qs + i * kKs + d) = i < len ? *reinterpret_cast<const float4*>(q_rows + row) : zero;
   }
-  if (tid < 32) {  // the prefix sums in order, as the CPU adds them (lane 0), then the decays
+  if (tid < 32) {
+    // The decays loaded by the warp at once (a load at a time behind a serial sum waited ~64 round
+    // trips), then summed in order as the CPU does (lane 0), then their exponentials.
+    for (int i = tid; i < kC; i += 32) cum[i] = i < len ? r.g[(t0 + i) * vh + hv] : 0.0f;
+    __syncwarp();
     if (tid == 0) {
       float run = 0.0f;
+#pragma unroll
       for (int i = 0; i < kC; ++i) {
-        run += i < len ? r.g[(t0 + i) * vh + hv] : 0.0f;
+        run += cum[i];
         cum[i] = run;
       }
     }
@@ -142,7 +150,7 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
 
   uint8_t* rec = RecordOf(records, r, pass, static_cast<int>(blockIdx.x), hv, vh, dv);
   Bf16* planes = reinterpret_cast<Bf16*>(rec);
-  float* U = reinterpret_cast<float*>(rec + kPlanesBytes);
+  float* U = reinterpret_cast<float*>(rec + kPlanesBytes);  // column tile c of row i: U + c kC kRowU + i kRowU
   // K K^T and Q K^T: thread (ib, jb) owns rows ib + 16 a and columns jb + 16 c (a, c < 4), float4 along d.
   {
     const int ib = tid >> 4, jb = tid & 15;
@@ -171,19 +179,19 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
         const int i = ib + 16 * a, j = jb + 16 * c;
         const float decay = j <= i ? expf(cum[i] - cum[j]) : 0.0f;
         L[i * kLs + j] = j < i ? bet[i] * kk[a][c] * decay : 0.0f;
-        StoreSplit(planes + kAOff, planes + kAOff + kC * kC, i * kC + j, qk[a][c] * decay);
+        StoreSplit(planes + kSA, planes + kSA + kC * kRowC, i * kRowC + j, qk[a][c] * decay);
       }
   }
   // The state's operands: exp(cum) q ([kC][kDk]) and (exp(last - cum) k)^T ([kDk][kC]); rows past len are zero.
   for (int e = tid; e < kC * kDk; e += kPrepThreads) {
     const int i = e / kDk, d = e % kDk;
-    StoreSplit(planes + kQOff, planes + kQOff + kPlane, e, i < len ? ecum[i] * qs[i * kKs + d] : 0.0f);
+    StoreSplit(planes + kSQ, planes + kSQ + kC * kRowDk, i * kRowDk + d, i < len ? ecum[i] * qs[i * kKs + d] : 0.0f);
   }
   for (int e = tid; e < kC * kDk; e += kPrepThreads) {
     const int d = e / kC, i = e % kC;
-    StoreSplit(planes + kKOff, planes + kKOff + kPlane, e, i < len ? edecay[i] * ks[i * kKs + d] : 0.0f);
+    StoreSplit(planes + kSK, planes + kSK + kDk * kRowC, d * kRowC + i, i < len ? edecay[i] * ks[i * kKs + d] : 0.0f);
   }
-  if (tid == 0) U[kC * dv] = expf(cum[len - 1]);
+  if (tid == 0) U[dv / kCols * kC * kRowU] = expf(cum[len - 1]);
   __syncthreads();
 
   // Forward substitution in place, a thread per column of [beta v | beta exp(cum) k]: every right-hand
@@ -215,20 +223,17 @@ __global__ void __launch_bounds__(kPrepThreads) GdnChunkPrepKernel(const GdnRunP
 #pragma unroll
   for (int i = 0; i < kC; ++i) {
     if (is_v)
-      U[i * dv + col] = x[i];
+      U[(col / kCols) * kC * kRowU + i * kRowU + col % kCols] = x[i];
     else
-      StoreSplit(planes + kWOff, planes + kWOff + kPlane, i * kDk + col, x[i]);
+      StoreSplit(planes + kSW, planes + kSW + kC * kRowDk, i * kRowDk + col, x[i]);
   }
 }
 
-// cp.async of a [rows][cols] bf16 plane pair (hi, then lo kPlaneElems later) into padded rows.
-template <int kRows, int kRowElems, int kSmemRow>
-__device__ __forceinline__ void CopyPlanes(Bf16* dst, const Bf16* src, int64_t plane_elems) {
-  constexpr int kPieces = kRowElems / 8;  // 16-byte pieces a row
-  for (int e = threadIdx.x; e < 2 * kRows * kPieces; e += kStateThreads) {
-    const int p = e / (kRows * kPieces), rest = e % (kRows * kPieces), row = rest / kPieces, c = rest % kPieces;
-    CpAsync16(dst + (p * kRows + row) * kSmemRow + 8 * c, src + p * plane_elems + row * kRowElems + 8 * c, true);
-  }
+// cp.async of `bytes` (a multiple of 16) from a record into shared memory, 16 bytes a thread a step.
+__device__ __forceinline__ void CopyRun(void* dst, const void* src, int bytes) {
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* g = static_cast<const uint8_t*>(src);
+  for (int o = 16 * threadIdx.x; o < bytes; o += 16 * kStateThreads) CpAsync16(d + o, g + o, true);
 }
 
 // The m32 x n32 product of 32 rows of A ([m][k] planes at a, row stride kLda) with B ([k][n] planes at
@@ -264,6 +269,19 @@ __device__ __forceinline__ void MmaRows32(float (&acc)[2][4][4], const Bf16* a, 
   }
 }
 
+// f(pair, row, col) for each pair of adjacent values of a 32 x 32 accumulator acc[2][4][4] as the
+// lane holds them: pair = &acc[m][n][2 h], at row 16 m + g + 8 h and column 8 n + 2 t of the tile.
+template <class F>
+__device__ __forceinline__ void ForEachAccPair(float (&acc)[2][4][4], F f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) f(&acc[m][n][2 * h], 16 * m + g + 8 * h, 8 * n + 2 * t);
+}
+
 // Rows row0 .. row0 + 15 of an accumulator, split hi + lo into a [rows][kRowN] plane pair.
 __device__ __forceinline__ void StoreRows16(const float (&acc)[4][4], Bf16* dst, int64_t lo, int row0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -297,39 +315,27 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
   Bf16 *sW = sm + kSW, *sQ = sm + kSQ, *sK = sm + kSK, *sA = sm + kSA, *sS = sm + kSS, *sV = sm + kSV;
   float* sU = reinterpret_cast<float*>(sm + kSU);
   float* sEl = sU + kC * kRowU;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5;
 
+  // A chunk's W and exp(cum) q planes with this block's U tile; its k^T and A planes with exp(last).
   auto copy_wqu = [&](int j) {
     const uint8_t* rec = RecordOf(records, r, pass, j, hv, vh, dv);
-    const Bf16* planes = reinterpret_cast<const Bf16*>(rec);
-    CopyPlanes<kC, kDk, kRowDk>(sW, planes + kWOff, kPlane);
-    CopyPlanes<kC, kDk, kRowDk>(sQ, planes + kQOff, kPlane);
-    const float* U = reinterpret_cast<const float*>(rec + kPlanesBytes);
-    for (int e = tid; e < kC * (kCols / 4); e += kStateThreads) {
-      const int row = e / (kCols / 4), c = e % (kCols / 4);
-      CpAsync16(sU + row * kRowU + 4 * c, U + row * dv + col0 + 4 * c, true);
-    }
+    CopyRun(sW, rec + kSW * 2, (kSK - kSW) * 2);
+    CopyRun(sU, rec + kPlanesBytes + blockIdx.y * kUTileBytes, static_cast<int>(kUTileBytes));
   };
   auto copy_ka = [&](int j) {
     const uint8_t* rec = RecordOf(records, r, pass, j, hv, vh, dv);
-    const Bf16* planes = reinterpret_cast<const Bf16*>(rec);
-    CopyPlanes<kDk, kC, kRowC>(sK, planes + kKOff, kPlane);
-    CopyPlanes<kC, kC, kRowC>(sA, planes + kAOff, int64_t{kC} * kC);
-    if (tid == 0) CpAsync16(sEl, rec + kPlanesBytes + int64_t{kC} * dv * 4, true);
+    CopyRun(sK, rec + kSK * 2, (kSS - kSK) * 2);
+    if (tid == 0) CpAsync16(sEl, rec + kPlanesBytes + dv / kCols * kUTileBytes, true);
   };
 
   // The state's rows of this warp: rows 32 warp + 16 m + g (+ 8), columns 8 n + 2 t (+ 1).
   float* state = r.state + hv * kDk * dv + col0;
   float s[2][4][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float2 v = *reinterpret_cast<const float2*>(state + (32 * warp + 16 * m + g + 8 * h) * dv + 8 * n + 2 * t);
-        s[m][n][2 * h] = v.x, s[m][n][2 * h + 1] = v.y;
-      }
+  ForEachAccPair(s, [&](float* p, int row, int col) {
+    const float2 v = *reinterpret_cast<const float2*>(state + (32 * warp + row) * dv + col);
+    p[0] = v.x, p[1] = v.y;
+  });
 #pragma unroll
   for (int m = 0; m < 2; ++m) StoreRows16(s[m], sS, kDk * kRowN, 32 * warp + 16 * m);
   copy_wqu(0);
@@ -349,18 +355,12 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
     const Bf16* a = (warp < 2 ? sW : sQ) + own0 * kRowDk;
     MmaRows32<kRowDk>(acc, a, kC * kRowDk, sS, kDk * kRowN, 0, kDk / 16);
     if (warp < 2) {
+      ForEachAccPair(acc, [&](float* p, int row, int col) {
+        const float2 u = *reinterpret_cast<const float2*>(sU + (own0 + row) * kRowU + col);
+        p[0] = u.x - p[0], p[1] = u.y - p[1];
+      });
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float2 u = *reinterpret_cast<const float2*>(sU + (own0 + 16 * m + g + 8 * h) * kRowU + 8 * n + 2 * t);
-            acc[m][n][2 * h] = u.x - acc[m][n][2 * h];
-            acc[m][n][2 * h + 1] = u.y - acc[m][n][2 * h + 1];
-          }
-        StoreRows16(acc[m], sV, kC * kRowN, own0 + 16 * m);
-      }
+      for (int m = 0; m < 2; ++m) StoreRows16(acc[m], sV, kC * kRowN, own0 + 16 * m);
     }
     CpAsyncWait<0>();  // this chunk's k^T / A
     __syncthreads();   // v' is whole; W, q and U are read
@@ -370,17 +370,11 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
       // o = (exp(cum) q) S + A v' (A is lower triangular: k-steps up to the second m-tile's diagonal
       // block; the first m-tile's share of that block is A's stored zeros).
       MmaRows32<kRowC>(acc, sA + own0 * kRowC, kC * kRowC, sV, kC * kRowN, 0, own0 / 16 + 2);
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = own0 + 16 * m + g + 8 * h;
-            if (i < len)
-              *reinterpret_cast<float2*>(r.out + (t0 + i) * out_stride + hv * dv + col0 + 8 * n + 2 * t) =
-                  make_float2(acc[m][n][2 * h], acc[m][n][2 * h + 1]);
-          }
+      ForEachAccPair(acc, [&](float* p, int row, int col) {
+        if (own0 + row < len)
+          *reinterpret_cast<float2*>(r.out + (t0 + own0 + row) * out_stride + hv * dv + col0 + col) =
+              make_float2(p[0], p[1]);
+      });
     }
     // S <- exp(last) S + (exp(last - cum) k)^T v'.
     const float el = *sEl;
@@ -399,14 +393,9 @@ __global__ void __launch_bounds__(kStateThreads, 1) GdnChunkStateKernel(const Gd
     CpAsyncWait<1>();  // the next chunk's W / q / U
     __syncthreads();
   }
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<float2*>(state + (32 * warp + 16 * m + g + 8 * h) * dv + 8 * n + 2 * t) =
-            make_float2(s[m][n][2 * h], s[m][n][2 * h + 1]);
+  ForEachAccPair(s, [&](float* p, int row, int col) {
+    *reinterpret_cast<float2*>(state + (32 * warp + row) * dv + col) = make_float2(p[0], p[1]);
+  });
 }
 
 }  // namespace
