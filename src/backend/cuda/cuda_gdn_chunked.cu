@@ -58,7 +58,7 @@ constexpr size_t kStateSmemBytes = size_t{kSU} * 2 + sizeof(float) * (kC * kRowU
 // copies are plain 16-byte runs: the planes (bf16 hi, then lo) of W and exp(cum) q ([kC][kRowDk]),
 // (exp(last - cum) k)^T ([kDk][kRowC]) and A ([kC][kRowC]), as shared memory [kSW, kSS); then U as
 // dv / 32 column tiles of [kC][kRowU] f32; then exp(last), padded so records stay 128-byte aligned.
-// Pad elements are written by no one and read by no one.
+// Pad elements are never written; the copies carry them along, and no product reads them.
 constexpr int64_t kPlanesBytes = int64_t{kSS} * 2;
 constexpr int64_t kUTileBytes = int64_t{kC} * kRowU * 4;
 __host__ __device__ constexpr int64_t RecordBytes(int64_t dv) { return kPlanesBytes + dv / kCols * kUTileBytes + 128; }
