@@ -1,5 +1,5 @@
 // tessera tests: the tiny numpy-made DiffusionGemma checkpoint (tools/dgemma_fixtures/make_dgemma_selfcheck.py:
-// bf16, window 8, canvas 16, vocab 512), made once per test process into a scratch directory. A test
+// bf16, window 8, canvas 16, vocab 512; tied, and untied), made once per test process into a scratch directory. A test
 // fails, never skips, when python3-numpy is missing.
 #pragma once
 
@@ -11,15 +11,20 @@
 
 namespace tessera::testing {
 
-inline const std::string& DgemmaSelfcheckDir() {
-  static const std::string dir = [] {
-    const std::string out = ScratchDir("dgemma_tiny");
+inline const std::string& DgemmaSelfcheckOut() {
+  static const std::string out = [] {
+    const std::string dir = ScratchDir("dgemma_tiny");
     const auto r = RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
-                              "/tools/dgemma_fixtures/make_dgemma_selfcheck.py " + out);
+                              "/tools/dgemma_fixtures/make_dgemma_selfcheck.py " + dir);
     if (r.exit_code != 0) ADD_FAILURE() << "make_dgemma_selfcheck.py failed: " << r.out << r.err;
-    return out + "/dgemma_tiny_a";
+    return dir;
   }();
-  return dir;
+  return out;
 }
+
+inline std::string DgemmaSelfcheckDir() { return DgemmaSelfcheckOut() + "/dgemma_tiny_a"; }
+
+// The same shape with tie_word_embeddings false: two whole stacks and an lm_head (docs OPEN 5).
+inline std::string DgemmaUntiedDir() { return DgemmaSelfcheckOut() + "/dgemma_tiny_untied"; }
 
 }  // namespace tessera::testing

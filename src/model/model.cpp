@@ -479,6 +479,27 @@ static void ReadExpertCounts(Backend& be, const ModelConfig& c, const ModelWeigh
   }
 }
 
+// The final norm of n rows `in` -> `out` (may alias), row i being batch row batch_rows[i] (null: i):
+// ModelWeights::final_norm, or canvas_final_norm for the canvas rows of a model that has one.
+static void FinalNorm(Backend& be, const ModelConfig& c, const ModelWeights& w, const std::vector<SegmentRows>& segs,
+                      const int64_t* batch_rows, int64_t n, const float* in, float* out) {
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
+  if (!w.canvas_final_norm) return be.RmsNorm(in, n, H, H, w.final_norm, eps, one_plus, out, H);
+  auto canvas_row = [&](int64_t i) {
+    const int64_t r = batch_rows ? batch_rows[i] : i;
+    for (const SegmentRows& s : segs)
+      if (s.canvas && r >= s.row0 + s.commit_len && r < s.row0 + s.T) return true;
+    return false;
+  };
+  for (int64_t i = 0, run = 1; i < n; i += run) {  // one call per run of rows of one kind
+    const bool canvas = canvas_row(i);
+    for (run = 1; i + run < n && canvas_row(i + run) == canvas;) ++run;
+    be.RmsNorm(in + i * H, run, H, H, canvas ? w.canvas_final_norm : w.final_norm, eps, one_plus, out + i * H, H);
+  }
+}
+
 // One rank's forward; `res` (rank 0 only) receives the logits, hidden states and expert statistics.
 void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts, ForwardResult* res) {
   const ModelConfig& c = cfg_;
@@ -523,8 +544,6 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     expert_counts = DeviceBuffer(be, static_cast<size_t>(c.num_layers * E) * sizeof(int32_t));
     be.Zero(expert_counts.data(), expert_counts.bytes());
   }
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const bool one_plus = c.norm_style == RmsNormStyle::kOnePlusScale;
   const LayerStream stream{h.f32(), x.f32(), o.f32()};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     body.layer(ctx, w, l, stream, stats_wanted ? expert_counts.i32() + l * E : nullptr);
@@ -532,7 +551,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
   }
   if (res && opts.capture_hidden) {
     // transformers reports the final norm's output in place of the last layer's.
-    be.RmsNorm(h.f32(), R, H, H, w.final_norm, eps, one_plus, x.f32(), H);
+    FinalNorm(be, c, w, ctx.segments, nullptr, R, h.f32(), x.f32());
     be.Download(res->hidden.back().data(), x.f32(), static_cast<size_t>(R * H) * sizeof(float));
   }
   const int64_t L = static_cast<int64_t>(p.logit_rows.size()), F = p.full_rows,
@@ -543,7 +562,7 @@ void Model::ForwardRank(Rank& rk, const Prepared& p, const ForwardOptions& opts,
     for (run = 1; i + run < L && p.logit_rows[i + run] == p.logit_rows[i] + run;) ++run;
     be.Copy2D(h.f32() + p.logit_rows[i] * H, run, H, H, sel.f32() + i * H, H);
   }
-  be.RmsNorm(sel.f32(), L, H, H, w.final_norm, eps, one_plus, sel.f32(), H);
+  FinalNorm(be, c, w, ctx.segments, p.logit_rows.data(), L, sel.f32(), sel.f32());
   if (!sh.sharded()) {
     // Rows in order: F full rows (logits to the host), S sampled rows, K canvas rows; the lm_head runs
     // over kLogitsChunkRows of them at a time into one buffer, each chunk's rows consumed before the

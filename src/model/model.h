@@ -51,6 +51,9 @@ DType ParseActivationPrecision(const std::string& name);
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
+  // Part of a second stack that other rows read instead of the first (an untied DiffusionGemma's
+  // encoder stack): held in memory, but no row reads both (WeightCensus counts it apart).
+  bool second_stack = false;
 };
 
 std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& cfg);

@@ -56,6 +56,10 @@ WeightCensus WeightCensus::Of(const ModelConfig& cfg) {
                          : stacked ? MatrixBytes(cfg, t.name, t.shape[0] * t.shape[1], t.shape[2])
                                    : 2 * n;
     w.weight_bytes += bytes;
+    if (t.second_stack) {  // held, but a row reads the first stack's copy or this one, never both
+      w.second_stack += n;
+      continue;
+    }
     if (IsRoutedExpert(t.name))
       w.expert_bytes += bytes;
     else if (t.shape.size() == 2 && !IsEmbedding(t.name) && t.name != "lm_head.weight")

@@ -15,6 +15,7 @@ struct WeightCensus {
   // rows: attention / Gated DeltaNet projections, norms, routers, shared experts and their gates,
   // dense FFNs, the final norm; not the input embedding, the lm_head or the routed experts.
   double total = 0;
+  double second_stack = 0;  // of total: a second stack other rows read instead (ExpectedTensor::second_stack)
   double embedding = 0;  // the input embedding table (vocab x hidden)
   double lm_head = 0;    // vocab x hidden (the embedding table itself when tied: it is read as the head)
   double dense_matrix = 0;
@@ -34,9 +35,11 @@ struct WeightCensus {
 
   static WeightCensus Of(const ModelConfig& cfg);
 
-  // Parameters active for one token: every non-expert tensor, the whole embedding table and top-k
-  // routed experts a MoE layer (the count model cards publish as "active").
-  double ActiveParams() const { return total - routed_experts + moe_layers * experts_per_token * expert; }
+  // Parameters active for one token: every non-expert tensor of its stack, the whole embedding table
+  // and top-k routed experts a MoE layer (the count model cards publish as "active").
+  double ActiveParams() const {
+    return total - second_stack - routed_experts + moe_layers * experts_per_token * expert;
+  }
   // Parameters a row multiplies: the dense matrices and top-k routed experts a MoE layer (not the
   // lm_head, which multiplies only the logits rows).
   double MatmulParamsPerRow() const { return dense_matrix + moe_layers * experts_per_token * expert; }

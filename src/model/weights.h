@@ -100,6 +100,9 @@ struct ModelWeights {
   std::deque<std::vector<int32_t>> owned_i32;    // act-order column permutations
   Tensor embed, lm_head;
   const float* final_norm = nullptr;
+  // Non-null only where a canvas decoder has a stack of its own (an untied DiffusionGemma): the final
+  // norm of canvas rows (SegmentRows::canvas); final_norm is then the committed rows'.
+  const float* canvas_final_norm = nullptr;
   std::vector<LayerWeights> layers;
   // An architecture that composes its own layers (arch.h ArchBody) keeps its weights here, in a
   // type only its file knows (layers[] then carries only kind / is_moe / cache_index).

@@ -64,12 +64,14 @@ CanvasSamplerParams StabilityParams() {
   return p;
 }
 
-std::vector<int32_t> PromptIds() {
-  return ReadJsonFile(testing::DgemmaSelfcheckDir() + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
+// The checkpoint's prompt (each shape draws its own).
+std::vector<int32_t> PromptIds(const std::string& dir = testing::DgemmaSelfcheckDir()) {
+  return ReadJsonFile(dir + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-GenerationRequest Request(const std::string& id, uint64_t seed, int64_t max_tokens, Outcome* out) {
-  GenerationRequest r = testing::MakeCollectingRequest(PromptIds(), max_tokens, out);
+GenerationRequest Request(const std::string& id, uint64_t seed, int64_t max_tokens, Outcome* out,
+                          const std::string& dir = testing::DgemmaSelfcheckDir()) {
+  GenerationRequest r = testing::MakeCollectingRequest(PromptIds(dir), max_tokens, out);
   r.id = id;
   r.sampling.temperature = 1.0f;  // the canvas sampler's own temperatures apply
   r.sampling.seed = seed;
@@ -83,10 +85,11 @@ struct Traced {
   Outcome out;
 };
 
-// Writes the trace of `runs` (their draws; their logits as .npy) into dir/trace.json, runs the replay,
-// returns its report.
+// Writes the trace of `runs` (their draws; their logits as .npy) into dir/trace.json, runs the replay
+// on the checkpoint in model_dir, returns its report.
 nlohmann::json Replay(const std::string& dir, const std::map<std::string, std::vector<CanvasStepTrace>>& traces,
-                      const std::vector<Traced*>& runs, const CanvasSamplerParams& p, int64_t vocab) {
+                      const std::vector<Traced*>& runs, const CanvasSamplerParams& p, int64_t vocab,
+                      const std::string& model_dir = testing::DgemmaSelfcheckDir()) {
   nlohmann::json t;
   t["params"] = {{"max_denoising_steps", p.max_denoising_steps}, {"entropy_bound", p.entropy_bound},
                  {"t_min", p.t_min}, {"t_max", p.t_max}, {"stability_threshold", p.stability_threshold},
@@ -96,7 +99,7 @@ nlohmann::json Replay(const std::string& dir, const std::map<std::string, std::v
     const auto& steps = traces.at(r->id);
     nlohmann::json q;
     q["id"] = r->id;
-    q["prompt"] = PromptIds();
+    q["prompt"] = PromptIds(model_dir);
     q["eos_ids"] = r->eos_ids;
     q["max_tokens"] = r->max_tokens;
     q["logits"] = r->id + "_logits.npy";
@@ -114,7 +117,7 @@ nlohmann::json Replay(const std::string& dir, const std::map<std::string, std::v
   }
   testing::WriteFile(dir + "/trace.json", t.dump());
   const auto res = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
-                                       "/tools/dgemma_fixtures/replay_canvas_trace.py " + testing::DgemmaSelfcheckDir() +
+                                       "/tools/dgemma_fixtures/replay_canvas_trace.py " + model_dir +
                                        " " + dir + "/trace.json " + dir + "/replay.json");
   EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
   return ReadJsonFile(dir + "/replay.json");
@@ -262,8 +265,9 @@ TEST(EngineDiffusionGemmaCanvas, StabilityRuleMatchesTheDocModelReplay) {
 // makes two backends' whole trajectories incomparable. Also checks the loop's wiring: each step
 // denoises the previous step's `next`, and the output is the committed canvases. Returns the largest
 // |logits - ref's| of the run.
-double MaxStatelessReplayDiff(Model& ref, const std::vector<CanvasStepTrace>& steps, const Outcome& out) {
-  std::vector<int32_t> text = PromptIds();  // prompt + committed canvases
+double MaxStatelessReplayDiff(Model& ref, const std::string& dir, const std::vector<CanvasStepTrace>& steps,
+                              const Outcome& out) {
+  std::vector<int32_t> text = PromptIds(dir);  // prompt + committed canvases
   const auto prompt_len = static_cast<int64_t>(text.size());
   double worst = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -305,8 +309,8 @@ struct TracedRun {
 
 // The runs the replay checks: two requests batched (ConfidenceParams: canvases of different lengths
 // of steps, an end token) and the K = 1 history (StabilityParams: two whole canvases), over pages of
-// 4 tokens so that canvases and the window of 8 span pages.
-TracedRun RunTraced(Model& m, bool stability) {
+// 4 tokens so that canvases and the window of 8 span pages. dir: the checkpoint m was loaded from.
+TracedRun RunTraced(Model& m, const std::string& dir, bool stability) {
   TracedRun run;
   EngineConfig cfg;
   cfg.num_pages = 64;
@@ -315,28 +319,28 @@ TracedRun RunTraced(Model& m, bool stability) {
   cfg.canvas_trace = [&](const CanvasStepTrace& s) { run.traces[s.request_id].push_back(s); };
   Engine engine(&m, nullptr, cfg);
   if (stability) {
-    GenerationRequest r = Request("k", 21, 32, &run.outs["k"]);
+    GenerationRequest r = Request("k", 21, 32, &run.outs["k"], dir);
     r.sampling.ignore_eos = true;
     engine.Submit(std::move(r));
   } else {
-    engine.Submit(Request("a", 7, 40, &run.outs["a"]));
-    engine.Submit(Request("b", 8, 20, &run.outs["b"]));
+    engine.Submit(Request("a", 7, 40, &run.outs["a"], dir));
+    engine.Submit(Request("b", 8, 20, &run.outs["b"], dir));
   }
   engine.RunUntilIdle();
   for (auto& [id, out] : run.outs) EXPECT_TRUE(out.finished && out.error.empty()) << id << ": " << out.error;
   return run;
 }
 
-void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, double tolerance,
+void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, const std::string& dir, double tolerance,
                                       const char* label) {
   for (const bool stability : {false, true}) {
-    const TracedRun run = RunTraced(run_on, stability);
+    const TracedRun run = RunTraced(run_on, dir, stability);
     for (const auto& [id, out] : run.outs) {
       SCOPED_TRACE("request " + id);
       const std::vector<CanvasStepTrace>& steps = run.traces.at(id);
       int64_t canvases = 0;
       for (const CanvasStepTrace& s : steps) canvases += s.stop ? 1 : 0;
-      const double worst = MaxStatelessReplayDiff(ref, steps, out);
+      const double worst = MaxStatelessReplayDiff(ref, dir, steps, out);
       EXPECT_LE(worst, tolerance) << "logits of the loop's steps against stateless forwards of the same state";
       std::printf("canvas replay %s %-2s %zu steps, %ld canvases, output %zu tokens: max |logits - stateless cpu| %.3e\n",
                   label, id.c_str(), steps.size(), static_cast<long>(canvases), out.tokens.size(), worst);
@@ -347,8 +351,11 @@ void ExpectStepsEqualStatelessReplays(Model& run_on, Model& ref, double toleranc
 // The harness on the CPU: the engine's cached, paged loop against stateless forwards of the same model
 // (the same arithmetic in another order: ~1e-5).
 TEST(EngineDiffusionGemmaCanvas, EveryStepEqualsAStatelessForwardOfItsState) {
-  auto cpu = Model::Load(testing::DgemmaSelfcheckDir());
-  ExpectStepsEqualStatelessReplays(*cpu, *cpu, 1e-4, "cpu ");
+  for (const std::string& dir : {testing::DgemmaSelfcheckDir(), testing::DgemmaUntiedDir()}) {
+    SCOPED_TRACE(dir);
+    auto cpu = Model::Load(dir);
+    ExpectStepsEqualStatelessReplays(*cpu, *cpu, dir, 1e-4, "cpu ");
+  }
 }
 
 // The canvas loop on the CUDA backend (segments batched, pages of 4, steps replayed as CUDA graphs,
@@ -356,11 +363,31 @@ TEST(EngineDiffusionGemmaCanvas, EveryStepEqualsAStatelessForwardOfItsState) {
 // step's state: logits within 5e-3 (logits ~ +-30; the forward's own bound, CudaDgemma.*).
 TEST(EngineDiffusionGemmaCanvas, EveryCudaStepEqualsTheCpusForwardOfItsStateOnCuda) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
-  auto cpu = Model::Load(testing::DgemmaSelfcheckDir());
-  LoadOptions o;
-  o.device = "cuda";
-  auto gpu = Model::Load(testing::DgemmaSelfcheckDir(), o);
-  ExpectStepsEqualStatelessReplays(*gpu, *cpu, 5e-3, "cuda");
+  for (const std::string& dir : {testing::DgemmaSelfcheckDir(), testing::DgemmaUntiedDir()}) {
+    SCOPED_TRACE(dir);
+    auto cpu = Model::Load(dir);
+    LoadOptions o;
+    o.device = "cuda";
+    auto gpu = Model::Load(dir, o);
+    ExpectStepsEqualStatelessReplays(*gpu, *cpu, dir, 5e-3, "cuda");
+  }
+}
+
+// An untied checkpoint (two stacks, docs OPEN 5): two requests batched through the canvas loop (prompts
+// beside canvases, commits fused with the next canvas's first step: both stacks in one forward) against
+// the doc model's replay of their draws.
+TEST(EngineDiffusionGemmaCanvas, UntiedCheckpointMatchesTheDocModelReplay) {
+  const std::string dir = testing::DgemmaUntiedDir();
+  auto model = Model::Load(dir);
+  ASSERT_FALSE(model->config().tie_word_embeddings);
+  TracedRun run = RunTraced(*model, dir, false);
+  std::vector<int32_t> eos(model->config().eos_token_ids.begin(), model->config().eos_token_ids.end());
+  Traced a{"a", eos, 40, run.outs["a"]}, b{"b", eos, 20, run.outs["b"]};
+  const nlohmann::json report = Replay(testing::ScratchDir("dgemma_canvas_replay_untied"), run.traces, {&a, &b},
+                                       ConfidenceParams(), model->config().vocab_size, dir);
+  ASSERT_EQ(report["requests"].size(), 2u);
+  ExpectSameGeneration(a, run.traces.at("a"), report["requests"][0]);
+  ExpectSameGeneration(b, run.traces.at("b"), report["requests"][1]);
 }
 
 }  // namespace

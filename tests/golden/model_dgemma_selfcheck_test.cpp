@@ -8,14 +8,17 @@
 // layer_scalars, bidirectional canvas attention with the cached generation path's sliding rule), not
 // that the document is what transformers does. The
 // transformers fixtures of make_dgemma_fixtures.py (GPU machine) will replace this check.
-// The checkpoint (tiny shape "dgemma_tiny_a": window 8 < prompt 24, bf16 weights, the saved tensor
-// layout with a vision-tower tensor to skip) and the doc model's logits are made at test time by
-// tools/dgemma_fixtures/make_dgemma_selfcheck.py (numpy), as the quantization goldens make theirs.
+// The checkpoints (tiny shape "dgemma_tiny_a": window 8 < prompt 24, bf16 weights, the saved tensor
+// layout with a vision-tower tensor to skip; "dgemma_tiny_untied": the same shape with
+// tie_word_embeddings false, two whole stacks and an lm_head, docs OPEN 5) and the doc model's logits
+// are made at test time by tools/dgemma_fixtures/make_dgemma_selfcheck.py (numpy), as the
+// quantization goldens make theirs. Every test runs on both.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,16 +37,26 @@ using testing::ExpectError;
 using testing::Seg;
 
 // Made once per test binary run (a test fails, never skips, when python3-numpy is missing).
-const std::string& Dir() {
+const std::string& OutDir() {
   static const std::string dir = [] {
     const std::string out = testing::ScratchDir("dgemma_selfcheck");
     const auto r = testing::RunCommand(testing::Python3() + " " + std::string(TESSERA_SOURCE_DIR) +
                                        "/tools/dgemma_fixtures/make_dgemma_selfcheck.py " + out);
     if (r.exit_code != 0) ADD_FAILURE() << "make_dgemma_selfcheck.py failed: " << r.out << r.err;
-    return out + "/dgemma_tiny_a";
+    return out;
   }();
   return dir;
 }
+
+// The shape the running test is instantiated for.
+std::string Shape() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return info && info->value_param() && std::string(info->value_param()).find("untied") != std::string::npos
+             ? "dgemma_tiny_untied"
+             : "dgemma_tiny_a";
+}
+
+std::string Dir() { return OutDir() + "/" + Shape(); }
 
 struct Want {
   std::vector<int32_t> ids;
@@ -53,10 +66,17 @@ struct Want {
   NpyArray step1, step2;          // [16, vocab]
   NpyArray step1_whole_prefix;    // step 1 by the other sliding rule (docs OPEN 2): must NOT match
   std::vector<float> soft2;       // [16, hidden]: step 2's self-conditioning input
+  // The same input with S = bf16(f32(step 1) / f32(t1)), as a bf16 model stores S (docs 5).
+  NpyArray soft2_stored;
+  float t1 = 0;  // step 1's temperature (generation_config's t_max)
 };
 
 const Want& Expected() {
-  static const Want w = [] {
+  static std::map<std::string, Want> cache;
+  auto it = cache.find(Shape());
+  if (it != cache.end()) return it->second;
+  Want& w = cache[Shape()];
+  w = [] {
     Want x;
     const auto j = ReadJsonFile(Dir() + "/selfcheck.json");
     x.ids = j["prompt_ids"].get<std::vector<int32_t>>();
@@ -68,10 +88,14 @@ const Want& Expected() {
     x.step1_whole_prefix = ReadNpy(Dir() + "/decoder_step1_whole_prefix_logits.npy");
     const NpyArray soft = ReadNpy(Dir() + "/self_conditioning_step2.npy");
     x.soft2.assign(soft.data.begin(), soft.data.end());
+    x.soft2_stored = ReadNpy(Dir() + "/self_conditioning_step2_stored.npy");
+    x.t1 = j["step1_temperature"].get<float>();
     return x;
   }();
   return w;
 }
+
+class DiffusionGemmaSelfCheck : public ::testing::TestWithParam<std::string> {};
 
 int32_t Argmax(const float* v, int64_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
@@ -89,7 +113,7 @@ double ExpectRows(const float* got, int64_t n, int64_t pos0, const char* what, c
     EXPECT_LE(d, 1e-3) << what << " position " << pos0 + r;
     EXPECT_EQ(Argmax(got + r * V, V), Argmax(want, V)) << what << " position " << pos0 + r;
   }
-  std::printf("dgemma self-check %-40s rows %2ld..%2ld  max |C++ - doc model| %.3e\n", what,
+  std::printf("dgemma self-check %-18s %-40s rows %2ld..%2ld  max |C++ - doc model| %.3e\n", Shape().c_str(), what,
               static_cast<long>(pos0), static_cast<long>(pos0 + n - 1), worst);
   return worst;
 }
@@ -107,7 +131,7 @@ std::vector<int32_t> Cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
   return a;
 }
 
-TEST(DiffusionGemmaSelfCheck, LoadsTheSavedLayout) {
+TEST_P(DiffusionGemmaSelfCheck, LoadsTheSavedLayout) {
   auto m = Model::Load(Dir());
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.family, ModelFamily::kDiffusionGemma);
@@ -116,7 +140,7 @@ TEST(DiffusionGemmaSelfCheck, LoadsTheSavedLayout) {
   EXPECT_EQ(m->KvBytesPerTokenPerRank(), (2 * 2 * 2 * 16 + 2 * 2 * 1 * 32) * 4);
 }
 
-TEST(DiffusionGemmaSelfCheck, EncoderLogitsWithoutCache) {
+TEST_P(DiffusionGemmaSelfCheck, EncoderLogitsWithoutCache) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   Batch b;
@@ -127,7 +151,7 @@ TEST(DiffusionGemmaSelfCheck, EncoderLogitsWithoutCache) {
 
 // The prompt in chunks through the paged cache (pages of 4, so the window of 8 spans pages and the
 // later chunks read their sliding keys from it), batched with a second sequence's whole prompt.
-TEST(DiffusionGemmaSelfCheck, EncoderLogitsInChunksThroughPagedCache) {
+TEST_P(DiffusionGemmaSelfCheck, EncoderLogitsInChunksThroughPagedCache) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   const int64_t V = m->config().vocab_size, P = static_cast<int64_t>(w.ids.size());
@@ -161,7 +185,7 @@ TEST(DiffusionGemmaSelfCheck, EncoderLogitsInChunksThroughPagedCache) {
 // The canvas decoder (docs 5, 3.2) after a prompt longer than the window, the prompt committed
 // through the paged cache: step 1 without self-conditioning, step 2 with step 1's soft embedding.
 // Sequence a's pages cover the prompt only (a canvas K/V write would fall outside them).
-TEST(DiffusionGemmaSelfCheck, DecoderStepsAfterPromptLongerThanWindow) {
+TEST_P(DiffusionGemmaSelfCheck, DecoderStepsAfterPromptLongerThanWindow) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   const int64_t H = m->config().hidden_size, P = static_cast<int64_t>(w.ids.size());
@@ -187,6 +211,13 @@ TEST(DiffusionGemmaSelfCheck, DecoderStepsAfterPromptLongerThanWindow) {
   s2.segments[0].self_conditioning = w.soft2;
   ForwardResult r2 = m->Forward(s2);
   ExpectRows(r2.logits.data(), C, 0, "decoder step 2 (self-conditioned)", &w.step2);
+  // The input as the engine computes it from step 1's logits (the decoder stack's embedding).
+  std::vector<float> z(w.step1.data.size());
+  for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>(w.step1.data[i]) / w.t1;
+  const std::vector<float> soft = m->SelfConditioningInput(z.data(), C);
+  ASSERT_EQ(soft.size(), w.soft2_stored.data.size());
+  EXPECT_LE(testing::MaxAbsDiff(soft.data(), w.soft2_stored.data.data(), static_cast<int64_t>(soft.size())), 1e-3)
+      << "Model::SelfConditioningInput against the doc model";
   s2.segments[0].self_conditioning.clear();  // the input matters
   EXPECT_GT(MaxDiff(m->Forward(s2).logits.data(), C, w.step2), 0.1);
   // Nothing of the canvas persisted: step 1 again gives the same logits.
@@ -196,7 +227,7 @@ TEST(DiffusionGemmaSelfCheck, DecoderStepsAfterPromptLongerThanWindow) {
 
 // A commit and the next canvas step in ONE segment (committed rows: encoder, uncommitted: decoder),
 // batched with another sequence's self-conditioned step 2; and the same without a cache.
-TEST(DiffusionGemmaSelfCheck, DecoderFusedWithCommitAndBatched) {
+TEST_P(DiffusionGemmaSelfCheck, DecoderFusedWithCommitAndBatched) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   const int64_t V = m->config().vocab_size, P = static_cast<int64_t>(w.ids.size());
@@ -228,7 +259,7 @@ TEST(DiffusionGemmaSelfCheck, DecoderFusedWithCommitAndBatched) {
   ExpectRows(s.logits.data() + P * V, C, 0, "no cache: canvas rows, step 2", &w.step2);
 }
 
-TEST(DiffusionGemmaSelfCheck, RefusesBadDecoderInputs) {
+TEST_P(DiffusionGemmaSelfCheck, RefusesBadDecoderInputs) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   const int64_t P = static_cast<int64_t>(w.ids.size());
@@ -247,7 +278,7 @@ TEST(DiffusionGemmaSelfCheck, RefusesBadDecoderInputs) {
 // A canvas drawn on the backend under a canvas state keeps its next self-conditioning input in the model
 // instead of returning it: the next step reading the kept input gives the same rows as one given that
 // input from the host; releasing forgets it; and the inputs the model refuses.
-TEST(DiffusionGemmaSelfCheck, KeptSelfConditioningInputEqualsTheReturnedOne) {
+TEST_P(DiffusionGemmaSelfCheck, KeptSelfConditioningInputEqualsTheReturnedOne) {
   auto m = Model::Load(Dir());
   const Want& w = Expected();
   const int64_t P = static_cast<int64_t>(w.ids.size()), C = static_cast<int64_t>(w.canvas2.size());
@@ -301,11 +332,13 @@ TEST(DiffusionGemmaSelfCheck, KeptSelfConditioningInputEqualsTheReturnedOne) {
   ExpectError([&] { m->Forward(only_kept); }, ErrorKind::kInvalidArgument, {"no kept self-conditioning input"});
 }
 
-TEST(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
+TEST_P(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
   LoadOptions tp;
   tp.tensor_parallel_size = 2;
   ExpectError([&] { Model::Load(Dir(), tp); }, ErrorKind::kUnsupported, {"tensor parallelism"});
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DiffusionGemmaSelfCheck, ::testing::Values("tied", "untied"));
 
 }  // namespace
 }  // namespace tessera

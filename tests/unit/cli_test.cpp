@@ -301,6 +301,39 @@ TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
   EXPECT_NE(r.out.find("(48 full attention, 0 Gated DeltaNet"), std::string::npos) << r.out;
 }
 
+// An untied DiffusionGemma (two whole stacks and an lm_head, docs/DIFFUSION_GEMMA.md OPEN 5): inspect's
+// total is every parameter the file holds (its safetensors header, the vision tower aside), its active
+// count the tied shape's plus the separate lm_head (a token runs through one stack, not both).
+TEST(CliInspect, UntiedDiffusionGemmaCountsBothStacksAsHeldOneAsActive) {
+  const std::string out = ScratchDir("cli-dgemma-untied");
+  auto made = RunCommand(testing::Python3() + " " + Quote(std::string(TESSERA_SOURCE_DIR) +
+                                                    "/tools/dgemma_fixtures/make_dgemma_selfcheck.py") +
+                         " " + Quote(out));
+  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  std::ifstream f(out + "/dgemma_tiny_untied/model.safetensors", std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), sizeof(header_len));
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  int64_t held = 0;
+  const json tensors = json::parse(header);
+  for (const auto& [name, t] : tensors.items()) {
+    if (name == "__metadata__" || name.find("vision_tower") != std::string::npos) continue;
+    int64_t n = 1;
+    for (const auto& d : t["shape"]) n *= d.get<int64_t>();
+    held += n;
+  }
+  auto tied = RunCommand(Bin() + " inspect --json --model " + Quote(out + "/dgemma_tiny_a"));
+  auto untied = RunCommand(Bin() + " inspect --json --model " + Quote(out + "/dgemma_tiny_untied"));
+  ASSERT_EQ(tied.exit_code, 0) << tied.err;
+  ASSERT_EQ(untied.exit_code, 0) << untied.err;
+  const json t = json::parse(tied.out), u = json::parse(untied.out);
+  EXPECT_EQ(u["total_params"].get<int64_t>(), held);
+  EXPECT_EQ(u["weight_bytes"]["bf16"].get<int64_t>(), 2 * held);
+  EXPECT_EQ(u["active_params"].get<int64_t>(), t["active_params"].get<int64_t>() + 512 * 64);
+  EXPECT_EQ(u["read_bytes_per_token"].get<int64_t>(), t["read_bytes_per_token"].get<int64_t>());
+}
+
 // The GPU memory plan: utilization x the device, minus the bf16 weights and the context estimate,
 // the state slots and the activation reserve, leaves the KV pool; a device too small is an error.
 TEST(CliInspect, GpuMemoryPlanAddsUp) {

@@ -13,7 +13,10 @@ lm_head, global layers with head dim 32 and one KV head, proportional RoPE 0.25)
 rules likewise (every weight bf16-representable, stored as bf16). The file holds the saved layout of
 docs section 4: model.decoder.* (the tied stack, self-conditioning included), both stacks'
 layer_scalar (different values, so the encoder's is the one checked), no lm_head.weight, and one
-vision-tower tensor the loader must skip.
+vision-tower tensor the loader must skip. dgemma_tiny_untied is the same shape with
+tie_word_embeddings false: model.decoder.* and model.encoder.language_model.* each a whole stack of
+their own (embedding, layers, final norm) and lm_head.weight, as transformers saves an untied model
+(the doc model agreed with transformers on such a checkpoint, dgemma_tiny_b, docs section 8).
 
 Usage: /usr/bin/python3 tools/dgemma_fixtures/make_dgemma_selfcheck.py OUT
 Writes OUT/dgemma_tiny_a/{config.json, generation_config.json, model.safetensors, selfcheck.json,
@@ -21,7 +24,10 @@ encoder_logits.npy ([24, 512] f64), decoder_step1_logits.npy and decoder_step2_l
 f64, the generation path's sliding rule "cache_last_w_minus_1"), decoder_step1_whole_prefix_logits.npy
 (the other rule, which the test must NOT match: it shows the window is exercised),
 self_conditioning_step2.npy ([16, 64] f64: softmax(S) @ embed_tokens * sqrt(H), the decoder's
-self-conditioning input of step 2 in the form tessera takes it)}; about 1 MB, a few seconds.
+self-conditioning input of step 2 in the form tessera takes it), self_conditioning_step2_stored.npy (the
+same with S = bf16(f32(step 1) / f32(t_max)), as a bf16 model stores S)}; and OUT/dgemma_tiny_untied/ the
+same for the shape with tie_word_embeddings false (two whole stacks, lm_head.weight; docs OPEN 5);
+about 3 MB, under a second.
 """
 import json
 import os
@@ -63,7 +69,7 @@ def bf16_value(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def tensors(rng):
+def tensors(rng, untied):
     """name -> float32 array (bf16-representable), initialised as make_dgemma_fixtures.randomize does."""
     t = TEXT
     H, V, F, E, I, nh = (t["hidden_size"], t["vocab_size"], t["intermediate_size"], t["num_experts"],
@@ -81,7 +87,7 @@ def tensors(rng):
             v = n * H ** -0.5
         elif name.endswith("experts.down_proj"):
             v = n * I ** -0.5
-        elif "embed_tokens" in name:
+        elif "embed_tokens" in name or name == "lm_head.weight":
             v = n
         elif len(shape) == 2:
             v = n * shape[1] ** -0.5
@@ -89,35 +95,44 @@ def tensors(rng):
             v = 0.1 * n
         out[name] = bf16_value(bf16_bits(v))
 
+    def put_stack(P, scalars):
+        """One stack's weights under prefix P (embedding, layers, final norm); with `scalars`, both
+        stacks' layer_scalar buffers in each layer (drawn where the tied shape always drew them)."""
+        put(P + "embed_tokens.weight", (V, H))
+        for l, kind in enumerate(t["layer_types"]):
+            sliding = kind == "sliding_attention"
+            d = t["head_dim"] if sliding else t["global_head_dim"]
+            kv = t["num_key_value_heads"] if sliding else t["num_global_key_value_heads"]
+            p = f"{P}layers.{l}."
+            for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                      "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2",
+                      "post_feedforward_layernorm"):
+                put(p + n + ".weight", (H,))
+            put(p + "self_attn.q_proj.weight", (nh * d, H))
+            put(p + "self_attn.k_proj.weight", (kv * d, H))
+            if sliding:  # global layers take V from K (no v_proj)
+                put(p + "self_attn.v_proj.weight", (kv * d, H))
+            put(p + "self_attn.o_proj.weight", (H, nh * d))
+            put(p + "self_attn.q_norm.weight", (d,))
+            put(p + "self_attn.k_norm.weight", (d,))
+            put(p + "mlp.gate_proj.weight", (F, H))
+            put(p + "mlp.up_proj.weight", (F, H))
+            put(p + "mlp.down_proj.weight", (H, F))
+            put(p + "router.proj.weight", (E, H))
+            put(p + "router.scale", (H,))
+            put(p + "router.per_expert_scale", (E,))
+            put(p + "experts.gate_up_proj", (E, 2 * I, H))
+            put(p + "experts.down_proj", (E, H, I))
+            if scalars:
+                put(f"{dm.DEC}layers.{l}.layer_scalar", (1,))
+                put(f"{dm.ENC}layers.{l}.layer_scalar", (1,))  # the encoder stack's own buffer
+        put(P + "norm.weight", (H,))
+
     D = dm.DEC
-    put(D + "embed_tokens.weight", (V, H))
-    for l, kind in enumerate(t["layer_types"]):
-        sliding = kind == "sliding_attention"
-        d = t["head_dim"] if sliding else t["global_head_dim"]
-        kv = t["num_key_value_heads"] if sliding else t["num_global_key_value_heads"]
-        p = f"{D}layers.{l}."
-        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                  "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2",
-                  "post_feedforward_layernorm"):
-            put(p + n + ".weight", (H,))
-        put(p + "self_attn.q_proj.weight", (nh * d, H))
-        put(p + "self_attn.k_proj.weight", (kv * d, H))
-        if sliding:  # global layers take V from K (no v_proj)
-            put(p + "self_attn.v_proj.weight", (kv * d, H))
-        put(p + "self_attn.o_proj.weight", (H, nh * d))
-        put(p + "self_attn.q_norm.weight", (d,))
-        put(p + "self_attn.k_norm.weight", (d,))
-        put(p + "mlp.gate_proj.weight", (F, H))
-        put(p + "mlp.up_proj.weight", (F, H))
-        put(p + "mlp.down_proj.weight", (H, F))
-        put(p + "router.proj.weight", (E, H))
-        put(p + "router.scale", (H,))
-        put(p + "router.per_expert_scale", (E,))
-        put(p + "experts.gate_up_proj", (E, 2 * I, H))
-        put(p + "experts.down_proj", (E, H, I))
-        put(p + "layer_scalar", (1,))
-        put(f"{dm.ENC}layers.{l}.layer_scalar", (1,))  # the encoder stack's own buffer
-    put(D + "norm.weight", (H,))
+    put_stack(D, True)
+    if untied:  # the encoder's own stack (transformers unties every stack weight, docs section 4)
+        put_stack(dm.ENC, False)
+        put("lm_head.weight", (V, H))
     put(D + "self_conditioning.pre_norm.weight", (H,))
     put(D + "self_conditioning.gate_proj.weight", (F, H))
     put(D + "self_conditioning.up_proj.weight", (F, H))
@@ -142,22 +157,21 @@ def write_safetensors(path, named):
             f.write(b)
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    d = os.path.join(sys.argv[1], "dgemma_tiny_a")
+def write_shape(out, name, untied, seed):
+    d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
-    rng = np.random.default_rng(SEED)
-    named = tensors(rng)
+    rng = np.random.default_rng(seed)
+    named = tensors(rng, untied)
     prompt = [int(x) for x in rng.integers(3, TEXT["vocab_size"], PROMPT_LEN)]
+    config = dict(CONFIG, tie_word_embeddings=not untied)
     write_safetensors(os.path.join(d, "model.safetensors"), named)
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=1)
+        json.dump(config, f, indent=1)
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump(dict(max_new_tokens=256, max_denoising_steps=48, t_min=0.4, t_max=0.8, stability_threshold=1,
                        confidence_threshold=0.005, eos_token_id=[1, 106, 50], pad_token_id=0, bos_token_id=2,
                        sampler_config={"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"}), f, indent=1)
-    doc = dm.DocModel({k: v for k, v in named.items() if not k.startswith("model.encoder.vision")}, TEXT, CONFIG)
+    doc = dm.DocModel({k: v for k, v in named.items() if not k.startswith("model.encoder.vision")}, TEXT, config)
     logits, _, _ = doc.encode(prompt)
     np.save(os.path.join(d, "encoder_logits.npy"), logits.astype(np.float64))
     # Two denoising steps of one canvas after the prompt (docs 5, 6). The canvases are arbitrary
@@ -172,18 +186,35 @@ def main():
     np.save(os.path.join(d, "decoder_step1_logits.npy"), step1.astype(np.float64))
     np.save(os.path.join(d, "decoder_step2_logits.npy"), step2.astype(np.float64))
     np.save(os.path.join(d, "self_conditioning_step2.npy"), soft.astype(np.float64))
+    # The same input as a bf16 model stores S (docs 5): z = f32(step 1) / f32(t_max) rounded to bf16,
+    # what Model::SelfConditioningInput computes from the f32 logits it is given.
+    z = np.float32(step1.astype(np.float32)) / np.float32(T_MAX)
+    stored = dm.softmax(bf16_value(bf16_bits(z)).astype(np.float64), -1) @ doc.w("dec", "embed_tokens.weight")
+    np.save(os.path.join(d, "self_conditioning_step2_stored.npy"), (stored * doc.scale).astype(np.float64))
     np.save(os.path.join(d, "decoder_step1_whole_prefix_logits.npy"),
             doc.decode(canvas1, rule="whole_prefix").astype(np.float64))
     with open(os.path.join(d, "selfcheck.json"), "w") as f:
         json.dump(dict(kind="self-consistency of docs/DIFFUSION_GEMMA.md (NOT a transformers reference)",
-                       generator="tools/dgemma_fixtures/make_dgemma_selfcheck.py", seed=SEED, prompt_ids=prompt,
+                       generator="tools/dgemma_fixtures/make_dgemma_selfcheck.py", seed=seed, prompt_ids=prompt,
+                       tied=not untied,
                        encoder_logits="encoder_logits.npy [24, 512] f64 from dgemma_doc_model.DocModel.encode",
                        sliding_window=TEXT["sliding_window"], canvas_step1_ids=canvas1, canvas_step2_ids=canvas2,
                        decoder_sliding_rule="cache_last_w_minus_1", step1_temperature=T_MAX,
                        decoder_logits="decoder_step{1,2}_logits.npy [16, 512] f64 from DocModel.decode after the "
                                       "prompt; step 2 with sc_logits = step 1 / step1_temperature",
                        self_conditioning="self_conditioning_step2.npy [16, 64] f64 = softmax(step1 / "
-                                         "step1_temperature) @ embed_tokens * sqrt(hidden)"), f, indent=1)
+                                         "step1_temperature) @ embed_tokens * sqrt(hidden) (the decoder "
+                                         "stack's embed_tokens)"), f, indent=1)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    write_shape(sys.argv[1], "dgemma_tiny_a", False, SEED)
+    # The untied shape's seed: its decoder's f32 rounding error (doc model in f32 against f64, one step:
+    # 4.6e-5) about the tied shape's (6.5e-5); seeds run 4.6e-5 .. 2.4e-4 for either kind, and the
+    # engine's canvas replay compounds it through self-conditioning from step to step.
+    write_shape(sys.argv[1], "dgemma_tiny_untied", True, SEED + 2)
 
 
 if __name__ == "__main__":

@@ -118,24 +118,26 @@ void AttentionForward(const LayerContext& ctx, const AttentionWeights& w, int64_
   be.MatMul(attn.f32(), R, w.o_proj, out);
 }
 
-void SpecAttentionForward(const LayerContext& ctx, const AttentionLayerSpec& spec, const AttentionWeights& w,
-                          float scale, int64_t cache_index, const float* x, float* out) {
-  Backend& be = *ctx.be;
-  const ModelConfig& c = *ctx.cfg;
-  const int64_t R = ctx.rows, nh = c.num_heads, kvh = spec.num_kv_heads, hd = spec.head_dim;
-  const int64_t qdim = nh * hd, kvdim = kvh * hd;
+void SpecAttentionProject(Backend& be, const ModelConfig& c, const AttentionLayerSpec& spec,
+                          const AttentionWeights& w, int64_t rows, const float* x, float* q, float* k, float* v) {
+  const int64_t R = rows, nh = c.num_heads, kvh = spec.num_kv_heads, hd = spec.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  DeviceBuffer q = DeviceBuffer::Floats(be, R * qdim), k = DeviceBuffer::Floats(be, R * kvdim),
-               v = DeviceBuffer::Floats(be, R * kvdim), attn = DeviceBuffer::Floats(be, R * qdim);
   if (spec.value_from_key) {  // V is the raw K projection, before k_norm and RoPE
-    be.MatMulMulti(x, R, {{&w.q_proj, q.f32()}, {&w.k_proj, k.f32()}});
-    be.CopyBuffer(v.data(), k.data(), v.bytes());
+    be.MatMulMulti(x, R, {{&w.q_proj, q}, {&w.k_proj, k}});
+    be.CopyBuffer(v, k, static_cast<size_t>(R * kvh * hd) * sizeof(float));
   } else {
-    be.MatMulMulti(x, R, {{&w.q_proj, q.f32()}, {&w.k_proj, k.f32()}, {&w.v_proj, v.f32()}});
+    be.MatMulMulti(x, R, {{&w.q_proj, q}, {&w.k_proj, k}, {&w.v_proj, v}});
   }
-  be.RmsNorm(q.f32(), R * nh, hd, hd, w.q_norm, eps, false, q.f32(), hd);
-  be.RmsNorm(k.f32(), R * kvh, hd, hd, w.k_norm, eps, false, k.f32(), hd);
-  if (w.v_norm) be.RmsNorm(v.f32(), R * kvh, hd, hd, w.v_norm, eps, false, v.f32(), hd);
+  be.RmsNorm(q, R * nh, hd, hd, w.q_norm, eps, false, q, hd);
+  be.RmsNorm(k, R * kvh, hd, hd, w.k_norm, eps, false, k, hd);
+  if (w.v_norm) be.RmsNorm(v, R * kvh, hd, hd, w.v_norm, eps, false, v, hd);
+}
+
+void SpecAttentionAttend(const LayerContext& ctx, const AttentionLayerSpec& spec, float scale, int64_t cache_index,
+                         float* q, float* k, const float* v, float* attn) {
+  Backend& be = *ctx.be;
+  const int64_t R = ctx.rows, nh = ctx.cfg->num_heads, kvh = spec.num_kv_heads, hd = spec.head_dim;
+  const int64_t qdim = nh * hd, kvdim = kvh * hd;
   // inv_freq_i = theta^(-2i / freq_dim) / factor, in f32 (transformers builds its table in f32).
   const RopeSpec& r = spec.rope;
   std::vector<float> inv_freq(static_cast<size_t>(r.rotated_pairs));
@@ -143,16 +145,14 @@ void SpecAttentionForward(const LayerContext& ctx, const AttentionLayerSpec& spe
     inv_freq[i] = static_cast<float>(1.0 / std::pow(r.theta, static_cast<double>(2 * i) / r.freq_dim) /
                                      r.linear_factor);
   if (r.rotated_pairs > 0) {
-    be.RopePairs(q.f32(), R, qdim, nh, hd, r.pair_offset, r.rotated_pairs, inv_freq.data(), ctx.positions);
-    be.RopePairs(k.f32(), R, kvdim, kvh, hd, r.pair_offset, r.rotated_pairs, inv_freq.data(), ctx.positions);
+    be.RopePairs(q, R, qdim, nh, hd, r.pair_offset, r.rotated_pairs, inv_freq.data(), ctx.positions);
+    be.RopePairs(k, R, kvdim, kvh, hd, r.pair_offset, r.rotated_pairs, inv_freq.data(), ctx.positions);
   }
-  AttentionCalls calls = PlanAttention(ctx, cache_index, q.f32(), k.f32(), v.f32(), attn.f32(), nh, kvh, hd, scale,
-                                       spec.sliding_window);
+  AttentionCalls calls = PlanAttention(ctx, cache_index, q, k, v, attn, nh, kvh, hd, scale, spec.sliding_window);
   if (!calls.src_rows.empty())
-    be.KvWriteRows(k.f32(), v.f32(), kvdim, kvdim, calls.src_rows.data(), calls.cache_rows.data(),
+    be.KvWriteRows(k, v, kvdim, kvdim, calls.src_rows.data(), calls.cache_rows.data(),
                    static_cast<int64_t>(calls.src_rows.size()), calls.k_cache, calls.v_cache);
   be.AttentionBatch(calls.args);
-  be.MatMul(attn.f32(), R, w.o_proj, out);
 }
 
 }  // namespace tessera
