@@ -1,7 +1,8 @@
 // tessera engine tests: the canvas loop's state handling (engine_canvas.cpp) on the tiny numpy
 // DiffusionGemma checkpoint: max_tokens rounded up to whole canvases then cut, the output cut at an end
 // token, a commit that does not fit the token budget beside the next canvas, cancellation in the middle
-// of a canvas (its pages return), a seed's reproducibility, and what the loop refuses, each by name.
+// of a canvas (its pages return), a follow-up turn served from the prefix cache, a seed's
+// reproducibility, and what the loop refuses, each by name.
 // The numbers themselves are held to the doc model by engine_dgemma_canvas_test.cpp.
 #include <gtest/gtest.h>
 
@@ -138,6 +139,45 @@ TEST_F(EngineCanvasState, CancellationMidCanvasFreesThePages) {
   EXPECT_EQ(engine.Snapshot().kv_pages_used, 0) << "the cancelled sequence's pages are free";
   EXPECT_EQ(steps_seen, first_canvas_steps + 3) << "no step after the cancelling one";
   EXPECT_EQ(out.tokens.size(), 16u) << "the first canvas was streamed, the second never";
+}
+
+// The prefix cache across requests: a follow-up turn whose prompt is the first request's prompt and two
+// of its committed canvases reuses their pages (the prompt's and the canvases' K/V, written when each
+// commit rode with the next canvas's first step; the last canvas is never encoded, so never offered)
+// and draws the same canvases as an engine that computes everything afresh.
+TEST_F(EngineCanvasState, FollowUpTurnReusesCommittedCanvasPages) {
+  const int64_t C = model->config().canvas_length;
+  EngineConfig cached = Config();
+  cached.enable_prefix_caching = true;
+  Engine engine(model.get(), nullptr, cached);
+  Outcome first;
+  engine.Submit(Request(3 * C, &first));
+  engine.RunUntilIdle();
+  ASSERT_TRUE(first.finished && first.error.empty()) << first.error;
+  ASSERT_EQ(first.raw.size(), static_cast<size_t>(3 * C));
+  std::vector<int32_t> turn = PromptIds();
+  const auto prompt_len = static_cast<int64_t>(turn.size());
+  turn.insert(turn.end(), first.raw.begin(), first.raw.begin() + 2 * C);
+  auto follow_up = [&](Engine& e) {
+    Outcome out;
+    GenerationRequest r = Request(2 * C, &out, 12);
+    r.prompt = turn;
+    e.Submit(std::move(r));
+    e.RunUntilIdle();
+    EXPECT_TRUE(out.finished && out.error.empty()) << out.error;
+    return out;
+  };
+  const Outcome reused = follow_up(engine);
+  // Every full page before the prompt's last token (which is always computed): pages of 4.
+  EXPECT_EQ(reused.stats.cached_tokens, (prompt_len + 2 * C - 1) / 4 * 4);
+  Engine fresh(model.get(), nullptr, Config());
+  const Outcome computed = follow_up(fresh);
+  EXPECT_EQ(computed.stats.cached_tokens, 0);
+  EXPECT_EQ(reused.raw, computed.raw);
+  // The last canvas was never written to the cache: a turn through all three canvases reuses only two.
+  turn.insert(turn.end(), first.raw.begin() + 2 * C, first.raw.end());
+  const Outcome past_the_last = follow_up(engine);
+  EXPECT_EQ(past_the_last.stats.cached_tokens, prompt_len + 2 * C);
 }
 
 TEST_F(EngineCanvasState, SameSeedSameCanvasesOtherSeedOthers) {
