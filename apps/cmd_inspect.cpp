@@ -91,7 +91,8 @@ int RunInspect(const InspectFlags& f) {
   j["architecture"] = cfg.architecture;
   j["model_type"] = cfg.model_type;
   j["family"] = FamilyName(cfg.family);
-  j["diffusion"] = cfg.diffusion;
+  j["diffusion"] = cfg.diffusion;  // masked block diffusion (SDAR / Clover)
+  j["canvas_length"] = cfg.canvas_length;  // uniform-state canvas diffusion (DiffusionGemma); 0: none
   j["layers"] = {{"total", cfg.num_layers}, {"full_attention", full}, {"sliding_window", sliding}, {"linear_attention", linear},
                  {"moe", moe}, {"dense", cfg.num_layers - moe}};
   j["hidden_size"] = cfg.hidden_size;
@@ -140,8 +141,11 @@ int RunInspect(const InspectFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  const std::string writes = cfg.diffusion           ? ", block diffusion"
+                             : cfg.canvas_length > 0 ? fmt::format(", canvas diffusion ({}-token canvases)", cfg.canvas_length)
+                                                     : "";
   std::printf("model:            %s (%s, family %s)%s\n", cfg.architecture.c_str(), cfg.model_type.c_str(),
-              FamilyName(cfg.family), cfg.diffusion ? ", block diffusion" : "");
+              FamilyName(cfg.family), writes.c_str());
   const std::string attention =
       sliding > 0 ? fmt::format("{} attention: {} sliding-window, {} global", full, sliding, full - sliding)
                   : fmt::format("{} full attention", full);

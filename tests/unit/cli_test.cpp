@@ -294,9 +294,13 @@ TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
   EXPECT_NE(r.out.find("layers:           4 (4 attention: 2 sliding-window, 2 global, 0 Gated DeltaNet"),
             std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("family diffusion_gemma), canvas diffusion (16-token canvases)"), std::string::npos) << r.out;
   r = RunCommand(Bin() + " inspect --model " + Quote(out + "/dgemma_tiny_a") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["layers"]["sliding_window"].get<int64_t>(), 2) << r.out;
+  // It writes by canvas diffusion (config.json's canvas_length 16), not by masked block diffusion.
+  EXPECT_EQ(json::parse(r.out)["canvas_length"].get<int64_t>(), 16) << r.out;
+  EXPECT_FALSE(json::parse(r.out)["diffusion"].get<bool>()) << r.out;
   r = RunCommand(Bin() + " inspect --model " + Quote(DataPath("configs/qwen3-30b-a3b")));
   EXPECT_NE(r.out.find("(48 full attention, 0 Gated DeltaNet"), std::string::npos) << r.out;
 }
