@@ -233,7 +233,9 @@ int RunGenerate(GenerateFlags& f) {
   req.emit_steps = f.show_steps || !f.trace.empty();
 
   Engine engine(model.get(), tokenizer.get(), ec);
-  const bool print_text = !f.output_ids;
+  // Without a tokenizer (--ids on a bare checkpoint) there is no text to print: the ids are the output.
+  const bool output_ids = f.output_ids || !tokenizer;
+  const bool print_text = !output_ids;
   std::optional<StepView> view;
   if (f.show_steps && isatty(2)) view.emplace(tokenizer.get(), req.diffusion ? req.diffusion->mask_token_id : -1);
   nlohmann::json trace = nlohmann::json::array();
@@ -244,7 +246,7 @@ int RunGenerate(GenerateFlags& f) {
       case GenerationEvent::Kind::kTokens:
         if (view) view->Clear();
         if (print_text) {
-          if (tokenizer) std::fputs(ev.text.c_str(), stdout);
+          std::fputs(ev.text.c_str(), stdout);
           std::fflush(stdout);
         }
         break;
@@ -271,9 +273,9 @@ int RunGenerate(GenerateFlags& f) {
   engine.RunUntilIdle();
   if (view) view->Clear();
   if (!error.empty()) throw UsageError(error);
-  if (print_text && tokenizer) std::fputs("\n", stdout);
+  if (print_text) std::fputs("\n", stdout);
   std::fflush(stdout);  // before --stats writes to stderr, so that the two do not share a line
-  if (f.output_ids) std::printf("%s\n", IdsToJson(finished.raw_output).c_str());
+  if (output_ids) std::printf("%s\n", IdsToJson(finished.raw_output).c_str());
   if (!f.trace.empty()) {
     std::ofstream out(f.trace);
     if (!out) Fail(ErrorKind::kNotFound, "cannot write the trace to {}", f.trace);
@@ -329,7 +331,9 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_option("--presence-penalty", f->presence_penalty, "OpenAI presence penalty")->check(CLI::Range(-2.0, 2.0));
   app->add_option("--frequency-penalty", f->frequency_penalty, "OpenAI frequency penalty")->check(CLI::Range(-2.0, 2.0));
   app->add_flag("--ignore-eos", f->ignore_eos, "Keep generating past end-of-sequence tokens");
-  app->add_flag("--output-ids", f->output_ids, "Print the generated ids as a JSON array instead of text");
+  app->add_flag("--output-ids", f->output_ids,
+                "Print the generated ids as a JSON array instead of text (implied without a tokenizer.json); "
+                "diffusion: whole blocks / canvases as transformers returns them, before the --max-tokens cut");
   app->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
   app->add_option("--device", f->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--load-format", f->load_format, "auto (the checkpoint) or dummy (random weights of config.json)")

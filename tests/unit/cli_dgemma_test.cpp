@@ -43,6 +43,8 @@ TEST(CliDgemma, DummyWeightsGenerateWithTheCanvasFlags) {
                           "--t-min 0.5 --t-max 1.5 --entropy-bound 2 --ignore-eos --stats"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("denoising steps per block: [1]"), std::string::npos) << r.err;
+  // The checkpoint has no tokenizer: without --output-ids the ids are printed all the same (one canvas).
+  EXPECT_EQ(nlohmann::json::parse(r.out).size(), 16u) << r.out;
 }
 
 TEST(CliDgemma, FlagsThatDoNotApplyAreUsageErrors) {
