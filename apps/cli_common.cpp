@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "engine/memory_plan.h"
@@ -13,6 +15,41 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
+
+namespace {
+
+// The flag's value as a number, or nullopt when it is not one.
+std::optional<double> AsNumber(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || std::isnan(v)) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+const CLI::Validator kPositiveNumber(
+    [](std::string& s) -> std::string {
+      const std::optional<double> v = AsNumber(s);
+      return v && *v > 0 ? "" : fmt::format("must be a positive number, got {}", s);
+    },
+    "POSITIVE");
+
+const CLI::Validator kNonNegativeNumber(
+    [](std::string& s) -> std::string {
+      const std::optional<double> v = AsNumber(s);
+      return v && *v >= 0 ? "" : fmt::format("must be a number >= 0, got {}", s);
+    },
+    "NONNEGATIVE");
+
+const CLI::Validator kSeed(
+    [](std::string& s) -> std::string {
+      const bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+      // 20 digits: at most 18446744073709551615 (compared as text: same length, so lexicographic).
+      if (digits && (s.size() < 20 || s <= "18446744073709551615")) return "";
+      return fmt::format("must be an integer in [0, 2^64), got {}", s);
+    },
+    "SEED");
 
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {
   std::vector<int32_t> ids;

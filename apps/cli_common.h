@@ -23,6 +23,14 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Flag checks whose messages say what the flag wants (CLI11's PositiveNumber answers 0 with "not in
+// range 0.000000 to 1797693134862315708...": its range's upper end is the largest double).
+extern const CLI::Validator kPositiveNumber;     // > 0
+extern const CLI::Validator kNonNegativeNumber;  // >= 0
+// A seed: an integer in [0, 2^64). CLI11 would take -1 as 2^64 - 1 and clamp 2^70 to it, so that
+// llama.cpp's "--seed -1" (a random seed there) would silently mean one fixed seed here.
+extern const CLI::Validator kSeed;
+
 // "5,17,301" or "[5, 17, 301]" -> ids; throws UsageError on anything else.
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag);
 

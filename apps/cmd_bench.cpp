@@ -212,24 +212,24 @@ Subcommand AddBenchCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--model", f->model, "Model name to send (default: the first of GET /v1/models)");
   app->add_option("--api-key", f->api_key, "Bearer key (default: $TESSERA_API_KEY)");
-  app->add_option("--num-prompts", f->num_prompts, "Requests to send")->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--num-prompts", f->num_prompts, "Requests to send")->check(kPositiveNumber)->capture_default_str();
   app->add_option("--concurrency,--max-concurrency", f->concurrency, "Most requests in flight (0 = unlimited)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   app->add_option("--request-rate", f->request_rate, "Requests per second, Poisson arrivals; inf = all at once")
       ->capture_default_str();
   app->add_option("--burstiness", f->burstiness, "Gamma shape of the arrival gaps (1 = Poisson)")->capture_default_str();
   app->add_option("--input-len", f->input_len, "Prompt tokens (words for chat) per request, after the prefix")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   app->add_option("--output-len", f->output_len, "Output tokens per request (max_tokens)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositiveNumber)
       ->capture_default_str();
   app->add_option("--random-range-ratio", f->range_ratio, "Lengths uniform in [len*(1-r), len*(1+r)]")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
   app->add_option("--prefix-len", f->prefix_len, "Tokens of a prefix shared by every prompt (prefix caching)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegativeNumber)
       ->capture_default_str();
   app->add_option("--vocab-size", f->vocab_size, "Prompt token ids in [10, V) (default: [10, 250], byte tokenizers)");
   app->add_flag("--ignore-eos,!--no-ignore-eos", f->ignore_eos, "Generate exactly the output length (default on)");
@@ -238,9 +238,9 @@ Subcommand AddBenchCommand(CLI::App& root) {
   app->add_option("--extra-body", f->extra_body, "JSON object merged into every request, e.g. '{\"top_k\": 1}'");
   app->add_option("--json", f->json_path, "Also write the results as JSON to this file");
   app->add_option("--warmup", f->warmup, "Requests sent (and not counted) before the benchmark")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   app->add_option("--timeout", f->timeout, "Seconds a request may take before it counts as failed")->capture_default_str();
-  app->add_option("--seed", f->seed, "Seed for lengths, prompts and arrivals")->capture_default_str();
+  app->add_option("--seed", f->seed, "Seed for lengths, prompts and arrivals")->check(kSeed)->capture_default_str();
   app->add_option("--threads", f->threads, "Client event-loop threads")->check(CLI::Range(1, 64))->capture_default_str();
   app->add_option("--wait-ready", f->wait_ready, "Poll GET /health up to this many seconds until it answers 200");
   return {app, [f] { return RunBench(*f); }};

@@ -318,23 +318,23 @@ Subcommand AddGenerateCommand(CLI::App& root) {
   app->add_option("--system", f->system, "System message for --chat");
   app->add_flag("--no-think", f->no_think, "Render --chat with enable_thinking=false");
   app->add_option("--ids", f->ids, "Prompt token ids, e.g. 5,17,301");
-  app->add_option("--max-tokens", f->max_tokens, "Maximum new tokens")->check(CLI::PositiveNumber);
+  app->add_option("--max-tokens", f->max_tokens, "Maximum new tokens")->check(kPositiveNumber);
   app->add_option("--min-tokens", f->min_tokens, "Suppress end-of-sequence until this many tokens exist")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy; default: generation_config.json, else 0.7)")->check(CLI::Range(0.0, 100.0));
-  app->add_option("--top-k", f->top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
+  app->add_option("--top-k", f->top_k, "Top-k (0 = off)")->check(kNonNegativeNumber);
   app->add_option("--top-p", f->top_p, "Top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
   app->add_option("--min-p", f->min_p, "Min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
-  app->add_option("--seed", f->seed, "Random seed for sampling");
+  app->add_option("--seed", f->seed, "Random seed for sampling (default: a random one)")->check(kSeed);
   app->add_option("--stop", f->stop, "Stop string (repeatable)");
-  app->add_option("--repetition-penalty", f->repetition_penalty, "HF repetition penalty (1 = off)")->check(CLI::PositiveNumber);
+  app->add_option("--repetition-penalty", f->repetition_penalty, "HF repetition penalty (1 = off)")->check(kPositiveNumber);
   app->add_option("--presence-penalty", f->presence_penalty, "OpenAI presence penalty")->check(CLI::Range(-2.0, 2.0));
   app->add_option("--frequency-penalty", f->frequency_penalty, "OpenAI frequency penalty")->check(CLI::Range(-2.0, 2.0));
   app->add_flag("--ignore-eos", f->ignore_eos, "Keep generating past end-of-sequence tokens");
   app->add_flag("--output-ids", f->output_ids,
                 "Print the generated ids as a JSON array instead of text (implied without a tokenizer.json); "
                 "diffusion: whole blocks / canvases as transformers returns them, before the --max-tokens cut");
-  app->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(kPositiveNumber);
   app->add_option("--device", f->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--load-format", f->load_format, "auto (the checkpoint) or dummy (random weights of config.json)")
       ->check(CLI::IsMember({"auto", "dummy"}));
@@ -367,7 +367,7 @@ Subcommand AddGenerateCommand(CLI::App& root) {
                   "Canvas diffusion: most denoising steps per canvas (default: generation_config.json)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_option("--entropy-bound", f->entropy_bound, "Canvas diffusion: entropy budget of a step's accepted rows")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   app->add_option("--t-min", f->t_min, "Canvas diffusion: temperature the steps anneal down to")
       ->check(CLI::Range(0.0, 100.0));
   app->add_option("--t-max", f->t_max, "Canvas diffusion: temperature of a canvas's first step")
@@ -377,7 +377,7 @@ Subcommand AddGenerateCommand(CLI::App& root) {
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   app->add_option("--confidence-threshold", f->confidence_threshold,
                   "Canvas diffusion: mean entropy below which a stable canvas stops")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   app->add_option("--trace", f->trace, "Write every denoising step to this JSON file");
   app->add_flag("--show-steps", f->show_steps, "Redraw the block (a canvas model: the canvas) being denoised after every step (terminal)");
   return {app, [f] { return RunGenerate(*f); }};

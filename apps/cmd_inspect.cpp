@@ -184,9 +184,9 @@ Subcommand AddInspectCommand(CLI::App& root) {
   auto f = std::make_shared<InspectFlags>();
   CLI::App* app = root.add_subcommand("inspect", "Describe a model and its memory needs (config.json is enough)");
   app->add_option("--model", f->model, "Model directory")->required()->check(CLI::ExistingDirectory);
-  app->add_option("--context", f->context, "Context length for the memory estimate")->check(CLI::PositiveNumber);
+  app->add_option("--context", f->context, "Context length for the memory estimate")->check(kPositiveNumber);
   app->add_option("--concurrency", f->concurrency, "Concurrent sequences for the memory estimate")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
   app->add_option("--gpu-memory", f->gpu_memory,
                   "GPU memory size (e.g. 141GB, 80GiB): print the memory plan serve --device cuda makes on it");
   app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Share of the GPU for tessera (0..1]");

@@ -62,8 +62,8 @@ Subcommand AddLogitsCommand(CLI::App& root) {
   app->add_option("--out", f->out, "Output .npy file (float32, [T, vocab])")->required();
   app->add_option("--dtype", f->dtype, "Activation precision: f32 (default) or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app->add_option("--block-size", f->block_size, "Block-causal attention with this block size (diffusion models)")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--threads", f->threads, "CPU threads")->check(CLI::PositiveNumber);
+      ->check(kPositiveNumber);
+  app->add_option("--threads", f->threads, "CPU threads")->check(kPositiveNumber);
   app->add_option("--quantization", f->quantization, "Quantize a bf16 checkpoint's Linear weights at load: none (default), fp8, int8 or int4")
       ->check(CLI::IsMember({"none", "fp8", "int8", "int4"}));
   return {app, [f] { return RunLogits(*f); }};

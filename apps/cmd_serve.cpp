@@ -393,7 +393,7 @@ Subcommand AddServeCommand(CLI::App& root) {
   app->add_flag("--check-config", f->check_config, "Print the effective configuration (secrets masked) and exit");
   app->add_option("--drain-timeout", f->drain_timeout_s,
                   "Seconds in-flight requests get to finish after SIGTERM")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegativeNumber);
   RegisterConfigFlags(*app, f->values);
   app->footer(
       "The API key may also come from the environment variable TESSERA_API_KEY. Every flag is also a\n"

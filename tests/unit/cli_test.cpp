@@ -80,6 +80,22 @@ TEST(Cli, UsageErrorsAreOneLineAndExitTwo) {
     EXPECT_EQ(Lines(r.err), 1) << args << "\n" << r.err;
     EXPECT_NE(r.err.find("error"), std::string::npos) << args;
   }
+  // The range checks say what the flag wants (not "not in range 0.000000 to 1797693134862315708..."),
+  // and a seed outside [0, 2^64) is refused, not wrapped or clamped to 2^64 - 1.
+  const std::pair<std::string, std::string> said[] = {
+      {"--max-tokens 0", "--max-tokens: must be a positive number, got 0"},
+      {"--top-k -1", "--top-k: must be a number >= 0, got -1"},
+      {"--seed -1", "--seed: must be an integer in [0, 2^64), got -1"},
+      {"--seed 18446744073709551616", "--seed: must be an integer in [0, 2^64), got 18446744073709551616"},
+  };
+  for (const auto& [args, message] : said) {
+    auto r = RunCommand(Bin() + " generate --model " + m + " --ids 1,2 " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+  }
+  auto top = RunCommand(Bin() + " generate --model " + m + " --ids 1,2 --max-tokens 2 --temperature 1 --output-ids " +
+                        "--seed 18446744073709551615");
+  EXPECT_EQ(top.exit_code, 0) << top.err;
 }
 
 class CliFamily : public ::testing::TestWithParam<std::string> {};
