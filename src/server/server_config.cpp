@@ -481,6 +481,7 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
         if (v.IsNull()) continue;
         if (v.IsScalar()) {
           *list = SplitList(InterpolateEnv(v.Scalar(), path));
+          if (list->empty()) list->push_back("");  // "" or an unset variable: kept for the checks to name
           continue;
         }
         if (!v.IsSequence())
@@ -488,8 +489,7 @@ ServerConfig ParseServerConfig(const std::string& yaml_text, const std::string& 
         for (const auto& item : v) {
           if (!item.IsScalar())
             Fail(ErrorKind::kInvalidArgument, "{}: key '{}' must be a list of strings", source, path);
-          std::string s = InterpolateEnv(item.Scalar(), path);
-          if (!s.empty()) list->push_back(s);
+          list->push_back(InterpolateEnv(item.Scalar(), path));  // empty too: the checks name it
         }
         continue;
       }
@@ -585,6 +585,12 @@ void ValidateServerConfig(const ServerConfig& c) {
     bad("diffusion.steps", "must not exceed diffusion.block_size");
   // Every rule compiles (its regexes included) or the error names it; the classifier's URL parses.
   ValidateContentSafety(c.content_safety);
+  // An empty key (`--api-key "$KEY"` with KEY unset, `api_keys: [""]`) would be dropped and leave the
+  // server open while its operator asked for keys.
+  for (const auto& key : c.security.api_keys)
+    if (key.find_first_not_of(" \t\r\n") == std::string::npos)
+      bad("security.api_keys", "an empty key (an unset variable?): give the key, or leave the option out for a server "
+                               "without keys");
   for (const auto& cidr : c.security.allow_cidrs) {
     try {
       (void)CidrRange::Parse(cidr);
@@ -634,8 +640,11 @@ void ApplyConfigFlags(const ConfigFlagValues& flags, ServerConfig& cfg) {
     if (e->info.kind == ConfigValueKind::kStringList) {
       auto* list = static_cast<std::vector<std::string>*>(e->field(cfg));
       list->clear();
-      for (const auto& t : texts)
-        for (auto& item : SplitList(t)) list->push_back(item);
+      for (const auto& t : texts) {
+        std::vector<std::string> items = SplitList(t);
+        if (items.empty()) items.push_back("");  // `--api-key "$KEY"` with KEY unset: kept for the checks
+        for (auto& item : items) list->push_back(item);
+      }
     } else if (!texts.empty()) {
       SetFromText(cfg, *e, texts.back());
     }

@@ -131,6 +131,30 @@ security:
   EXPECT_NE(err.find("unterminated"), std::string::npos) << err;
 }
 
+// An API key that comes out empty (`--api-key "$KEY"` or `api_keys: ["${KEY}"]` with KEY empty) was
+// dropped, and the server then ran without keys while its operator had asked for one.
+TEST(ServerConfig, AnEmptyApiKeyIsRefusedNotDropped) {
+  setenv("TESSERA_TEST_EMPTY_KEY", "", 1);
+  const std::vector<std::pair<std::string, ServerConfig>> cases = {
+      {"flag ''", WithFlags({}, {"--api-key", ""})},
+      {"flag '  '", WithFlags({}, {"--api-key", "  "})},
+      {"flag beside a key", WithFlags({}, {"--api-key", "sk-one", "--api-key", ""})},
+      {"yaml list item", ParseServerConfig("security:\n  api_keys: [\"${TESSERA_TEST_EMPTY_KEY}\"]\n")},
+      {"yaml scalar", ParseServerConfig("security:\n  api_keys: \"${TESSERA_TEST_EMPTY_KEY}\"\n")},
+  };
+  for (const auto& [what, c] : cases) {
+    const std::string err = ErrorOf([&] { ValidateServerConfig(c); });
+    EXPECT_NE(err.find("security.api_keys"), std::string::npos) << what << " -> " << err;
+    EXPECT_NE(err.find("empty key"), std::string::npos) << what << " -> " << err;
+  }
+  // No key at all (the option left out, or null in YAML) is a server without keys, as before.
+  EXPECT_EQ(ErrorOf([] { ValidateServerConfig(ParseServerConfig("security:\n  api_keys:\n")); }), "<no error>");
+  EXPECT_EQ(ErrorOf([] { ValidateServerConfig(WithFlags({}, {"--api-key", "sk-one"})); }), "<no error>");
+  // An empty client network is refused the same way (it is not "every network").
+  EXPECT_NE(ErrorOf([] { ValidateServerConfig(WithFlags({}, {"--allow-cidr", ""})); }).find("security.allow_cidrs"),
+            std::string::npos);
+}
+
 TEST(ServerConfig, UnknownKeysAreNamed) {
   std::string err = ErrorOf([] { ParseServerConfig("server:\n  prot: 80\n"); });
   EXPECT_NE(err.find("'server.prot'"), std::string::npos) << err;
