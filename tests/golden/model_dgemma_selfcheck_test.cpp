@@ -15,9 +15,12 @@
 // quantization goldens make theirs. Every test runs on both.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -339,6 +342,22 @@ TEST_P(DiffusionGemmaSelfCheck, RefusesWhatIsNotImplementedYet) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DiffusionGemmaSelfCheck, ::testing::Values("tied", "untied"));
+
+// A checkpoint whose stacks disagree with config.json's tie_word_embeddings is refused naming the key
+// (not the first tensor found missing or unused).
+TEST(DiffusionGemmaTieSetting, ACheckpointOfTheOtherKindIsNamed) {
+  for (const auto& [shape, tie] : {std::pair<std::string, bool>{"dgemma_tiny_a", false}, {"dgemma_tiny_untied", true}}) {
+    SCOPED_TRACE(shape);
+    const std::string dir = testing::ScratchDir("dgemma_tie_" + shape);
+    std::filesystem::copy_file(OutDir() + "/" + shape + "/model.safetensors", dir + "/model.safetensors",
+                               std::filesystem::copy_options::overwrite_existing);
+    nlohmann::json cfg = ReadJsonFile(OutDir() + "/" + shape + "/config.json");
+    cfg["tie_word_embeddings"] = tie;
+    testing::WriteFile(dir + "/config.json", cfg.dump());
+    ExpectError([&] { Model::Load(dir); }, ErrorKind::kCorrupt,
+                {"tie_word_embeddings", tie ? "holds two stacks" : "holds one"});
+  }
+}
 
 }  // namespace
 }  // namespace tessera

@@ -182,6 +182,14 @@ void Load(const ModelConfig& c, WeightLoader& L, ModelWeights* out) {
   const int64_t H = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
   auto g = std::make_shared<GemmaWeights>();
   g->untied = !c.tie_word_embeddings;  // transformers then unties the encoder and decoder stacks too (docs OPEN 5)
+  // A checkpoint of the other kind: name the config key, not the first tensor found missing or unused.
+  const bool two_embeddings = L.Has(kDec + "embed_tokens.weight") && L.Has(kEnc + "embed_tokens.weight");
+  if (!g->untied && two_embeddings)
+    Fail(ErrorKind::kCorrupt, "{}: the checkpoint holds two stacks ({}* and {}*) but config.json ties them "
+         "(tie_word_embeddings true or absent)", fam, kEnc, kDec);
+  if (g->untied && !two_embeddings)
+    Fail(ErrorKind::kCorrupt, "{}: config.json has tie_word_embeddings false (two stacks) but the checkpoint holds "
+         "one ({}embed_tokens.weight and {}embed_tokens.weight are not both there)", fam, kEnc, kDec);
   // The tied stack: the saved layout keeps model.decoder.*, the converter's model.encoder.language_model.*.
   // Untied: the encoder's own stack.
   const std::string P = g->untied ? kEnc : L.Has(kDec + "embed_tokens.weight") ? kDec : kEnc;
