@@ -24,7 +24,7 @@ if [ "${DGEMMA_CALL_ATTENTION:-0}" = 1 ]; then
   echo "attention timing rc=$?"; grep "attention timing" "$OUT/attention_timing.txt"
 fi
 if [ "${DGEMMA_CALL_TESTS:-1}" != 0 ]; then
-  timeout 200 stdbuf -o0 "$P/test_backend" --gtest_filter='CudaDgemma.*:CudaConformance.CanvasSampleRows*:CudaConformance.ElementwiseOps' >"$OUT/dgemma_backend.txt" 2>&1
+  timeout 200 stdbuf -o0 "$P/test_backend" --gtest_filter='*CudaDgemma.*:CudaConformance.CanvasSampleRows*:CudaConformance.ElementwiseOps' >"$OUT/dgemma_backend.txt" 2>&1
   echo "CudaDgemma rc=$?"; grep -E "near-tie|mismatch|drew|^\[  (PASSED|FAILED) |Failure" "$OUT/dgemma_backend.txt" | head -20
   timeout 200 stdbuf -o0 "$P/test_engine" --gtest_filter='EngineDiffusionGemmaCanvas.*' >"$OUT/dgemma_engine.txt" 2>&1
   echo "EngineDiffusionGemmaCanvas rc=$?"; grep -E "canvas replay|^\[  (PASSED|FAILED) |Failure" "$OUT/dgemma_engine.txt" | head -30

@@ -1,6 +1,6 @@
 // tessera tests: DiffusionGemma's forward (arch/diffusion_gemma.cpp) on the CUDA backend, on the tiny
-// numpy checkpoint of tests/dgemma_checkpoint.h (bf16, window 8 < the 24-token prompt, heads of 16 and
-// 32, partial proportional RoPE, tied lm_head), against the CPU backend on the same inputs and the
+// numpy checkpoints of tests/dgemma_checkpoint.h (bf16, window 8 < the 24-token prompt, heads of 16 and
+// 32, partial proportional RoPE; tied, and untied: two stacks and an lm_head), against the CPU backend on the same inputs and the
 // float64 doc model's logits (make_dgemma_selfcheck.py): the encoder without a cache and in chunks
 // through the paged cache (pages of 4, interleaved), the canvas decoder's two steps after the prompt
 // (sliding layers see the last W - 1 committed keys), a commit fused with the next canvas batched with
@@ -69,11 +69,12 @@ std::vector<int32_t> Cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
   return a;
 }
 
-class CudaDgemma : public ::testing::Test {
+// Each test on the tied checkpoint and on the untied one (two stacks, docs OPEN 5).
+class CudaDgemma : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device";
-    dir_ = testing::DgemmaSelfcheckDir();
+    dir_ = GetParam() == "untied" ? testing::DgemmaUntiedDir() : testing::DgemmaSelfcheckDir();
     want_ = Expected(dir_);
     cpu_ = Model::Load(dir_);
     LoadOptions o;
@@ -127,7 +128,7 @@ class CudaDgemma : public ::testing::Test {
   SequenceCache a_, b_;
 };
 
-TEST_F(CudaDgemma, EncoderMatchesCpuAndDocModel) {
+TEST_P(CudaDgemma, EncoderMatchesCpuAndDocModel) {
   const int64_t P = static_cast<int64_t>(want_.ids.size());
   {
     Batch b;
@@ -156,7 +157,7 @@ TEST_F(CudaDgemma, EncoderMatchesCpuAndDocModel) {
   }
 }
 
-TEST_F(CudaDgemma, CanvasStepsMatchCpuAndDocModel) {
+TEST_P(CudaDgemma, CanvasStepsMatchCpuAndDocModel) {
   const int64_t P = static_cast<int64_t>(want_.ids.size()), C = static_cast<int64_t>(want_.canvas1.size());
   const int64_t H = gpu_->config().hidden_size;
   Caches();
@@ -198,7 +199,7 @@ TEST_F(CudaDgemma, CanvasStepsMatchCpuAndDocModel) {
 
 // A commit and the next canvas in ONE segment, batched with another sequence's self-conditioned step;
 // the stateless form (prompt + canvas from position 0, nothing cached).
-TEST_F(CudaDgemma, FusedCommitBatchedAndStatelessMatchCpu) {
+TEST_P(CudaDgemma, FusedCommitBatchedAndStatelessMatchCpu) {
   const int64_t P = static_cast<int64_t>(want_.ids.size()), C = static_cast<int64_t>(want_.canvas1.size());
   Caches();
   const std::vector<int32_t> head(want_.ids.begin(), want_.ids.begin() + 16), tail(want_.ids.begin() + 16,
@@ -225,7 +226,7 @@ TEST_F(CudaDgemma, FusedCommitBatchedAndStatelessMatchCpu) {
 // A bf16 KV cache (--kv-cache-dtype bf16): the committed K / V rounded once, so only near the
 // reference (the qwen fixtures move by up to 0.8 under it); the canvas step must still run and keep
 // its argmax mostly. A broken mask or layout errs by the logits' own size.
-TEST_F(CudaDgemma, Bf16KvCacheRunsNearTheReference) {
+TEST_P(CudaDgemma, Bf16KvCacheRunsNearTheReference) {
   LoadOptions o;
   o.device = "cuda";
   o.kv_cache_dtype = "bf16";
@@ -243,6 +244,8 @@ TEST_F(CudaDgemma, Bf16KvCacheRunsNearTheReference) {
   std::printf("dgemma cuda bf16 kv cache: canvas step 1 max |cuda - doc| %.3e\n", worst);
   EXPECT_LE(worst, 1.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaDgemma, ::testing::Values("tied", "untied"));
 
 }  // namespace
 }  // namespace tessera
