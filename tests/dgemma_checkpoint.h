@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "io/hf_config.h"
 #include "test_util.h"
 
 namespace tessera::testing {
@@ -26,5 +29,10 @@ inline std::string DgemmaSelfcheckDir() { return DgemmaSelfcheckOut() + "/dgemma
 
 // The same shape with tie_word_embeddings false: two whole stacks and an lm_head (docs OPEN 5).
 inline std::string DgemmaUntiedDir() { return DgemmaSelfcheckOut() + "/dgemma_tiny_untied"; }
+
+// A checkpoint's prompt (selfcheck.json; each shape draws its own).
+inline std::vector<int32_t> DgemmaPromptIds(const std::string& dir = DgemmaSelfcheckDir()) {
+  return ReadJsonFile(dir + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
+}
 
 }  // namespace tessera::testing

@@ -26,10 +26,6 @@ namespace {
 
 using testing::Outcome;
 
-std::vector<int32_t> PromptIds() {
-  return ReadJsonFile(testing::DgemmaSelfcheckDir() + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
-}
-
 EngineConfig Config() {
   EngineConfig cfg;
   cfg.num_pages = 64;
@@ -40,7 +36,7 @@ EngineConfig Config() {
 }
 
 GenerationRequest Request(int64_t max_tokens, Outcome* out, uint64_t seed = 11) {
-  GenerationRequest r = testing::MakeCollectingRequest(PromptIds(), max_tokens, out);
+  GenerationRequest r = testing::MakeCollectingRequest(testing::DgemmaPromptIds(), max_tokens, out);
   r.sampling.temperature = 1.0f;
   r.sampling.seed = seed;
   r.sampling.ignore_eos = true;  // the random model's end tokens would make the lengths vary
@@ -155,7 +151,7 @@ TEST_F(EngineCanvasState, FollowUpTurnReusesCommittedCanvasPages) {
   engine.RunUntilIdle();
   ASSERT_TRUE(first.finished && first.error.empty()) << first.error;
   ASSERT_EQ(first.raw.size(), static_cast<size_t>(3 * C));
-  std::vector<int32_t> turn = PromptIds();
+  std::vector<int32_t> turn = testing::DgemmaPromptIds();
   const auto prompt_len = static_cast<int64_t>(turn.size());
   turn.insert(turn.end(), first.raw.begin(), first.raw.begin() + 2 * C);
   auto follow_up = [&](Engine& e) {

@@ -64,14 +64,9 @@ CanvasSamplerParams StabilityParams() {
   return p;
 }
 
-// The checkpoint's prompt (each shape draws its own).
-std::vector<int32_t> PromptIds(const std::string& dir = testing::DgemmaSelfcheckDir()) {
-  return ReadJsonFile(dir + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
-}
-
 GenerationRequest Request(const std::string& id, uint64_t seed, int64_t max_tokens, Outcome* out,
                           const std::string& dir = testing::DgemmaSelfcheckDir()) {
-  GenerationRequest r = testing::MakeCollectingRequest(PromptIds(dir), max_tokens, out);
+  GenerationRequest r = testing::MakeCollectingRequest(testing::DgemmaPromptIds(dir), max_tokens, out);
   r.id = id;
   r.sampling.temperature = 1.0f;  // the canvas sampler's own temperatures apply
   r.sampling.seed = seed;
@@ -99,7 +94,7 @@ nlohmann::json Replay(const std::string& dir, const std::map<std::string, std::v
     const auto& steps = traces.at(r->id);
     nlohmann::json q;
     q["id"] = r->id;
-    q["prompt"] = PromptIds(model_dir);
+    q["prompt"] = testing::DgemmaPromptIds(model_dir);
     q["eos_ids"] = r->eos_ids;
     q["max_tokens"] = r->max_tokens;
     q["logits"] = r->id + "_logits.npy";
@@ -267,7 +262,7 @@ TEST(EngineDiffusionGemmaCanvas, StabilityRuleMatchesTheDocModelReplay) {
 // |logits - ref's| of the run.
 double MaxStatelessReplayDiff(Model& ref, const std::string& dir, const std::vector<CanvasStepTrace>& steps,
                               const Outcome& out) {
-  std::vector<int32_t> text = PromptIds(dir);  // prompt + committed canvases
+  std::vector<int32_t> text = testing::DgemmaPromptIds(dir);  // prompt + committed canvases
   const auto prompt_len = static_cast<int64_t>(text.size());
   double worst = 0;
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -97,8 +97,7 @@ struct Job {
 };
 
 std::vector<Outcome> RunJobs(Engine& engine, const std::vector<Job>& jobs) {
-  const auto prompt =
-      ReadJsonFile(testing::DgemmaSelfcheckDir() + "/selfcheck.json")["prompt_ids"].get<std::vector<int32_t>>();
+  const auto prompt = testing::DgemmaPromptIds();
   std::vector<Outcome> outs(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     GenerationRequest r = testing::MakeCollectingRequest(prompt, jobs[i].max_tokens, &outs[i]);
