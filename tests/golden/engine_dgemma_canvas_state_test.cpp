@@ -1,13 +1,14 @@
 // tessera engine tests: the canvas loop's state handling (engine_canvas.cpp) on the tiny numpy
 // DiffusionGemma checkpoint: max_tokens rounded up to whole canvases then cut, the output cut at an end
-// token, a commit that does not fit the token budget beside the next canvas, cancellation in the middle
-// of a canvas (its pages return), a follow-up turn served from the prefix cache, a seed's
-// reproducibility, and what the loop refuses, each by name.
+// token, a commit that does not fit the token budget beside the next canvas, preemption for pages,
+// cancellation in the middle of a canvas (its pages return), a follow-up turn served from the prefix
+// cache, a seed's reproducibility, and what the loop refuses, each by name.
 // The numbers themselves are held to the doc model by engine_dgemma_canvas_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -174,6 +175,33 @@ TEST_F(EngineCanvasState, FollowUpTurnReusesCommittedCanvasPages) {
   turn.insert(turn.end(), first.raw.begin() + 2 * C, first.raw.end());
   const Outcome past_the_last = follow_up(engine);
   EXPECT_EQ(past_the_last.stats.cached_tokens, prompt_len + 2 * C);
+}
+
+// Canvases preempted for pages (their caches dropped mid-generation, the committed text recomputed when
+// they come back, the kept self-conditioning input kept) draw what each request draws alone.
+TEST_F(EngineCanvasState, PreemptedCanvasesDrawWhatTheyDrawAlone) {
+  const int64_t C = model->config().canvas_length;
+  const uint64_t seeds[] = {11, 12, 13};
+  std::vector<Outcome> alone;
+  for (uint64_t seed : seeds) alone.push_back(Generate(model.get(), 3 * C, Config(), seed));
+  // Three requests of 24 + 3 x 16 positions (18 pages of 4 each at their last canvas) in 36 pages.
+  EngineConfig tight = Config();
+  tight.num_pages = 36;
+  tight.enable_prefix_caching = true;  // its lookups count the recomputed text
+  Engine engine(model.get(), nullptr, tight);
+  std::vector<Outcome> together(3);
+  for (int i = 0; i < 3; ++i) engine.Submit(Request(3 * C, &together[static_cast<size_t>(i)], seeds[i]));
+  engine.RunUntilIdle();
+  const auto prompt_len = static_cast<int64_t>(testing::DgemmaPromptIds().size());
+  EXPECT_GT(engine.Snapshot().prefix_cache_queries, 3 * prompt_len) << "a request came back after a preemption";
+  std::printf("preempted canvases: %ld tokens looked up at admission for %ld of prompts\n",
+              static_cast<long>(engine.Snapshot().prefix_cache_queries), static_cast<long>(3 * prompt_len));
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(together[i].finished && together[i].error.empty()) << together[i].error;
+    EXPECT_EQ(together[i].raw, alone[i].raw);
+    EXPECT_EQ(together[i].tokens, alone[i].tokens);
+  }
 }
 
 TEST_F(EngineCanvasState, SameSeedSameCanvasesOtherSeedOthers) {
