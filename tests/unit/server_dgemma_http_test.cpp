@@ -105,6 +105,24 @@ TEST_F(ServerDgemmaHttp, DiffusionKnobsTakeEffect) {
   EXPECT_NE(Text(Complete({{"entropy_bound", 1e5}})), base);
 }
 
+// n choices of one canvas request share its prompt and draw their own canvases: choice 0 is the n = 1
+// request's output for the seed, the others differ from it.
+TEST_F(ServerDgemmaHttp, ChoicesDrawTheirOwnCanvases) {
+  const std::string one = Text(Complete(nullptr, 5));
+  ojson b = {{"model", "dg"}, {"prompt", "Why is the sky blue?"}, {"max_tokens", 16}, {"seed", 5},
+             {"ignore_eos", true}, {"n", 3}};
+  const HttpResponse r = Call(port, "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const ojson j = ojson::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 3u) << r.body;
+  std::vector<std::string> texts(3);
+  for (const ojson& c : j["choices"]) texts.at(c["index"].get<size_t>()) = c["text"].get<std::string>();
+  EXPECT_EQ(texts[0], one);
+  EXPECT_NE(texts[1], one);
+  EXPECT_NE(texts[2], texts[1]);
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int64_t>(), 3 * 16) << "every choice counted" << r.body;
+}
+
 TEST_F(ServerDgemmaHttp, TheSeedDecidesTheOutput) {
   const std::string a = Text(Complete(nullptr, 1)), b = Text(Complete(nullptr, 2));
   EXPECT_FALSE(a.empty());
