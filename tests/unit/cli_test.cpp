@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dgemma_checkpoint.h"
 #include "io/npy.h"
 #include "test_util.h"
 
@@ -300,11 +301,7 @@ TEST(CliInspect, W8A8BenchConfigIsDescribedWithItsActivations) {
 // Gemma 4's attention layers are local (sliding window) or global: inspect counts both kinds (it
 // called all of them "full attention"). The checkpoint is the DiffusionGemma self-check's (numpy).
 TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
-  const std::string out = ScratchDir("cli-dgemma");
-  auto made = RunCommand(testing::Python3() + " " + Quote(std::string(TESSERA_SOURCE_DIR) +
-                                                    "/tools/dgemma_fixtures/make_dgemma_selfcheck.py") +
-                         " " + Quote(out));
-  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  const std::string out = testing::DgemmaSelfcheckOut();  // made once per test process
   auto r = RunCommand(Bin() + " inspect --model " + Quote(out + "/dgemma_tiny_a"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("layers:           4 (4 attention: 2 sliding-window, 2 global, 0 Gated DeltaNet"),
@@ -325,11 +322,7 @@ TEST(CliInspect, SlidingWindowLayersAreCountedApart) {
 // total is every parameter the file holds (its safetensors header, the vision tower aside), its active
 // count the tied shape's plus the separate lm_head (a token runs through one stack, not both).
 TEST(CliInspect, UntiedDiffusionGemmaCountsBothStacksAsHeldOneAsActive) {
-  const std::string out = ScratchDir("cli-dgemma-untied");
-  auto made = RunCommand(testing::Python3() + " " + Quote(std::string(TESSERA_SOURCE_DIR) +
-                                                    "/tools/dgemma_fixtures/make_dgemma_selfcheck.py") +
-                         " " + Quote(out));
-  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  const std::string out = testing::DgemmaSelfcheckOut();  // made once per test process
   std::ifstream f(out + "/dgemma_tiny_untied/model.safetensors", std::ios::binary);
   uint64_t header_len = 0;
   f.read(reinterpret_cast<char*>(&header_len), sizeof(header_len));
